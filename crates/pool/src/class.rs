@@ -49,6 +49,17 @@ impl Class {
         self as usize
     }
 
+    /// The class at `index` (only the low two bits are looked at; 3 maps
+    /// to jumbo, which callers never produce).
+    #[inline(always)]
+    pub(crate) const fn from_index(index: u32) -> Class {
+        match index & 3 {
+            0 => Class::Small,
+            1 => Class::Standard,
+            _ => Class::Jumbo,
+        }
+    }
+
     /// Lower-case name used in metrics labels and benchmark IDs.
     pub const fn name(self) -> &'static str {
         match self {

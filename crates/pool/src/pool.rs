@@ -4,9 +4,9 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use crate::Class;
 use crate::metrics::{PoolStatsHandle, SharedCounters};
 use crate::storage::{Buffer, ClassPool, SlabError};
+use crate::{Class, MAX_PAYLOAD};
 
 /// Largest count accepted per class: keeps slot numbers and the free stack
 /// in `u32` with room to spare, and one class under ~9 GB.
@@ -84,6 +84,8 @@ pub enum PoolError {
 #[derive(Debug)]
 pub struct PoolSet {
     classes: [ClassPool; 3],
+    /// Takes refused because the length exceeded every class.
+    oversize: u64,
     counters: Arc<SharedCounters>,
     id: u32,
 }
@@ -130,6 +132,7 @@ impl PoolSet {
         let counters = SharedCounters::new([config.small, config.standard, config.jumbo]);
         Ok(Self {
             classes,
+            oversize: 0,
             counters,
             id,
         })
@@ -145,12 +148,16 @@ impl PoolSet {
     /// [`MAX_PAYLOAD`](crate::MAX_PAYLOAD) or that class has no free buffer (both counted).
     #[inline]
     pub fn take(&mut self, len: usize) -> Option<Buffer> {
-        let Some(class) = Class::for_len(len) else {
-            self.counters.on_oversize();
+        if len > MAX_PAYLOAD {
+            if !cfg!(feature = "no-metrics") {
+                self.oversize += 1;
+            }
             return None;
-        };
-        let i = class.index();
-        self.classes[i].take(&self.counters.classes[i])
+        }
+        // `Class::for_len` without its branch chain: the same cost for
+        // every class.
+        let i = usize::from(len > Class::Small.size()) + usize::from(len > Class::Standard.size());
+        self.classes[i].take()
     }
 
     /// Take a buffer that fits `payload` and copy it in: the data plane's one
@@ -167,8 +174,10 @@ impl PoolSet {
     /// unchanged — if it came from another pool set.
     #[inline]
     pub fn give(&mut self, buf: Buffer) -> Result<(), Buffer> {
-        let i = buf.class().index();
-        self.classes[i].give(buf, &self.counters.classes[i])
+        match self.classes.get_mut(buf.class_index()) {
+            Some(class) => class.give(buf),
+            None => Err(buf),
+        }
     }
 
     /// Exactly the bytes written into `buf`, never bytes of an earlier
@@ -211,7 +220,21 @@ impl PoolSet {
         self.classes.iter().map(ClassPool::memory_bytes).sum()
     }
 
-    /// A thread-safe reader of this set's counters.
+    /// Publish this set's counters to its [`PoolStatsHandle`]s. The owner
+    /// calls it once per loop turn (and after any batch of work it wants
+    /// seen): takes and gives only bump plain fields, so readers see the
+    /// numbers as of the last publish.
+    pub fn publish_stats(&self) {
+        for (pool, shared) in self.classes.iter().zip(&self.counters.classes) {
+            shared.publish(&pool.counters, pool.free_count());
+        }
+        self.counters
+            .oversize
+            .store(self.oversize, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// A thread-safe reader of this set's counters as of the last
+    /// [`PoolSet::publish_stats`].
     pub fn stats(&self) -> PoolStatsHandle {
         PoolStatsHandle {
             counters: Arc::clone(&self.counters),
@@ -325,13 +348,17 @@ mod tests {
         assert_eq!(c.class(), Class::Jumbo);
         assert!(p.take(9001).is_none());
         assert!(p.take(5000).is_none(), "jumbo exhausted, no fallback");
+        assert_eq!(p.stats().snapshot().oversize, 0, "nothing published yet");
+        p.publish_stats();
         let s = p.stats().snapshot();
         assert_eq!(s.oversize, 1);
         assert_eq!(s.class(Class::Jumbo).exhausted, 1);
         for b in [a, b, c] {
             p.give(b).expect("give");
         }
-        assert_eq!(p.stats().snapshot().class(Class::Jumbo).in_use, 0);
+        p.publish_stats();
+        let jumbo = *p.stats().snapshot().class(Class::Jumbo);
+        assert_eq!((jumbo.in_use, jumbo.high_water, jumbo.taken), (0, 1, 1));
     }
 
     #[test]
@@ -365,6 +392,7 @@ mod tests {
         let b = p.give(b).expect_err("foreign buffer refused");
         assert_eq!(q.bytes(&b), b"from q");
         q.give(b).expect("home");
+        p.publish_stats();
         assert_eq!(p.stats().snapshot().class(Class::Small).given, 0);
     }
 
@@ -399,6 +427,7 @@ mod tests {
         std::thread::spawn(move || {
             let b = p.take(10).expect("take");
             p.give(b).expect("give");
+            p.publish_stats();
         })
         .join()
         .expect("worker");

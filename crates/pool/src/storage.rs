@@ -1,16 +1,17 @@
 //! The one module with `unsafe`: a class's pre-allocated, pre-faulted slab of
-//! fixed-size slots, its stack of free slot numbers, and the [`Buffer`]
+//! fixed-size slots, its stack of free slot addresses, and the [`Buffer`]
 //! handle that stands for exactly one slot taken from it.
 //!
 //! Invariant that every `unsafe` below leans on: for a [`ClassPool`], each
-//! slot number `0..slots` is at any moment in exactly one place — on the
-//! free stack, or inside exactly one live [`Buffer`] whose `owner` tag is
-//! this pool's. It holds because a `Buffer` is created only by
-//! [`ClassPool::take`] from a slot popped off the stack, has private fields,
-//! is neither `Clone` nor `Copy`, and is consumed by [`ClassPool::give`],
-//! which accepts only buffers carrying this pool's tag (pool ids are never
-//! reused, see `crate::pool`). So the stack never holds more than `slots`
-//! entries and every slot number seen is `< slots`.
+//! slot's start address is at any moment in exactly one place — on the free
+//! stack, or inside exactly one live [`Buffer`] whose `owner` tag is this
+//! pool's. It holds because a `Buffer` is created only by
+//! [`ClassPool::take`] from an address popped off the stack, has private
+//! fields, is neither `Clone` nor `Copy`, and is consumed by
+//! [`ClassPool::give`], which accepts only buffers carrying this pool's tag
+//! (pool ids are never reused, see `crate::pool`). So the stack never holds
+//! more than `slots` entries and every address on it or in a tagged
+//! `Buffer` starts a slot of this slab, `class.size()` bytes long.
 
 #![allow(unsafe_code)]
 
@@ -18,7 +19,7 @@ use std::alloc::{Layout, alloc, dealloc};
 use std::ptr::NonNull;
 
 use crate::Class;
-use crate::metrics::ClassCounters;
+use crate::metrics::LocalCounters;
 
 /// Slots are laid out on cache-line boundaries so a payload copy never
 /// starts mid-line.
@@ -35,9 +36,8 @@ const SLOT_ALIGN: usize = 64;
 pub struct Buffer {
     ptr: NonNull<u8>,
     len: u32,
-    slot: u32,
+    /// The owning pool's tag: `(pool id << 2) | class index`.
     owner: u32,
-    class: Class,
 }
 
 impl Buffer {
@@ -56,13 +56,19 @@ impl Buffer {
     /// The size class this buffer belongs to.
     #[inline]
     pub fn class(&self) -> Class {
-        self.class
+        Class::from_index(self.owner)
+    }
+
+    /// [`Class::index`] of this buffer's class, straight from the tag.
+    #[inline(always)]
+    pub(crate) fn class_index(&self) -> usize {
+        (self.owner & 3) as usize
     }
 
     /// Most bytes this buffer can hold.
     #[inline]
     pub fn capacity(&self) -> usize {
-        self.class.size()
+        self.class().size()
     }
 
     /// Start of the buffer, for handing to the kernel (an io_uring send).
@@ -78,16 +84,18 @@ impl Buffer {
 /// One size class of one pool set: slab, free stack and counters.
 #[derive(Debug)]
 pub(crate) struct ClassPool {
-    base: NonNull<u8>,
-    layout: Layout,
-    stride: usize,
-    /// Free slot numbers; `free[..top]` are valid.
-    free: Box<[u32]>,
+    /// Free slot addresses; `free[..top]` are valid. Storing addresses, not
+    /// slot numbers, saves a multiply on every take.
+    free: Box<[NonNull<u8>]>,
     top: u32,
     slots: u32,
     /// `(pool id << 2) | class index`; unique across the process.
     owner: u32,
     class: Class,
+    /// Plain counters, published by `PoolSet::publish_stats`.
+    pub(crate) counters: LocalCounters,
+    base: NonNull<u8>,
+    layout: Layout,
 }
 
 // SAFETY: a `ClassPool` exclusively owns its slab allocation and free stack;
@@ -124,17 +132,23 @@ impl ClassPool {
         // every page and leaves the memory initialised, so any later slice
         // over it reads initialised bytes.
         unsafe { base.as_ptr().write_bytes(0, bytes) };
-        // Highest slot on top, so takes start at slot 0 (cache-friendly order).
-        let free: Box<[u32]> = (0..slots).rev().collect();
+        // Slot 0 on top, so takes start at the slab's start (cache-friendly
+        // order, and the untouched part of the stack stays at the bottom).
+        let free: Box<[NonNull<u8>]> = (0..slots as usize)
+            .rev()
+            // SAFETY: `slot < slots`, so `slot * stride < bytes`: the offset
+            // stays inside the allocation.
+            .map(|slot| unsafe { base.add(slot * stride) })
+            .collect();
         Ok(Self {
-            base,
-            layout,
-            stride,
             free,
             top: slots,
             slots,
             owner,
             class,
+            counters: LocalCounters::new(slots),
+            base,
+            layout,
         })
     }
 
@@ -152,42 +166,41 @@ impl ClassPool {
         self.slots - self.top
     }
 
+    /// Free buffers right now.
+    pub(crate) fn free_count(&self) -> u32 {
+        self.top
+    }
+
     /// Take a free slot, or `None` when the class is exhausted. O(1).
     #[inline(always)]
-    pub(crate) fn take(&mut self, counters: &ClassCounters) -> Option<Buffer> {
+    pub(crate) fn take(&mut self) -> Option<Buffer> {
         if self.top == 0 {
-            counters.on_exhausted();
+            self.counters.on_exhausted();
             return None;
         }
         self.top -= 1;
         // SAFETY: `top` was > 0 and is now < `free.len()` (== slots, since
         // the stack never holds more than `slots` entries, module invariant).
-        let slot = unsafe { *self.free.get_unchecked(self.top as usize) };
-        // SAFETY: `slot < slots` (module invariant), so the offset
-        // `slot * stride` lies within the slab of `slots * stride` bytes.
-        let ptr = unsafe { self.base.add(slot as usize * self.stride) };
-        counters.on_take(u64::from(self.slots - self.top));
+        let ptr = unsafe { *self.free.get_unchecked(self.top as usize) };
+        self.counters.on_take(self.top);
         Some(Buffer {
             ptr,
             len: 0,
-            slot,
             owner: self.owner,
-            class: self.class,
         })
     }
 
     /// Put a buffer back; `Err(buf)` if it belongs to another pool or class.
     #[inline(always)]
-    pub(crate) fn give(&mut self, buf: Buffer, counters: &ClassCounters) -> Result<(), Buffer> {
+    pub(crate) fn give(&mut self, buf: Buffer) -> Result<(), Buffer> {
         if buf.owner != self.owner {
             return Err(buf);
         }
         // SAFETY: the buffer carries this pool's tag, so its slot is not on
         // the stack and the stack holds fewer than `slots` entries (module
         // invariant): `top < slots == free.len()`.
-        unsafe { *self.free.get_unchecked_mut(self.top as usize) = buf.slot };
+        unsafe { *self.free.get_unchecked_mut(self.top as usize) = buf.ptr };
         self.top += 1;
-        counters.on_give(u64::from(self.slots - self.top));
         Ok(())
     }
 
@@ -254,28 +267,26 @@ mod tests {
 
     #[test]
     fn slab_is_zeroed_and_slots_distinct() {
-        let counters = ClassCounters::default();
         let mut p = ClassPool::new(Class::Small, 3, 4).expect("alloc");
-        let a = p.take(&counters).expect("a");
-        let b = p.take(&counters).expect("b");
+        let a = p.take().expect("a");
+        let b = p.take().expect("b");
         assert_ne!(a.as_ptr(), b.as_ptr());
         assert_eq!(b.as_ptr() as usize - a.as_ptr() as usize, 1536);
         assert_eq!(p.in_use(), 2);
-        p.give(a, &counters).expect("give a");
-        p.give(b, &counters).expect("give b");
+        p.give(a).expect("give a");
+        p.give(b).expect("give b");
         assert_eq!(p.in_use(), 0);
     }
 
     #[test]
     fn foreign_buffer_is_refused_everywhere() {
-        let counters = ClassCounters::default();
         let mut p = ClassPool::new(Class::Small, 1, 4).expect("alloc");
         let mut q = ClassPool::new(Class::Small, 1, 8).expect("alloc");
-        let mut b = q.take(&counters).expect("take");
+        let mut b = q.take().expect("take");
         assert!(!p.fill(&mut b, b"x"));
         assert!(p.bytes(&b).is_none());
         assert!(p.bytes_mut(&mut b).is_none());
-        let b = p.give(b, &counters).expect_err("foreign");
-        q.give(b, &counters).expect("home");
+        let b = p.give(b).expect_err("foreign");
+        q.give(b).expect("home");
     }
 }

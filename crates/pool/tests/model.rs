@@ -119,6 +119,7 @@ proptest! {
                 }
                 _ => {}
             }
+            pool.publish_stats();
             let snap = stats.snapshot();
             prop_assert_eq!(snap.oversize, oversize);
             for class in Class::ALL {
@@ -172,9 +173,15 @@ fn reader_thread_sees_consistent_counters() {
         let stop = stop.clone();
         std::thread::spawn(move || {
             let mut reads = 0u64;
+            let mut last = stats.snapshot().classes[0];
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 let c = *stats.snapshot().class(Class::Small);
                 assert!(c.given <= c.taken, "given never overtakes taken: {c:?}");
+                assert!(
+                    c.taken >= last.taken && c.given >= last.given,
+                    "counters only grow"
+                );
+                last = c;
                 assert!(c.in_use <= c.capacity, "in use within capacity: {c:?}");
                 assert!(c.high_water <= c.capacity);
                 reads += 1;
@@ -187,6 +194,7 @@ fn reader_thread_sees_consistent_counters() {
         let b = pool.take(100).expect("b");
         pool.give(a).expect("give a");
         pool.give(b).expect("give b");
+        pool.publish_stats(); // once per "loop turn"
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     assert!(reader.join().expect("reader") > 0);
