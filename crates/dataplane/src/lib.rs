@@ -1,2 +1,26 @@
-//! The packet path: one pinned worker per core with its own io_uring ring,
-//! pools, sockets and counters.
+//! The data plane: where every packet is handled. One [`worker`] per core
+//! owns an io_uring, a pool set ([`mcrelay_pool`]), a ring of receive
+//! buffers and the sockets of its flows. A datagram arrives by multishot
+//! receive, is copied once into a pool buffer of the smallest fitting class,
+//! and is sent to every output of its flow through the same ring; the last
+//! send's completion gives the buffer back. Counters ([`counters`]) are
+//! written by the worker alone and read by anyone without locks.
+//!
+//! `unsafe` lives in the modules that talk to the kernel: `bufring`
+//! (receive buffer memory shared with the kernel), `submit` (the SQE push),
+//! [`sockets`] and [`affinity`] (socket options and CPU masks via libc).
+#![deny(unsafe_code)]
+
+pub mod affinity;
+mod bufring;
+pub mod counters;
+mod inflight;
+pub mod sockets;
+mod submit;
+pub mod worker;
+
+pub use bufring::RECEIVE_BUFFER_BYTES;
+pub use worker::{
+    FlowSockets, OutputSocket, ReceiveMode, WorkerConfig, WorkerError, WorkerHandle, WorkerStats,
+    spawn,
+};

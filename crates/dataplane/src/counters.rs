@@ -1,0 +1,104 @@
+//! Per-flow, per-output and per-worker counters. Written only by the worker
+//! that owns them (a relaxed load and store: plain moves, no locked
+//! instruction), read by any thread through an `Arc` without locks.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// A counter with exactly one writer.
+#[derive(Debug, Default)]
+pub struct Counter(AtomicU64);
+
+impl Counter {
+    /// Add `n`. Only the owning worker calls this.
+    #[inline(always)]
+    pub(crate) fn add(&self, n: u64) {
+        self.0.store(self.0.load(Relaxed).wrapping_add(n), Relaxed);
+    }
+
+    #[inline(always)]
+    pub(crate) fn inc(&self) {
+        self.add(1);
+    }
+
+    /// Overwrite the value (for "latest" gauges). Owner only.
+    #[inline(always)]
+    pub(crate) fn set(&self, v: u64) {
+        self.0.store(v, Relaxed);
+    }
+
+    /// The current value, from any thread.
+    pub fn get(&self) -> u64 {
+        self.0.load(Relaxed)
+    }
+}
+
+/// Why an ingress datagram was not relayed.
+#[derive(Debug, Default)]
+pub struct IngressDrops {
+    /// Payload above 9000 bytes (the largest pool class).
+    pub oversize: Counter,
+    /// The pool class that fits the payload had no free buffer.
+    pub pool_exhausted: Counter,
+}
+
+/// Counters of one flow's input.
+#[derive(Debug, Default)]
+pub struct FlowCounters {
+    pub packets_in: Counter,
+    pub bytes_in: Counter,
+    pub drops: IngressDrops,
+    /// Receive completions that failed (the kernel's error, not a packet).
+    pub receive_errors: Counter,
+    /// The worker's provided receive buffers ran out; the kernel kept the
+    /// datagrams in the socket buffer until the receive was re-armed.
+    pub receive_rearms: Counter,
+}
+
+/// Counters of one output of a flow.
+#[derive(Debug, Default)]
+pub struct OutputCounters {
+    pub packets_out: Counter,
+    pub bytes_out: Counter,
+    /// The output already had its maximum sends in flight.
+    pub drop_backlog: Counter,
+    /// The send completed with an error (`ENOBUFS`, `ECONNREFUSED` from an
+    /// unreachable unicast host, ...).
+    pub drop_send_error: Counter,
+    /// The errno of the latest failed send, 0 if none.
+    pub last_error: Counter,
+}
+
+/// Counters of one worker's loop.
+#[derive(Debug, Default)]
+pub struct LoopCounters {
+    /// Turns of the event loop (one `io_uring_enter` each).
+    pub turns: Counter,
+    /// Completions handled.
+    pub completions: Counter,
+    /// Sends submitted.
+    pub sends_submitted: Counter,
+}
+
+/// Everything a reader (control socket, metrics, final report) can see of
+/// one flow.
+#[derive(Debug)]
+pub struct FlowStats {
+    pub name: String,
+    pub input: Arc<FlowCounters>,
+    /// Labels ("address:port") and counters of each output, in config order.
+    pub outputs: Vec<(String, Arc<OutputCounters>)>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counter_adds_and_reads() {
+        let c = Counter::default();
+        c.inc();
+        c.add(41);
+        assert_eq!(c.get(), 42);
+    }
+}
