@@ -1,6 +1,10 @@
 //! The validated configuration as the rest of mcrelay sees it: plain data,
 //! produced only by [`crate::parse`] after every validation rule has passed.
+//!
+//! Nothing here touches the packet path: the data plane reads these values
+//! once, when it builds its workers at start-up or on reload.
 
+use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 
@@ -8,12 +12,49 @@ use std::path::PathBuf;
 pub const DEFAULT_RECEIVE_BUFFER_BYTES: u32 = 4 * 1024 * 1024;
 /// Default cap on in-flight sends per output.
 pub const DEFAULT_OUTPUT_QUEUE_DEPTH: u32 = 256;
+/// Largest allowed `queue_depth`.
+pub const MAX_OUTPUT_QUEUE_DEPTH: u32 = 65_536;
+/// Largest allowed `receive_buffer_bytes` (`SO_RCVBUF` is a C `int`).
+pub const MAX_RECEIVE_BUFFER_BYTES: u32 = 0x7fff_ffff;
+/// Default TTL / hop limit of multicast outputs (the kernel's default).
+pub const DEFAULT_MULTICAST_TTL: u8 = 1;
+/// Default TTL / hop limit of unicast outputs (the kernel's default).
+pub const DEFAULT_UNICAST_TTL: u8 = 64;
+
+/// Size of a `small` pool buffer in bytes.
+pub const SMALL_BUFFER_BYTES: u64 = 1500;
+/// Size of a `standard` pool buffer in bytes.
+pub const STANDARD_BUFFER_BYTES: u64 = 4096;
+/// Size of a `jumbo` pool buffer in bytes.
+pub const JUMBO_BUFFER_BYTES: u64 = 9000;
+/// Largest allowed count for any one pool class.
+pub const MAX_POOL_COUNT: u32 = 1_000_000;
+/// Upper bound on total pool memory: bytes per core x worker cores (4 GiB).
+pub const MAX_TOTAL_POOL_BYTES: u64 = 4 * 1024 * 1024 * 1024;
+
+/// Default `daemon.user`.
+pub const DEFAULT_USER: &str = "mcrelay";
+/// Default `daemon.control_socket`.
+pub const DEFAULT_CONTROL_SOCKET: &str = "/run/mcrelay/control.sock";
+/// Default `daemon.log_level`.
+pub const DEFAULT_LOG_LEVEL: &str = "info";
+/// Valid `daemon.log_level` values.
+pub const LOG_LEVELS: [&str; 5] = ["error", "warn", "info", "debug", "trace"];
+/// Default `[pools]`.
+pub const DEFAULT_POOLS: PoolCounts = PoolCounts {
+    small: 1000,
+    standard: 500,
+    jumbo: 200,
+};
 
 /// A whole, valid configuration file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
+    /// `[daemon]`.
     pub daemon: DaemonConfig,
+    /// `[pools]`.
     pub pools: PoolCounts,
+    /// Every `[[flow]]`.
     pub flows: FlowTable,
 }
 
@@ -22,9 +63,11 @@ pub struct Config {
 pub struct DaemonConfig {
     /// Unprivileged user to run as after start-up when started as root.
     pub user: String,
+    /// Path of the control socket.
     pub control_socket: PathBuf,
     /// Worker CPUs; `None` = every CPU in the process's affinity mask.
     pub cores: Option<Vec<usize>>,
+    /// Optional Prometheus endpoint.
     pub metrics_listen: Option<SocketAddr>,
     /// One of `error`, `warn`, `info`, `debug`, `trace`.
     pub log_level: String,
@@ -53,9 +96,11 @@ pub enum IngressKind {
 /// A flow's `input`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Input {
+    /// Interface to receive on.
     pub interface: String,
     /// Multicast group, or a local unicast address.
     pub address: IpAddr,
+    /// UDP destination port.
     pub port: u16,
     /// Source-specific multicast source (only with a multicast `address`).
     pub source: Option<IpAddr>,
@@ -67,11 +112,14 @@ pub struct Input {
 /// One of a flow's `outputs`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Output {
+    /// Interface to send on.
     pub interface: String,
     /// Multicast group or unicast host.
     pub address: IpAddr,
+    /// UDP destination port.
     pub port: u16,
-    /// TTL / hop limit; 1 by default, like the kernel's multicast default.
+    /// TTL / hop limit; by default 1 for multicast and 64 for unicast
+    /// outputs, like the kernel.
     pub ttl: u8,
     /// Egress source IP, if set.
     pub source_address: Option<IpAddr>,
@@ -82,22 +130,444 @@ pub struct Output {
 
 /// A flow's identity: stable across restarts, platforms and Rust versions
 /// (a fixed hash of the flow's name, not `DefaultHasher`).
+///
+/// The value is the 64-bit FNV-1a hash of the UTF-8 bytes of the flow name:
+/// start with `0xcbf29ce484222325`; for each byte, XOR it in, then multiply
+/// by `0x100000001b3` (wrapping). Renaming a flow therefore gives it a new
+/// identity; changing anything else keeps it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct FlowId(pub u64);
 
 /// One `[[flow]]`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Flow {
+    /// `FlowId::from_name(&name)`.
     pub id: FlowId,
+    /// Unique, non-empty name.
     pub name: String,
+    /// Where packets come from.
     pub input: Input,
+    /// Where each packet is sent; never empty.
     pub outputs: Vec<Output>,
     /// Pin this flow to one worker core.
     pub core: Option<usize>,
 }
 
+impl FlowId {
+    /// The identity of the flow called `name` (64-bit FNV-1a of its bytes).
+    pub const fn from_name(name: &str) -> Self {
+        let bytes = name.as_bytes();
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut i = 0;
+        while i < bytes.len() {
+            hash ^= bytes[i] as u64;
+            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+            i += 1;
+        }
+        FlowId(hash)
+    }
+}
+
+impl fmt::Display for FlowId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:016x}", self.0)
+    }
+}
+
+impl fmt::Display for IngressKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            IngressKind::Socket => "socket",
+            IngressKind::Packet => "packet",
+        })
+    }
+}
+
+impl Input {
+    /// The input's socket address (group or local address, and port).
+    pub fn socket_addr(&self) -> SocketAddr {
+        SocketAddr::new(self.address, self.port)
+    }
+
+    /// Whether `address` is a multicast group.
+    pub fn is_multicast(&self) -> bool {
+        self.address.is_multicast()
+    }
+}
+
+impl fmt::Display for Input {
+    /// `eth0 239.1.1.1:5000`, with ` from 10.1.1.1` for SSM inputs.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.interface, self.socket_addr())?;
+        if let Some(source) = self.source {
+            write!(f, " from {source}")?;
+        }
+        Ok(())
+    }
+}
+
+impl Output {
+    /// The output's destination socket address.
+    pub fn socket_addr(&self) -> SocketAddr {
+        SocketAddr::new(self.address, self.port)
+    }
+}
+
+impl fmt::Display for Output {
+    /// `eth1 239.2.2.2:6000`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.interface, self.socket_addr())
+    }
+}
+
+impl Default for DaemonConfig {
+    fn default() -> Self {
+        DaemonConfig {
+            user: DEFAULT_USER.to_owned(),
+            control_socket: PathBuf::from(DEFAULT_CONTROL_SOCKET),
+            cores: None,
+            metrics_listen: None,
+            log_level: DEFAULT_LOG_LEVEL.to_owned(),
+        }
+    }
+}
+
+impl Default for PoolCounts {
+    fn default() -> Self {
+        DEFAULT_POOLS
+    }
+}
+
+impl PoolCounts {
+    /// Bytes of buffer memory one worker core's pools take.
+    pub const fn bytes_per_core(&self) -> u64 {
+        self.small as u64 * SMALL_BUFFER_BYTES
+            + self.standard as u64 * STANDARD_BUFFER_BYTES
+            + self.jumbo as u64 * JUMBO_BUFFER_BYTES
+    }
+}
+
+/// Formats a byte count as MiB with one decimal, e.g. `5.1 MiB`.
+pub(crate) fn fmt_mib(bytes: u64) -> String {
+    // Tenths of a MiB, rounded to nearest; integer maths keeps it exact.
+    let tenths = (bytes * 10 + 512 * 1024) / (1024 * 1024);
+    format!("{}.{} MiB", tenths / 10, tenths % 10)
+}
+
+pub(crate) fn plural(n: usize, word: &str) -> String {
+    if n == 1 {
+        format!("{n} {word}")
+    } else {
+        format!("{n} {word}s")
+    }
+}
+
+impl Config {
+    /// Total number of outputs over all flows.
+    pub fn output_count(&self) -> usize {
+        self.flows.iter().map(|f| f.outputs.len()).sum()
+    }
+
+    /// The one-line summary `mcrelayd check` prints for a valid file, e.g.
+    /// `ok: 2 flows, 3 outputs, cores [2, 3], pool memory 5.1 MiB per core
+    /// (1000 small, 500 standard, 200 jumbo)`.
+    pub fn summary(&self) -> String {
+        let flows = if self.flows.is_empty() {
+            "0 flows (the daemon will idle until a reload adds one)".to_owned()
+        } else {
+            plural(self.flows.len(), "flow")
+        };
+        let cores = match &self.daemon.cores {
+            Some(cores) => format!("cores {cores:?}"),
+            None => "cores: all CPUs in the affinity mask".to_owned(),
+        };
+        format!(
+            "ok: {flows}, {outputs}, {cores}, pool memory {mem} per core ({s} small, {st} standard, {j} jumbo)",
+            outputs = plural(self.output_count(), "output"),
+            mem = fmt_mib(self.pools.bytes_per_core()),
+            s = self.pools.small,
+            st = self.pools.standard,
+            j = self.pools.jumbo,
+        )
+    }
+}
+
 /// The immutable, validated set of flows, sorted by name.
+///
+/// Names are unique and every flow's `id` is `FlowId::from_name(&name)`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FlowTable {
     flows: Vec<Flow>,
+    /// `(id, index into flows)`, sorted by id, for [`FlowTable::get`].
+    by_id: Vec<(FlowId, usize)>,
+}
+
+/// Why [`FlowTable::new`] refused a set of flows.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FlowTableError {
+    /// Two flows have the same name.
+    #[error("duplicate flow name {0:?}")]
+    DuplicateName(String),
+    /// Two different names hash to the same [`FlowId`].
+    #[error("flows {0:?} and {1:?} have the same flow id")]
+    IdCollision(String, String),
+    /// A flow's `id` is not `FlowId::from_name(&name)`.
+    #[error("flow {0:?} has id {1}, expected {2}")]
+    WrongId(String, FlowId, FlowId),
+}
+
+impl FlowTable {
+    /// Builds a table from flows in any order. Used by [`crate::parse`]
+    /// after validation, and by tests elsewhere that need a table without
+    /// writing TOML. Only checks the table's own invariants (unique names,
+    /// correct ids), not the per-flow validation rules.
+    pub fn new(mut flows: Vec<Flow>) -> Result<Self, FlowTableError> {
+        flows.sort_by(|a, b| a.name.cmp(&b.name));
+        for w in flows.windows(2) {
+            if w[0].name == w[1].name {
+                return Err(FlowTableError::DuplicateName(w[0].name.clone()));
+            }
+        }
+        for f in &flows {
+            let expected = FlowId::from_name(&f.name);
+            if f.id != expected {
+                return Err(FlowTableError::WrongId(f.name.clone(), f.id, expected));
+            }
+        }
+        let mut by_id: Vec<(FlowId, usize)> =
+            flows.iter().enumerate().map(|(i, f)| (f.id, i)).collect();
+        by_id.sort_unstable();
+        for w in by_id.windows(2) {
+            if w[0].0 == w[1].0 {
+                return Err(FlowTableError::IdCollision(
+                    flows[w[0].1].name.clone(),
+                    flows[w[1].1].name.clone(),
+                ));
+            }
+        }
+        Ok(FlowTable { flows, by_id })
+    }
+
+    /// The flows, sorted by name.
+    pub fn iter(&self) -> std::slice::Iter<'_, Flow> {
+        self.flows.iter()
+    }
+
+    /// The flows as a slice, sorted by name.
+    pub fn as_slice(&self) -> &[Flow] {
+        &self.flows
+    }
+
+    /// Number of flows.
+    pub fn len(&self) -> usize {
+        self.flows.len()
+    }
+
+    /// Whether there are no flows (a daemon waiting for a reload).
+    pub fn is_empty(&self) -> bool {
+        self.flows.is_empty()
+    }
+
+    /// The flow with this id.
+    pub fn get(&self, id: FlowId) -> Option<&Flow> {
+        let i = self.by_id.binary_search_by_key(&id, |&(id, _)| id).ok()?;
+        self.flows.get(self.by_id[i].1)
+    }
+
+    /// The flow with this name.
+    pub fn by_name(&self, name: &str) -> Option<&Flow> {
+        let i = self
+            .flows
+            .binary_search_by(|f| f.name.as_str().cmp(name))
+            .ok()?;
+        self.flows.get(i)
+    }
+
+    /// What changes going from `self` (running) to `newer` (just loaded).
+    ///
+    /// Flows are matched by id (that is, by name). A flow present in both
+    /// whose input, outputs or core differ is `changed`; the data plane
+    /// restarts it, while `unchanged` flows keep running untouched. Each list
+    /// is in name order.
+    pub fn diff(&self, newer: &FlowTable) -> FlowDiff {
+        let mut d = FlowDiff::default();
+        for f in &self.flows {
+            match newer.get(f.id) {
+                None => d.removed.push(f.id),
+                Some(n) if n == f => d.unchanged.push(f.id),
+                Some(_) => d.changed.push(f.id),
+            }
+        }
+        for n in &newer.flows {
+            if self.get(n.id).is_none() {
+                d.added.push(n.id);
+            }
+        }
+        d
+    }
+}
+
+impl<'a> IntoIterator for &'a FlowTable {
+    type Item = &'a Flow;
+    type IntoIter = std::slice::Iter<'a, Flow>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.flows.iter()
+    }
+}
+
+/// The result of [`FlowTable::diff`]: every flow of either table is in
+/// exactly one list.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FlowDiff {
+    /// In the newer table only: start these.
+    pub added: Vec<FlowId>,
+    /// In the older table only: stop these.
+    pub removed: Vec<FlowId>,
+    /// In both, with different input, outputs or core: restart these.
+    pub changed: Vec<FlowId>,
+    /// In both and identical: leave these alone.
+    pub unchanged: Vec<FlowId>,
+}
+
+impl FlowDiff {
+    /// Whether the two tables had exactly the same flows.
+    pub fn is_empty(&self) -> bool {
+        self.added.is_empty() && self.removed.is_empty() && self.changed.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flow(name: &str, port: u16) -> Flow {
+        Flow {
+            id: FlowId::from_name(name),
+            name: name.to_owned(),
+            input: Input {
+                interface: "eth0".into(),
+                address: "239.1.1.1".parse().unwrap(),
+                port,
+                source: None,
+                ingress: IngressKind::Socket,
+                receive_buffer_bytes: DEFAULT_RECEIVE_BUFFER_BYTES,
+            },
+            outputs: vec![Output {
+                interface: "eth1".into(),
+                address: "239.2.2.2".parse().unwrap(),
+                port: 6000,
+                ttl: 1,
+                source_address: None,
+                queue_depth: DEFAULT_OUTPUT_QUEUE_DEPTH,
+            }],
+            core: None,
+        }
+    }
+
+    #[test]
+    fn flow_id_is_fnv1a_64() {
+        // Published FNV-1a 64-bit test vectors: these values must never change.
+        assert_eq!(FlowId::from_name(""), FlowId(0xcbf2_9ce4_8422_2325));
+        assert_eq!(FlowId::from_name("a"), FlowId(0xaf63_dc4c_8601_ec8c));
+        assert_eq!(FlowId::from_name("foobar"), FlowId(0x8594_4171_f739_67e8));
+        assert_eq!(FlowId::from_name("camera-1").to_string().len(), 16);
+    }
+
+    #[test]
+    fn table_is_sorted_and_searchable() {
+        let t = FlowTable::new(vec![flow("b", 2), flow("c", 3), flow("a", 1)]).unwrap();
+        let names: Vec<&str> = t.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(names, ["a", "b", "c"]);
+        assert_eq!(t.len(), 3);
+        assert!(!t.is_empty());
+        assert_eq!(t.get(FlowId::from_name("c")).unwrap().input.port, 3);
+        assert_eq!(t.by_name("b").unwrap().input.port, 2);
+        assert!(t.get(FlowId::from_name("d")).is_none());
+        assert!(t.by_name("d").is_none());
+        assert_eq!((&t).into_iter().count(), 3);
+        assert!(FlowTable::default().is_empty());
+    }
+
+    #[test]
+    fn table_rejects_broken_invariants() {
+        assert_eq!(
+            FlowTable::new(vec![flow("a", 1), flow("a", 2)]),
+            Err(FlowTableError::DuplicateName("a".into()))
+        );
+        let mut f = flow("a", 1);
+        f.id = FlowId(7);
+        assert!(matches!(
+            FlowTable::new(vec![f]),
+            Err(FlowTableError::WrongId(..))
+        ));
+    }
+
+    #[test]
+    fn diff_classifies_every_flow() {
+        let old = FlowTable::new(vec![flow("keep", 1), flow("edit", 2), flow("drop", 3)]).unwrap();
+        let mut edited = flow("edit", 2);
+        edited.outputs[0].ttl = 9;
+        let new = FlowTable::new(vec![flow("keep", 1), edited, flow("new", 4)]).unwrap();
+        let d = old.diff(&new);
+        assert_eq!(d.added, [FlowId::from_name("new")]);
+        assert_eq!(d.removed, [FlowId::from_name("drop")]);
+        assert_eq!(d.changed, [FlowId::from_name("edit")]);
+        assert_eq!(d.unchanged, [FlowId::from_name("keep")]);
+        assert!(!d.is_empty());
+        let same = old.diff(&old.clone());
+        assert!(same.is_empty());
+        assert_eq!(same.unchanged.len(), 3);
+        // A changed core alone is a change too.
+        let mut pinned = flow("keep", 1);
+        pinned.core = Some(3);
+        let d = old.diff(&FlowTable::new(vec![pinned]).unwrap());
+        assert_eq!(d.changed, [FlowId::from_name("keep")]);
+        assert_eq!(d.removed.len(), 2);
+    }
+
+    #[test]
+    fn pool_memory() {
+        assert_eq!(
+            DEFAULT_POOLS.bytes_per_core(),
+            1000 * 1500 + 500 * 4096 + 200 * 9000
+        );
+        assert_eq!(fmt_mib(DEFAULT_POOLS.bytes_per_core()), "5.1 MiB");
+        assert_eq!(fmt_mib(0), "0.0 MiB");
+        assert_eq!(fmt_mib(1024 * 1024), "1.0 MiB");
+        assert_eq!(fmt_mib(MAX_TOTAL_POOL_BYTES), "4096.0 MiB");
+    }
+
+    #[test]
+    fn summary_line() {
+        let config = Config {
+            daemon: DaemonConfig {
+                cores: Some(vec![2, 3]),
+                ..DaemonConfig::default()
+            },
+            pools: PoolCounts::default(),
+            flows: FlowTable::new(vec![flow("a", 1), flow("b", 2)]).unwrap(),
+        };
+        assert_eq!(
+            config.summary(),
+            "ok: 2 flows, 2 outputs, cores [2, 3], pool memory 5.1 MiB per core (1000 small, 500 standard, 200 jumbo)"
+        );
+        let one = Config {
+            flows: FlowTable::new(vec![flow("a", 1)]).unwrap(),
+            ..config
+        };
+        assert!(one.summary().starts_with("ok: 1 flow, 1 output, "));
+    }
+
+    #[test]
+    fn displays() {
+        let f = flow("a", 5000);
+        assert_eq!(f.input.to_string(), "eth0 239.1.1.1:5000");
+        assert_eq!(f.outputs[0].to_string(), "eth1 239.2.2.2:6000");
+        let mut v6 = f.input.clone();
+        v6.address = "ff3e::1".parse().unwrap();
+        v6.source = Some("2001:db8::1".parse().unwrap());
+        assert_eq!(v6.to_string(), "eth0 [ff3e::1]:5000 from 2001:db8::1");
+        assert_eq!(IngressKind::Packet.to_string(), "packet");
+    }
 }

@@ -1,1 +1,65 @@
-fn main() {}
+//! `mcrelayd`: the mcrelay daemon's command line.
+//!
+//! `mcrelayd --config FILE` runs the relay in the foreground until SIGTERM
+//! or SIGINT. `mcrelayd check --config FILE` validates a configuration file
+//! and exits.
+#![deny(unsafe_code)]
+
+mod check;
+mod run;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Default configuration file.
+const DEFAULT_CONFIG: &str = "/etc/mcrelay/mcrelay.toml";
+
+#[derive(Debug, Parser)]
+#[command(name = "mcrelayd", version, about = "Linux multicast relay daemon")]
+struct Cli {
+    /// Configuration file for running the relay.
+    #[arg(long, value_name = "FILE", default_value = DEFAULT_CONFIG)]
+    config: PathBuf,
+
+    /// How workers receive: `auto` probes for multishot receive with
+    /// provided buffers and falls back; `single` forces re-armed single
+    /// receives (the fallback path, for tests and old kernels).
+    #[arg(long, value_enum, default_value_t = Receive::Auto)]
+    receive: Receive,
+
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum Receive {
+    Auto,
+    Single,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Validate a configuration file: print a one-line summary and exit 0,
+    /// or print every error (file:line:column: message) and exit 1.
+    Check {
+        /// The configuration file to check.
+        #[arg(long, value_name = "FILE", default_value = DEFAULT_CONFIG)]
+        config: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Command::Check { config }) => check::run(&config),
+        None => {
+            let receive = match cli.receive {
+                Receive::Auto => mcrelay_dataplane::ReceiveMode::Auto,
+                Receive::Single => mcrelay_dataplane::ReceiveMode::Single,
+            };
+            run::run(&cli.config, run::RunOptions { receive })
+        }
+    }
+}

@@ -1,0 +1,1569 @@
+//! TOML text to a validated [`Config`], collecting every error.
+//!
+//! The text is parsed into `toml`'s spanned document tree
+//! ([`toml::de::DeTable`]) and walked by hand rather than through
+//! `#[derive(Deserialize)]`: serde stops at the first problem, while
+//! operators want every mistake in the file, each with its line and column.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::ops::Range;
+use std::path::PathBuf;
+
+use toml::Spanned;
+use toml::de::{DeTable, DeValue};
+
+use crate::error::{ConfigError, ConfigErrors};
+use crate::model::*;
+
+/// Largest CPU number accepted in `daemon.cores` and a flow's `core`
+/// (Linux supports at most 8192 CPUs).
+pub const MAX_CPU: usize = 8191;
+
+const TOP_KEYS: &[&str] = &["daemon", "pools", "flow"];
+const DAEMON_KEYS: &[&str] = &[
+    "user",
+    "control_socket",
+    "cores",
+    "metrics_listen",
+    "log_level",
+];
+const POOL_KEYS: &[&str] = &["small", "standard", "jumbo"];
+const FLOW_KEYS: &[&str] = &["name", "input", "outputs", "core"];
+const INPUT_KEYS: &[&str] = &[
+    "interface",
+    "address",
+    "port",
+    "source",
+    "ingress",
+    "receive_buffer_bytes",
+];
+const OUTPUT_KEYS: &[&str] = &[
+    "interface",
+    "address",
+    "port",
+    "ttl",
+    "source_address",
+    "queue_depth",
+];
+
+/// Longest `sun_path` a Unix socket address can hold, minus the NUL.
+const MAX_SOCKET_PATH: usize = 107;
+
+type Value<'i> = Spanned<DeValue<'i>>;
+
+/// Maps byte offsets to 1-based line and character column.
+struct LineIndex<'a> {
+    text: &'a str,
+    starts: Vec<usize>,
+}
+
+impl<'a> LineIndex<'a> {
+    fn new(text: &'a str) -> Self {
+        let mut starts = vec![0];
+        starts.extend(text.match_indices('\n').map(|(i, _)| i + 1));
+        LineIndex { text, starts }
+    }
+
+    fn position(&self, offset: usize) -> (u32, u32) {
+        let offset = offset.min(self.text.len());
+        let line = self.starts.partition_point(|&s| s <= offset).max(1) - 1;
+        let start = self.starts[line];
+        let column = match self.text.get(start..offset) {
+            Some(s) => s.chars().count(),
+            None => offset - start,
+        };
+        (to_u32(line + 1), to_u32(column + 1))
+    }
+
+    fn line(&self, offset: usize) -> u32 {
+        self.position(offset).0
+    }
+}
+
+fn to_u32(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// A string as it should appear in a message: bare when it is a plain
+/// token, quoted and escaped otherwise.
+fn show(s: &str) -> String {
+    if !s.is_empty() && s.chars().all(|c| c.is_ascii_graphic() && c != '"') {
+        s.to_owned()
+    } else {
+        format!("{s:?}")
+    }
+}
+
+fn family(a: IpAddr) -> &'static str {
+    if a.is_ipv4() { "IPv4" } else { "IPv6" }
+}
+
+/// The integer inside a TOML value, or `None` if it does not fit an `i128`
+/// (TOML integers are 64-bit, so that never happens for valid TOML).
+fn int_value(v: &DeValue<'_>) -> Option<i128> {
+    match v {
+        DeValue::Integer(i) => i128::from_str_radix(i.as_str(), i.radix()).ok(),
+        _ => None,
+    }
+}
+
+fn valid_interface(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 15
+        && name != "."
+        && name != ".."
+        && !name
+            .chars()
+            .any(|c| c == '/' || c == ':' || c.is_whitespace())
+}
+
+struct Walker<'t> {
+    lines: LineIndex<'t>,
+    errors: Vec<(usize, String)>,
+}
+
+/// What a flow walk found, even when the flow as a whole is invalid, so
+/// the cross-flow rules can still run.
+struct FlowParts {
+    name: Option<(String, usize)>,
+    input: Option<(Input, usize)>,
+    flow: Option<Flow>,
+}
+
+impl<'t> Walker<'t> {
+    fn err(&mut self, span: &Range<usize>, msg: String) {
+        self.errors.push((span.start, msg));
+    }
+
+    fn check_keys(&mut self, table: &DeTable<'_>, allowed: &[&str], prefix: &str, inside: &str) {
+        for (k, _) in table.iter() {
+            if !allowed.contains(&k.get_ref().as_ref()) {
+                self.err(
+                    &k.span(),
+                    format!(
+                        "{prefix}unknown key {:?}{inside} (expected one of: {})",
+                        k.get_ref().as_ref(),
+                        allowed.join(", ")
+                    ),
+                );
+            }
+        }
+    }
+
+    fn type_err(&mut self, v: &Value<'_>, prefix: &str, path: &str, want: &str) {
+        self.err(
+            &v.span(),
+            format!(
+                "{prefix}{path} must be {want}, found {}",
+                v.get_ref().type_str()
+            ),
+        );
+    }
+
+    fn table<'a, 'i>(
+        &mut self,
+        v: &'a Value<'i>,
+        prefix: &str,
+        path: &str,
+    ) -> Option<&'a DeTable<'i>> {
+        match v.get_ref() {
+            DeValue::Table(t) => Some(t),
+            _ => {
+                self.type_err(v, prefix, path, "a table");
+                None
+            }
+        }
+    }
+
+    fn string<'a>(&mut self, v: &'a Value<'_>, prefix: &str, path: &str) -> Option<&'a str> {
+        match v.get_ref() {
+            DeValue::String(s) => Some(s.as_ref()),
+            _ => {
+                self.type_err(v, prefix, path, "a string");
+                None
+            }
+        }
+    }
+
+    /// An integer; the second value is its text as written, for messages.
+    fn int(&mut self, v: &Value<'_>, prefix: &str, path: &str) -> Option<(i128, String)> {
+        match v.get_ref() {
+            DeValue::Integer(i) => {
+                Some((int_value(v.get_ref()).unwrap_or(i128::MAX), i.to_string()))
+            }
+            _ => {
+                self.type_err(v, prefix, path, "an integer");
+                None
+            }
+        }
+    }
+
+    /// An integer in `lo..=hi`; out-of-range values are reported as
+    /// `PATH N is out of range; use LO-HI`.
+    fn ranged(
+        &mut self,
+        v: &Value<'_>,
+        prefix: &str,
+        path: &str,
+        lo: i128,
+        hi: i128,
+    ) -> Option<i128> {
+        let (n, text) = self.int(v, prefix, path)?;
+        if (lo..=hi).contains(&n) {
+            Some(n)
+        } else {
+            self.err(
+                &v.span(),
+                format!("{prefix}{path} {text} is out of range; use {lo}-{hi}"),
+            );
+            None
+        }
+    }
+
+    fn port(&mut self, v: &Value<'_>, prefix: &str, path: &str) -> Option<u16> {
+        let (n, text) = self.int(v, prefix, path)?;
+        if n == 0 {
+            self.err(
+                &v.span(),
+                format!("{prefix}{path} 0 is not allowed; use 1-65535"),
+            );
+            None
+        } else if let Ok(p) = u16::try_from(n) {
+            Some(p)
+        } else {
+            self.err(
+                &v.span(),
+                format!("{prefix}{path} {text} is out of range; use 1-65535"),
+            );
+            None
+        }
+    }
+
+    fn ip(&mut self, v: &Value<'_>, prefix: &str, path: &str) -> Option<IpAddr> {
+        let s = self.string(v, prefix, path)?;
+        match s.parse::<IpAddr>() {
+            Ok(a) => Some(a),
+            Err(_) => {
+                self.err(
+                    &v.span(),
+                    format!("{prefix}{path} {} is not an IP address", show(s)),
+                );
+                None
+            }
+        }
+    }
+
+    fn interface(&mut self, v: &Value<'_>, prefix: &str, path: &str) -> Option<String> {
+        let s = self.string(v, prefix, path)?;
+        if valid_interface(s) {
+            Some(s.to_owned())
+        } else {
+            self.err(
+                &v.span(),
+                format!(
+                    "{prefix}{path} {s:?} is not a valid interface name; use 1-15 bytes without '/', ':' or whitespace"
+                ),
+            );
+            None
+        }
+    }
+
+    fn missing(&mut self, span: &Range<usize>, prefix: &str, path: &str, key: &str, example: &str) {
+        self.err(
+            span,
+            format!("{prefix}{path} is missing; add {key} = {example}"),
+        );
+    }
+
+    fn cpu(&mut self, v: &Value<'_>, prefix: &str, path: &str) -> Option<usize> {
+        let max = i128::try_from(MAX_CPU).unwrap_or(i128::MAX);
+        self.ranged(v, prefix, path, 0, max)
+            .and_then(|n| usize::try_from(n).ok())
+    }
+
+    // ---- [daemon] ----
+
+    fn daemon(&mut self, v: Option<&Value<'_>>) -> (Option<DaemonConfig>, Option<Range<usize>>) {
+        let mut d = DaemonConfig::default();
+        let Some(v) = v else { return (Some(d), None) };
+        let Some(t) = self.table(v, "", "daemon") else {
+            return (None, None);
+        };
+        self.check_keys(t, DAEMON_KEYS, "", " in daemon");
+        let mut ok = true;
+        let mut cores_span = None;
+        if let Some(v) = t.get("user") {
+            match self.string(v, "", "daemon.user") {
+                Some(s)
+                    if !s.is_empty()
+                        && !s.chars().any(|c| {
+                            c == ':' || c == '/' || c.is_whitespace() || c.is_control()
+                        }) =>
+                {
+                    d.user = s.to_owned();
+                }
+                Some(s) => {
+                    self.err(&v.span(), format!("daemon.user {s:?} is not a valid user name; use an existing account such as \"mcrelay\""));
+                    ok = false;
+                }
+                None => ok = false,
+            }
+        }
+        if let Some(v) = t.get("control_socket") {
+            match self.string(v, "", "daemon.control_socket") {
+                Some(s) if !s.starts_with('/') => {
+                    self.err(&v.span(), format!("daemon.control_socket {s:?} is not an absolute path; use e.g. \"{DEFAULT_CONTROL_SOCKET}\""));
+                    ok = false;
+                }
+                Some(s) if s.len() > MAX_SOCKET_PATH || s.contains('\0') => {
+                    self.err(&v.span(), format!("daemon.control_socket is {} bytes long; use a path of at most {MAX_SOCKET_PATH} bytes without NUL", s.len()));
+                    ok = false;
+                }
+                Some(s) => d.control_socket = PathBuf::from(s),
+                None => ok = false,
+            }
+        }
+        if let Some(v) = t.get("cores") {
+            cores_span = Some(v.span());
+            match v.get_ref() {
+                DeValue::Array(items) if items.is_empty() => {
+                    self.err(&v.span(), "daemon.cores is empty; list at least one CPU, or remove cores to use every CPU in the affinity mask".to_owned());
+                    ok = false;
+                }
+                DeValue::Array(items) => {
+                    let mut cores = Vec::with_capacity(items.len());
+                    for (i, item) in items.iter().enumerate() {
+                        match self.cpu(item, "", &format!("daemon.cores[{i}]")) {
+                            Some(c) if cores.contains(&c) => {
+                                self.err(
+                                    &item.span(),
+                                    format!("daemon.cores lists CPU {c} twice; list each CPU once"),
+                                );
+                                ok = false;
+                            }
+                            Some(c) => cores.push(c),
+                            None => ok = false,
+                        }
+                    }
+                    d.cores = Some(cores);
+                }
+                _ => {
+                    self.type_err(v, "", "daemon.cores", "an array of CPU numbers");
+                    ok = false;
+                }
+            }
+        }
+        if let Some(v) = t.get("metrics_listen") {
+            match self.string(v, "", "daemon.metrics_listen") {
+                Some(s) => match s.parse::<SocketAddr>() {
+                    Ok(a) => d.metrics_listen = Some(a),
+                    Err(_) => {
+                        self.err(&v.span(), format!("daemon.metrics_listen {} is not a socket address; use IP:PORT, e.g. \"127.0.0.1:9464\"", show(s)));
+                        ok = false;
+                    }
+                },
+                None => ok = false,
+            }
+        }
+        if let Some(v) = t.get("log_level") {
+            match self.string(v, "", "daemon.log_level") {
+                Some(s) if LOG_LEVELS.contains(&s) => d.log_level = s.to_owned(),
+                Some(s) => {
+                    self.err(
+                        &v.span(),
+                        format!(
+                            "daemon.log_level {s:?} is not valid; use one of: {}",
+                            LOG_LEVELS.join(", ")
+                        ),
+                    );
+                    ok = false;
+                }
+                None => ok = false,
+            }
+        }
+        (ok.then_some(d), cores_span)
+    }
+
+    // ---- [pools] ----
+
+    fn pools(&mut self, v: Option<&Value<'_>>) -> Option<PoolCounts> {
+        let mut p = PoolCounts::default();
+        let Some(v) = v else { return Some(p) };
+        let t = self.table(v, "", "pools")?;
+        self.check_keys(t, POOL_KEYS, "", " in pools");
+        let mut ok = true;
+        for (key, slot) in [
+            ("small", &mut p.small),
+            ("standard", &mut p.standard),
+            ("jumbo", &mut p.jumbo),
+        ] {
+            let Some(v) = t.get(key) else { continue };
+            let path = format!("pools.{key}");
+            let Some((n, text)) = self.int(v, "", &path) else {
+                ok = false;
+                continue;
+            };
+            if n < 1 {
+                self.err(
+                    &v.span(),
+                    format!("{path} {text} is not allowed; use at least 1"),
+                );
+                ok = false;
+            } else if n > i128::from(MAX_POOL_COUNT) {
+                self.err(
+                    &v.span(),
+                    format!("{path} {text} is too large; use at most {MAX_POOL_COUNT}"),
+                );
+                ok = false;
+            } else if let Ok(n) = u32::try_from(n) {
+                *slot = n;
+            }
+        }
+        ok.then_some(p)
+    }
+
+    // ---- [[flow]] ----
+
+    fn flow(&mut self, index: usize, v: &Value<'_>, cores: Option<&[usize]>) -> FlowParts {
+        let mut parts = FlowParts {
+            name: None,
+            input: None,
+            flow: None,
+        };
+        let Some(t) = self.table(v, "", &format!("flow[{index}]")) else {
+            return parts;
+        };
+        let span = v.span();
+        let mut ok = true;
+        // The name first: every other message about this flow quotes it.
+        let mut prefix = format!("flow[{index}]: ");
+        match t.get("name") {
+            None => {
+                self.missing(&span, &prefix, "name", "name", "\"camera-1\"");
+                ok = false;
+            }
+            Some(nv) => match self.string(nv, &prefix, "name") {
+                Some("") => {
+                    self.err(
+                        &nv.span(),
+                        format!("{prefix}name is empty; give each flow a unique, non-empty name"),
+                    );
+                    ok = false;
+                }
+                Some(s) if s.chars().any(char::is_control) => {
+                    self.err(&nv.span(), format!("{prefix}name {s:?} contains control characters; use printable characters"));
+                    ok = false;
+                }
+                Some(s) => {
+                    prefix = format!("flow {s:?}: ");
+                    parts.name = Some((s.to_owned(), nv.span().start));
+                }
+                None => ok = false,
+            },
+        }
+        let p = prefix.as_str();
+        self.check_keys(t, FLOW_KEYS, p, "");
+
+        let input = match t.get("input") {
+            None => {
+                self.missing(
+                    &span,
+                    p,
+                    "input",
+                    "input",
+                    "{ interface = \"eth0\", address = \"239.1.1.1\", port = 5000 }",
+                );
+                None
+            }
+            Some(iv) => self.input(iv, p),
+        };
+        if let (Some(i), Some(iv)) = (&input, t.get("input")) {
+            parts.input = Some((i.clone(), iv.span().start));
+        }
+
+        let mut outputs = Vec::new();
+        match t.get("outputs") {
+            None => {
+                self.missing(
+                    &span,
+                    p,
+                    "outputs",
+                    "outputs",
+                    "[{ interface = \"eth1\", address = \"239.2.2.2\", port = 6000 }]",
+                );
+                ok = false;
+            }
+            Some(ov) => match ov.get_ref() {
+                DeValue::Array(items) if items.is_empty() => {
+                    self.err(
+                        &ov.span(),
+                        format!("{p}outputs is empty; add at least one output"),
+                    );
+                    ok = false;
+                }
+                DeValue::Array(items) => {
+                    let mut seen: Vec<(usize, &Output)> = Vec::new();
+                    let parsed: Vec<(usize, Range<usize>, Option<Output>)> = items
+                        .iter()
+                        .enumerate()
+                        .map(|(i, item)| (i, item.span(), self.output(item, p, i)))
+                        .collect();
+                    for (i, span, out) in &parsed {
+                        let Some(out) = out else {
+                            ok = false;
+                            continue;
+                        };
+                        if let Some(inp) = &input {
+                            if out.interface == inp.interface
+                                && out.address == inp.address
+                                && out.port == inp.port
+                            {
+                                self.err(span, format!(
+                                    "{p}outputs[{i}] is the flow's own input ({} {}), which would loop; change the address, port or interface",
+                                    inp.interface, inp.socket_addr()
+                                ));
+                                ok = false;
+                            }
+                        }
+                        if let Some((j, _)) = seen.iter().find(|(_, o)| {
+                            o.interface == out.interface
+                                && o.address == out.address
+                                && o.port == out.port
+                        }) {
+                            self.err(span, format!("{p}outputs[{i}] is the same as outputs[{j}] ({out}); remove one"));
+                            ok = false;
+                        }
+                        seen.push((*i, out));
+                    }
+                    outputs = parsed.into_iter().filter_map(|(_, _, o)| o).collect();
+                }
+                _ => {
+                    self.type_err(ov, p, "outputs", "an array of tables");
+                    ok = false;
+                }
+            },
+        }
+
+        let mut core = None;
+        if let Some(cv) = t.get("core") {
+            match self.cpu(cv, p, "core") {
+                Some(c) => match cores {
+                    Some(cores) if !cores.contains(&c) => {
+                        self.err(&cv.span(), format!("{p}core {c} is not one of daemon.cores {cores:?}; use one of them or remove core"));
+                        ok = false;
+                    }
+                    _ => core = Some(c),
+                },
+                None => ok = false,
+            }
+        }
+
+        if let (true, Some((name, _)), Some(input)) = (ok, &parts.name, input) {
+            parts.flow = Some(Flow {
+                id: FlowId::from_name(name),
+                name: name.clone(),
+                input,
+                outputs,
+                core,
+            });
+        }
+        parts
+    }
+
+    fn input(&mut self, v: &Value<'_>, p: &str) -> Option<Input> {
+        let t = self.table(v, p, "input")?;
+        self.check_keys(t, INPUT_KEYS, p, " in input");
+        let span = v.span();
+        let mut ok = true;
+        let interface = match t.get("interface") {
+            Some(v) => self.interface(v, p, "input.interface"),
+            None => {
+                self.missing(&span, p, "input.interface", "interface", "\"eth0\"");
+                None
+            }
+        };
+        let address = match t.get("address") {
+            Some(v) => match self.ip(v, p, "input.address") {
+                Some(a) if a.is_unspecified() => {
+                    self.err(&v.span(), format!("{p}input.address {a} is unspecified; use a multicast group or a local unicast address"));
+                    None
+                }
+                a => a,
+            },
+            None => {
+                self.missing(&span, p, "input.address", "address", "\"239.1.1.1\"");
+                None
+            }
+        };
+        let port = match t.get("port") {
+            Some(v) => self.port(v, p, "input.port"),
+            None => {
+                self.missing(&span, p, "input.port", "port", "5000");
+                None
+            }
+        };
+        let mut source = None;
+        if let Some(v) = t.get("source") {
+            match (self.ip(v, p, "input.source"), address) {
+                (None, _) => ok = false,
+                (Some(s), _) if s.is_multicast() || s.is_unspecified() => {
+                    self.err(
+                        &v.span(),
+                        format!(
+                            "{p}input.source {s} is not a unicast address; use the sender's address"
+                        ),
+                    );
+                    ok = false;
+                }
+                (Some(_), Some(a)) if !a.is_multicast() => {
+                    self.err(&v.span(), format!("{p}input.source is only valid with a multicast input.address ({a} is unicast); remove source"));
+                    ok = false;
+                }
+                (Some(s), Some(a)) if s.is_ipv4() != a.is_ipv4() => {
+                    self.err(&v.span(), format!(
+                        "{p}input.source {s} is {} but input.address {a} is {}; use the same family",
+                        family(s), family(a)
+                    ));
+                    ok = false;
+                }
+                (Some(s), _) => source = Some(s),
+            }
+        }
+        let mut ingress = IngressKind::Socket;
+        if let Some(v) = t.get("ingress") {
+            match self.string(v, p, "input.ingress") {
+                Some("socket") => ingress = IngressKind::Socket,
+                Some("packet") => ingress = IngressKind::Packet,
+                Some(s) => {
+                    self.err(
+                        &v.span(),
+                        format!(
+                            "{p}input.ingress {s:?} is not valid; use \"socket\" or \"packet\""
+                        ),
+                    );
+                    ok = false;
+                }
+                None => ok = false,
+            }
+        }
+        let mut receive_buffer_bytes = DEFAULT_RECEIVE_BUFFER_BYTES;
+        if let Some(v) = t.get("receive_buffer_bytes") {
+            match self.ranged(
+                v,
+                p,
+                "input.receive_buffer_bytes",
+                1,
+                i128::from(MAX_RECEIVE_BUFFER_BYTES),
+            ) {
+                Some(n) => {
+                    receive_buffer_bytes = u32::try_from(n).unwrap_or(DEFAULT_RECEIVE_BUFFER_BYTES)
+                }
+                None => ok = false,
+            }
+        }
+        let (Some(interface), Some(address), Some(port), true) = (interface, address, port, ok)
+        else {
+            return None;
+        };
+        Some(Input {
+            interface,
+            address,
+            port,
+            source,
+            ingress,
+            receive_buffer_bytes,
+        })
+    }
+
+    fn output(&mut self, v: &Value<'_>, p: &str, i: usize) -> Option<Output> {
+        let path = |key: &str| format!("outputs[{i}].{key}");
+        let t = self.table(v, p, &format!("outputs[{i}]"))?;
+        self.check_keys(t, OUTPUT_KEYS, p, &format!(" in outputs[{i}]"));
+        let span = v.span();
+        let mut ok = true;
+        let interface = match t.get("interface") {
+            Some(v) => self.interface(v, p, &path("interface")),
+            None => {
+                self.missing(&span, p, &path("interface"), "interface", "\"eth1\"");
+                None
+            }
+        };
+        let address = match t.get("address") {
+            Some(v) => match self.ip(v, p, &path("address")) {
+                Some(a) if a.is_unspecified() => {
+                    self.err(
+                        &v.span(),
+                        format!(
+                            "{p}{} {a} is unspecified; use a multicast group or a unicast host",
+                            path("address")
+                        ),
+                    );
+                    None
+                }
+                a => a,
+            },
+            None => {
+                self.missing(&span, p, &path("address"), "address", "\"239.2.2.2\"");
+                None
+            }
+        };
+        let port = match t.get("port") {
+            Some(v) => self.port(v, p, &path("port")),
+            None => {
+                self.missing(&span, p, &path("port"), "port", "6000");
+                None
+            }
+        };
+        let mut ttl = None;
+        if let Some(v) = t.get("ttl") {
+            match self.ranged(v, p, &path("ttl"), 1, 255) {
+                Some(n) => ttl = u8::try_from(n).ok(),
+                None => ok = false,
+            }
+        }
+        let mut source_address = None;
+        if let Some(v) = t.get("source_address") {
+            match (self.ip(v, p, &path("source_address")), address) {
+                (None, _) => ok = false,
+                (Some(s), _) if s.is_multicast() || s.is_unspecified() => {
+                    self.err(&v.span(), format!("{p}{} {s} is not a unicast address; use an address of the egress interface", path("source_address")));
+                    ok = false;
+                }
+                (Some(s), Some(a)) if s.is_ipv4() != a.is_ipv4() => {
+                    self.err(
+                        &v.span(),
+                        format!(
+                            "{p}{} {s} is {} but {} {a} is {}; use the same family",
+                            path("source_address"),
+                            family(s),
+                            path("address"),
+                            family(a)
+                        ),
+                    );
+                    ok = false;
+                }
+                (Some(s), _) => source_address = Some(s),
+            }
+        }
+        let mut queue_depth = DEFAULT_OUTPUT_QUEUE_DEPTH;
+        if let Some(v) = t.get("queue_depth") {
+            match self.ranged(
+                v,
+                p,
+                &path("queue_depth"),
+                1,
+                i128::from(MAX_OUTPUT_QUEUE_DEPTH),
+            ) {
+                Some(n) => queue_depth = u32::try_from(n).unwrap_or(DEFAULT_OUTPUT_QUEUE_DEPTH),
+                None => ok = false,
+            }
+        }
+        let (Some(interface), Some(address), Some(port), true) = (interface, address, port, ok)
+        else {
+            return None;
+        };
+        let ttl = ttl.unwrap_or(if address.is_multicast() {
+            DEFAULT_MULTICAST_TTL
+        } else {
+            DEFAULT_UNICAST_TTL
+        });
+        Some(Output {
+            interface,
+            address,
+            port,
+            ttl,
+            source_address,
+            queue_depth,
+        })
+    }
+
+    fn document(&mut self, root: &DeTable<'_>) -> Option<Config> {
+        self.check_keys(root, TOP_KEYS, "", "");
+        let (daemon, cores_span) = self.daemon(root.get("daemon"));
+        let pools_value = root.get("pools");
+        let pools = self.pools(pools_value);
+
+        if let (Some(d), Some(p)) = (&daemon, &pools) {
+            let per_core = p.bytes_per_core();
+            let cores = d.cores.as_ref().map_or(1, Vec::len);
+            let total = per_core.saturating_mul(u64::try_from(cores).unwrap_or(u64::MAX));
+            if total > MAX_TOTAL_POOL_BYTES {
+                let at = pools_value
+                    .map(Spanned::span)
+                    .or(cores_span)
+                    .unwrap_or(0..0);
+                self.err(&at, format!(
+                    "pools: {} per core x {} exceeds the {} MiB limit; reduce the pool counts or cores",
+                    fmt_mib(per_core),
+                    plural(cores, "core"),
+                    MAX_TOTAL_POOL_BYTES / (1024 * 1024)
+                ));
+            }
+        }
+
+        let cores = daemon.as_ref().and_then(|d| d.cores.as_deref());
+        let mut flows = Vec::new();
+        let mut all_ok = daemon.is_some() && pools.is_some();
+        match root.get("flow") {
+            None => {}
+            Some(v) => match v.get_ref() {
+                DeValue::Array(items) => {
+                    let mut names: HashMap<String, (usize, FlowId)> = HashMap::new();
+                    let mut ids: HashMap<FlowId, String> = HashMap::new();
+                    let mut inputs: HashMap<(String, IpAddr, u16, Option<IpAddr>), String> =
+                        HashMap::new();
+                    for (i, item) in items.iter().enumerate() {
+                        let parts = self.flow(i, item, cores);
+                        if let Some((name, at)) = &parts.name {
+                            let id = FlowId::from_name(name);
+                            if let Some((first, _)) = names.get(name) {
+                                let line = self.lines.line(*first);
+                                self.errors.push((*at, format!(
+                                    "flow {name:?}: duplicate flow name (first defined at line {line}); give each flow a unique name"
+                                )));
+                                all_ok = false;
+                            } else {
+                                if let Some(other) = ids.get(&id) {
+                                    self.errors.push((*at, format!(
+                                        "flow {name:?}: flow id {id} is the same as flow {other:?}'s; rename one of them"
+                                    )));
+                                    all_ok = false;
+                                }
+                                names.insert(name.clone(), (*at, id));
+                                ids.insert(id, name.clone());
+                            }
+                            if let Some((input, at)) = &parts.input {
+                                let key = (
+                                    input.interface.clone(),
+                                    input.address,
+                                    input.port,
+                                    input.source,
+                                );
+                                if let Some(other) = inputs.get(&key) {
+                                    self.errors.push((*at, format!(
+                                        "flow {name:?}: same input as flow {other:?} ({input}); two flows can't share an input"
+                                    )));
+                                    all_ok = false;
+                                } else {
+                                    inputs.insert(key, name.clone());
+                                }
+                            }
+                        }
+                        match parts.flow {
+                            Some(f) => flows.push(f),
+                            None => all_ok = false,
+                        }
+                    }
+                }
+                _ => self.err(
+                    &v.span(),
+                    format!(
+                        "flow must be an array of tables (write [[flow]] for each flow), found {}",
+                        v.get_ref().type_str()
+                    ),
+                ),
+            },
+        }
+        if !self.errors.is_empty() || !all_ok {
+            return None;
+        }
+        let flows = match FlowTable::new(flows) {
+            Ok(t) => t,
+            Err(e) => {
+                // Unreachable after the checks above; reported, never a panic.
+                self.errors
+                    .push((0, format!("internal error building the flow table: {e}")));
+                return None;
+            }
+        };
+        Some(Config {
+            daemon: daemon?,
+            pools: pools?,
+            flows,
+        })
+    }
+}
+
+/// Parses and validates a configuration file's text.
+///
+/// `file_name` is only used to label errors. On failure every problem
+/// found is returned, sorted by position, each with line and column.
+pub fn parse(text: &str, file_name: &str) -> Result<Config, ConfigErrors> {
+    let lines = LineIndex::new(text);
+    let make = |lines: &LineIndex<'_>, offset: usize, message: String| {
+        let (line, column) = lines.position(offset);
+        ConfigError {
+            file: file_name.to_owned(),
+            line,
+            column,
+            message,
+        }
+    };
+    // A syntax error is reported once, at the earliest place the parser
+    // noticed something wrong; what follows it is not trustworthy.
+    let (root, syntax) = DeTable::parse_recoverable(text);
+    if let Some(e) = syntax
+        .iter()
+        .min_by_key(|e| e.span().map_or(0, |s| s.start))
+    {
+        let offset = e.span().map_or(0, |s| s.start);
+        let msg = format!("TOML syntax error: {}", e.message().trim_end());
+        return Err(ConfigErrors(vec![make(&lines, offset, msg)]));
+    }
+    let mut w = Walker {
+        lines,
+        errors: Vec::new(),
+    };
+    let config = w.document(root.get_ref());
+    match config {
+        Some(c) if w.errors.is_empty() => Ok(c),
+        _ => {
+            let mut errors = std::mem::take(&mut w.errors);
+            if errors.is_empty() {
+                errors.push((0, "configuration is invalid".to_owned()));
+            }
+            errors.sort_by_key(|&(offset, _)| offset);
+            Err(ConfigErrors(
+                errors
+                    .into_iter()
+                    .map(|(o, m)| make(&w.lines, o, m))
+                    .collect(),
+            ))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every error of `text`, as displayed.
+    fn errors(text: &str) -> Vec<String> {
+        match parse(text, "t.toml") {
+            Ok(_) => panic!("expected errors, got a valid config"),
+            Err(e) => e.iter().map(ToString::to_string).collect(),
+        }
+    }
+
+    /// The single error of `text`, as displayed.
+    fn error(text: &str) -> String {
+        let e = errors(text);
+        assert_eq!(e.len(), 1, "expected one error, got {e:#?}");
+        e[0].clone()
+    }
+
+    /// One flow, with `input` and `outputs` lines supplied by the test.
+    fn flow(input: &str, outputs: &str) -> String {
+        format!("[[flow]]\nname = \"x\"\ninput = {input}\noutputs = {outputs}\n")
+    }
+
+    const IN: &str = r#"{ interface = "eth0", address = "239.1.1.1", port = 5000 }"#;
+    const OUT: &str = r#"[{ interface = "eth1", address = "239.2.2.2", port = 6000 }]"#;
+
+    #[test]
+    fn minimal_flow_gets_every_default() {
+        let c = parse(&flow(IN, OUT), "t.toml").unwrap();
+        assert_eq!(c.daemon, DaemonConfig::default());
+        assert_eq!(c.daemon.user, "mcrelay");
+        assert_eq!(
+            c.daemon.control_socket,
+            PathBuf::from("/run/mcrelay/control.sock")
+        );
+        assert_eq!(c.daemon.cores, None);
+        assert_eq!(c.daemon.metrics_listen, None);
+        assert_eq!(c.daemon.log_level, "info");
+        assert_eq!(
+            c.pools,
+            PoolCounts {
+                small: 1000,
+                standard: 500,
+                jumbo: 200
+            }
+        );
+        let f = c.flows.by_name("x").unwrap();
+        assert_eq!(f.id, FlowId::from_name("x"));
+        assert_eq!(f.input.ingress, IngressKind::Socket);
+        assert_eq!(f.input.source, None);
+        assert_eq!(f.input.receive_buffer_bytes, 4 * 1024 * 1024);
+        assert_eq!(f.outputs[0].ttl, 1);
+        assert_eq!(f.outputs[0].queue_depth, 256);
+        assert_eq!(f.outputs[0].source_address, None);
+        assert_eq!(f.core, None);
+    }
+
+    #[test]
+    fn unicast_output_ttl_defaults_to_64() {
+        let out = r#"[{ interface = "eth1", address = "10.0.0.9", port = 6000 }]"#;
+        let c = parse(&flow(IN, out), "t.toml").unwrap();
+        assert_eq!(c.flows.by_name("x").unwrap().outputs[0].ttl, 64);
+    }
+
+    #[test]
+    fn every_key_is_read() {
+        let text = r#"
+[daemon]
+user = "relay"
+control_socket = "/run/r.sock"
+cores = [3, 1]
+metrics_listen = "[::1]:9464"
+log_level = "debug"
+[pools]
+small = 1
+standard = 2
+jumbo = 3
+[[flow]]
+name = "v6"
+core = 1
+input = { interface = "eth0", address = "ff3e::1", port = 5000, source = "2001:db8::1", ingress = "packet", receive_buffer_bytes = 1024 }
+outputs = [{ interface = "eth1", address = "239.2.2.2", port = 6000, ttl = 255, source_address = "10.0.0.1", queue_depth = 65536 }]
+"#;
+        let c = parse(text, "t.toml").unwrap();
+        assert_eq!(c.daemon.user, "relay");
+        assert_eq!(c.daemon.control_socket, PathBuf::from("/run/r.sock"));
+        assert_eq!(c.daemon.cores, Some(vec![3, 1]));
+        assert_eq!(c.daemon.metrics_listen, Some("[::1]:9464".parse().unwrap()));
+        assert_eq!(c.daemon.log_level, "debug");
+        assert_eq!(
+            c.pools,
+            PoolCounts {
+                small: 1,
+                standard: 2,
+                jumbo: 3
+            }
+        );
+        let f = c.flows.by_name("v6").unwrap();
+        assert_eq!(f.core, Some(1));
+        assert_eq!(
+            f.input,
+            Input {
+                interface: "eth0".into(),
+                address: "ff3e::1".parse().unwrap(),
+                port: 5000,
+                source: Some("2001:db8::1".parse().unwrap()),
+                ingress: IngressKind::Packet,
+                receive_buffer_bytes: 1024,
+            }
+        );
+        assert_eq!(
+            f.outputs,
+            vec![Output {
+                interface: "eth1".into(),
+                address: "239.2.2.2".parse().unwrap(),
+                port: 6000,
+                ttl: 255,
+                source_address: Some("10.0.0.1".parse().unwrap()),
+                queue_depth: 65536,
+            }]
+        );
+    }
+
+    #[test]
+    fn deploy_example_is_valid() {
+        let c = parse(include_str!("../../../deploy/mcrelay.toml"), "mcrelay.toml").unwrap();
+        assert!(c.flows.len() >= 2);
+        assert!(c.flows.iter().any(|f| f.input.source.is_some()));
+        assert!(
+            c.flows
+                .iter()
+                .any(|f| f.input.ingress == IngressKind::Packet)
+        );
+    }
+
+    #[test]
+    fn zero_flows_is_valid_and_summarised() {
+        let c = parse("", "t.toml").unwrap();
+        assert!(c.flows.is_empty());
+        assert_eq!(
+            c.summary(),
+            "ok: 0 flows (the daemon will idle until a reload adds one), 0 outputs, \
+             cores: all CPUs in the affinity mask, pool memory 5.1 MiB per core \
+             (1000 small, 500 standard, 200 jumbo)"
+        );
+    }
+
+    #[test]
+    fn syntax_error_is_one_error_with_position() {
+        assert_eq!(
+            error("[daemon]\nuser = \"a\"\nuser = \"b\"\n"),
+            "t.toml:3:1: TOML syntax error: duplicate key"
+        );
+        assert_eq!(
+            error("[[flow]\n"),
+            "t.toml:1:8: TOML syntax error: unclosed array table, expected `]`"
+        );
+    }
+
+    #[test]
+    fn unknown_key_in_input() {
+        let input = r#"{ interface = "eth0", adress = "239.1.1.1", port = 5000 }"#;
+        assert_eq!(
+            errors(&flow(input, OUT)),
+            [
+                "t.toml:3:9: flow \"x\": input.address is missing; add address = \"239.1.1.1\"",
+                "t.toml:3:31: flow \"x\": unknown key \"adress\" in input (expected one of: \
+                 interface, address, port, source, ingress, receive_buffer_bytes)",
+            ]
+        );
+    }
+
+    #[test]
+    fn unknown_keys_everywhere() {
+        let text = format!(
+            "colour = 1\n[daemon]\nusr = \"a\"\n[pools]\ntiny = 1\n{}core_ = 1\n",
+            flow(
+                IN,
+                r#"[{ interface = "eth1", address = "239.2.2.2", port = 6000, tll = 2 }]"#
+            )
+        );
+        assert_eq!(
+            errors(&text),
+            [
+                "t.toml:1:1: unknown key \"colour\" (expected one of: daemon, pools, flow)",
+                "t.toml:3:1: unknown key \"usr\" in daemon (expected one of: user, control_socket, cores, metrics_listen, log_level)",
+                "t.toml:5:1: unknown key \"tiny\" in pools (expected one of: small, standard, jumbo)",
+                "t.toml:9:70: flow \"x\": unknown key \"tll\" in outputs[0] (expected one of: interface, address, port, ttl, source_address, queue_depth)",
+                "t.toml:10:1: flow \"x\": unknown key \"core_\" (expected one of: name, input, outputs, core)",
+            ]
+        );
+    }
+
+    #[test]
+    fn bad_input_address() {
+        let input = r#"{ interface = "eth0", address = "239.1.1.300", port = 5000 }"#;
+        assert_eq!(
+            error(&flow(input, OUT)),
+            "t.toml:3:41: flow \"x\": input.address 239.1.1.300 is not an IP address"
+        );
+    }
+
+    #[test]
+    fn bad_output_and_source_addresses() {
+        let input =
+            r#"{ interface = "eth0", address = "239.1.1.1", port = 5000, source = "nope" }"#;
+        let out = r#"[{ interface = "eth1", address = "host.example", port = 6000, source_address = "1.2.3" }]"#;
+        assert_eq!(
+            errors(&flow(input, out)),
+            [
+                "t.toml:3:76: flow \"x\": input.source nope is not an IP address",
+                "t.toml:4:44: flow \"x\": outputs[0].address host.example is not an IP address",
+                "t.toml:4:90: flow \"x\": outputs[0].source_address 1.2.3 is not an IP address",
+            ]
+        );
+    }
+
+    #[test]
+    fn unspecified_addresses() {
+        let input = r#"{ interface = "eth0", address = "0.0.0.0", port = 5000 }"#;
+        let out = r#"[{ interface = "eth1", address = "::", port = 6000 }]"#;
+        assert_eq!(
+            errors(&flow(input, out)),
+            [
+                "t.toml:3:41: flow \"x\": input.address 0.0.0.0 is unspecified; use a multicast group or a local unicast address",
+                "t.toml:4:44: flow \"x\": outputs[0].address :: is unspecified; use a multicast group or a unicast host",
+            ]
+        );
+    }
+
+    #[test]
+    fn port_zero() {
+        let input = r#"{ interface = "eth0", address = "239.1.1.1", port = 0 }"#;
+        assert_eq!(
+            error(&flow(input, OUT)),
+            "t.toml:3:61: flow \"x\": input.port 0 is not allowed; use 1-65535"
+        );
+        let out = r#"[{ interface = "eth1", address = "239.2.2.2", port = 0 }]"#;
+        assert_eq!(
+            error(&flow(IN, out)),
+            "t.toml:4:64: flow \"x\": outputs[0].port 0 is not allowed; use 1-65535"
+        );
+    }
+
+    #[test]
+    fn port_out_of_range() {
+        let input = r#"{ interface = "eth0", address = "239.1.1.1", port = 65536 }"#;
+        assert_eq!(
+            error(&flow(input, OUT)),
+            "t.toml:3:61: flow \"x\": input.port 65536 is out of range; use 1-65535"
+        );
+        let input = r#"{ interface = "eth0", address = "239.1.1.1", port = -1 }"#;
+        assert_eq!(
+            error(&flow(input, OUT)),
+            "t.toml:3:61: flow \"x\": input.port -1 is out of range; use 1-65535"
+        );
+    }
+
+    #[test]
+    fn source_family_mismatch() {
+        let input =
+            r#"{ interface = "eth0", address = "239.1.1.1", port = 5000, source = "2001:db8::1" }"#;
+        assert_eq!(
+            error(&flow(input, OUT)),
+            "t.toml:3:76: flow \"x\": input.source 2001:db8::1 is IPv6 but input.address 239.1.1.1 is IPv4; use the same family"
+        );
+    }
+
+    #[test]
+    fn output_source_address_family_mismatch() {
+        let out = r#"[{ interface = "eth1", address = "ff3e::1", port = 6000, source_address = "10.0.0.1" }]"#;
+        assert_eq!(
+            error(&flow(IN, out)),
+            "t.toml:4:85: flow \"x\": outputs[0].source_address 10.0.0.1 is IPv4 but outputs[0].address ff3e::1 is IPv6; use the same family"
+        );
+    }
+
+    #[test]
+    fn output_family_may_differ_from_input() {
+        let out = r#"[{ interface = "eth1", address = "ff3e::1", port = 6000 }]"#;
+        assert!(parse(&flow(IN, out), "t.toml").is_ok());
+    }
+
+    #[test]
+    fn source_on_unicast_input() {
+        let input =
+            r#"{ interface = "eth0", address = "10.0.0.1", port = 5000, source = "10.0.0.2" }"#;
+        assert_eq!(
+            error(&flow(input, OUT)),
+            "t.toml:3:75: flow \"x\": input.source is only valid with a multicast input.address (10.0.0.1 is unicast); remove source"
+        );
+    }
+
+    #[test]
+    fn multicast_source_addresses() {
+        let input =
+            r#"{ interface = "eth0", address = "239.1.1.1", port = 5000, source = "239.9.9.9" }"#;
+        let out = r#"[{ interface = "eth1", address = "239.2.2.2", port = 6000, source_address = "239.9.9.9" }]"#;
+        assert_eq!(
+            errors(&flow(input, out)),
+            [
+                "t.toml:3:76: flow \"x\": input.source 239.9.9.9 is not a unicast address; use the sender's address",
+                "t.toml:4:87: flow \"x\": outputs[0].source_address 239.9.9.9 is not a unicast address; use an address of the egress interface",
+            ]
+        );
+    }
+
+    #[test]
+    fn duplicate_flow_names() {
+        let text = format!(
+            "{}{}",
+            flow(IN, OUT),
+            flow(IN.replace("5000", "5001").as_str(), OUT)
+        );
+        assert_eq!(
+            error(&text),
+            "t.toml:6:8: flow \"x\": duplicate flow name (first defined at line 2); give each flow a unique name"
+        );
+    }
+
+    #[test]
+    fn two_flows_with_the_same_input() {
+        let text = format!(
+            "{}{}",
+            flow(IN, OUT),
+            flow(IN, OUT).replace("\"x\"", "\"y\"")
+        );
+        assert_eq!(
+            error(&text),
+            "t.toml:7:9: flow \"y\": same input as flow \"x\" (eth0 239.1.1.1:5000); two flows can't share an input"
+        );
+        // A different SSM source is a different input.
+        let ssm = IN.replace("5000", "5000, source = \"10.1.1.1\"");
+        let text = format!(
+            "{}{}",
+            flow(IN, OUT),
+            flow(&ssm, OUT).replace("\"x\"", "\"y\"")
+        );
+        assert!(parse(&text, "t.toml").is_ok());
+        // Two identical SSM inputs name the source.
+        let text = format!(
+            "{}{}",
+            flow(&ssm, OUT),
+            flow(&ssm, OUT).replace("\"x\"", "\"y\"")
+        );
+        assert_eq!(
+            error(&text),
+            "t.toml:7:9: flow \"y\": same input as flow \"x\" (eth0 239.1.1.1:5000 from 10.1.1.1); two flows can't share an input"
+        );
+    }
+
+    #[test]
+    fn output_equal_to_input_loops() {
+        let out = r#"[{ interface = "eth1", address = "239.2.2.2", port = 6000 }, { interface = "eth0", address = "239.1.1.1", port = 5000 }]"#;
+        assert_eq!(
+            error(&flow(IN, out)),
+            "t.toml:4:72: flow \"x\": outputs[1] is the flow's own input (eth0 239.1.1.1:5000), which would loop; change the address, port or interface"
+        );
+        // The same group and port on another interface is a relay, not a loop.
+        let out = r#"[{ interface = "eth1", address = "239.1.1.1", port = 5000 }]"#;
+        assert!(parse(&flow(IN, out), "t.toml").is_ok());
+    }
+
+    #[test]
+    fn duplicate_outputs() {
+        let out = r#"[{ interface = "eth1", address = "239.2.2.2", port = 6000 }, { interface = "eth1", address = "239.2.2.2", port = 6000, ttl = 4 }]"#;
+        assert_eq!(
+            error(&flow(IN, out)),
+            "t.toml:4:72: flow \"x\": outputs[1] is the same as outputs[0] (eth1 239.2.2.2:6000); remove one"
+        );
+    }
+
+    #[test]
+    fn ttl_out_of_range() {
+        let out = r#"[{ interface = "eth1", address = "239.2.2.2", port = 6000 }, { interface = "eth1", address = "239.2.2.3", port = 6000, ttl = 0 }]"#;
+        assert_eq!(
+            error(&flow(IN, out)),
+            "t.toml:4:136: flow \"x\": outputs[1].ttl 0 is out of range; use 1-255"
+        );
+        let out = r#"[{ interface = "eth1", address = "239.2.2.2", port = 6000, ttl = 256 }]"#;
+        assert_eq!(
+            error(&flow(IN, out)),
+            "t.toml:4:76: flow \"x\": outputs[0].ttl 256 is out of range; use 1-255"
+        );
+    }
+
+    #[test]
+    fn empty_outputs() {
+        assert_eq!(
+            error(&flow(IN, "[]")),
+            "t.toml:4:11: flow \"x\": outputs is empty; add at least one output"
+        );
+    }
+
+    #[test]
+    fn missing_required_keys() {
+        assert_eq!(
+            errors("[[flow]]\ninput = { port = 1 }\n"),
+            [
+                "t.toml:1:1: flow[0]: name is missing; add name = \"camera-1\"",
+                "t.toml:1:1: flow[0]: outputs is missing; add outputs = [{ interface = \"eth1\", address = \"239.2.2.2\", port = 6000 }]",
+                "t.toml:2:9: flow[0]: input.interface is missing; add interface = \"eth0\"",
+                "t.toml:2:9: flow[0]: input.address is missing; add address = \"239.1.1.1\"",
+            ]
+        );
+        assert_eq!(
+            errors("[[flow]]\nname = \"x\"\noutputs = [{}]\n"),
+            [
+                "t.toml:1:1: flow \"x\": input is missing; add input = { interface = \"eth0\", address = \"239.1.1.1\", port = 5000 }",
+                "t.toml:3:12: flow \"x\": outputs[0].interface is missing; add interface = \"eth1\"",
+                "t.toml:3:12: flow \"x\": outputs[0].address is missing; add address = \"239.2.2.2\"",
+                "t.toml:3:12: flow \"x\": outputs[0].port is missing; add port = 6000",
+            ]
+        );
+    }
+
+    #[test]
+    fn flow_name_rules() {
+        let text = flow(IN, OUT).replace("\"x\"", "\"\"");
+        assert_eq!(
+            error(&text),
+            "t.toml:2:8: flow[0]: name is empty; give each flow a unique, non-empty name"
+        );
+        let text = flow(IN, OUT).replace("\"x\"", "\"a\\tb\"");
+        assert_eq!(
+            error(&text),
+            "t.toml:2:8: flow[0]: name \"a\\tb\" contains control characters; use printable characters"
+        );
+    }
+
+    #[test]
+    fn wrong_types() {
+        let text = "daemon = 1\npools = { small = \"many\" }\n[[flow]]\nname = 7\ninput = \"eth0\"\noutputs = { a = 1 }\ncore = 1.5\n";
+        assert_eq!(
+            errors(text),
+            [
+                "t.toml:1:10: daemon must be a table, found integer",
+                "t.toml:2:19: pools.small must be an integer, found string",
+                "t.toml:4:8: flow[0]: name must be a string, found integer",
+                "t.toml:5:9: flow[0]: input must be a table, found string",
+                "t.toml:6:11: flow[0]: outputs must be an array of tables, found table",
+                "t.toml:7:8: flow[0]: core must be an integer, found float",
+            ]
+        );
+        assert_eq!(
+            error("[flow]\nname = \"x\"\n"),
+            "t.toml:1:1: flow must be an array of tables (write [[flow]] for each flow), found table"
+        );
+        assert_eq!(
+            error(&flow(IN, "[\"eth1\"]")),
+            "t.toml:4:12: flow \"x\": outputs[0] must be a table, found string"
+        );
+    }
+
+    #[test]
+    fn ingress_values() {
+        let input =
+            r#"{ interface = "eth0", address = "239.1.1.1", port = 5000, ingress = "raw" }"#;
+        assert_eq!(
+            error(&flow(input, OUT)),
+            "t.toml:3:77: flow \"x\": input.ingress \"raw\" is not valid; use \"socket\" or \"packet\""
+        );
+    }
+
+    #[test]
+    fn interface_names() {
+        let long = r#"{ interface = "a-very-long-ifname", address = "239.1.1.1", port = 5000 }"#;
+        assert_eq!(
+            error(&flow(long, OUT)),
+            "t.toml:3:23: flow \"x\": input.interface \"a-very-long-ifname\" is not a valid interface name; use 1-15 bytes without '/', ':' or whitespace"
+        );
+        for bad in ["", "eth/0", "eth 0", "eth0:1", ".."] {
+            let out = format!(r#"[{{ interface = "{bad}", address = "239.2.2.2", port = 6000 }}]"#);
+            assert_eq!(
+                error(&flow(IN, &out)),
+                format!(
+                    "t.toml:4:26: flow \"x\": outputs[0].interface {bad:?} is not a valid interface name; use 1-15 bytes without '/', ':' or whitespace"
+                )
+            );
+        }
+        let ok = r#"{ interface = "enp129s0f1np1", address = "239.1.1.1", port = 5000 }"#;
+        assert!(parse(&flow(ok, OUT), "t.toml").is_ok());
+    }
+
+    #[test]
+    fn queue_depth_and_receive_buffer_ranges() {
+        let input = r#"{ interface = "eth0", address = "239.1.1.1", port = 5000, receive_buffer_bytes = 0 }"#;
+        let out =
+            r#"[{ interface = "eth1", address = "239.2.2.2", port = 6000, queue_depth = 65537 }]"#;
+        assert_eq!(
+            errors(&flow(input, out)),
+            [
+                "t.toml:3:90: flow \"x\": input.receive_buffer_bytes 0 is out of range; use 1-2147483647",
+                "t.toml:4:84: flow \"x\": outputs[0].queue_depth 65537 is out of range; use 1-65536",
+            ]
+        );
+    }
+
+    #[test]
+    fn pool_count_zero_and_too_large() {
+        assert_eq!(
+            errors("[pools]\nsmall = 0\nstandard = -3\njumbo = 1000001\n"),
+            [
+                "t.toml:2:9: pools.small 0 is not allowed; use at least 1",
+                "t.toml:3:12: pools.standard -3 is not allowed; use at least 1",
+                "t.toml:4:9: pools.jumbo 1000001 is too large; use at most 1000000",
+            ]
+        );
+    }
+
+    #[test]
+    fn pool_memory_bound() {
+        // 1000 x 1500 + 500 x 4096 + 200000 x 9000 = 1720.0 MiB per core.
+        assert_eq!(
+            error("[daemon]\ncores = [0, 1, 2, 3]\n[pools]\njumbo = 200000\n"),
+            "t.toml:3:1: pools: 1720.0 MiB per core x 4 cores exceeds the 4096 MiB limit; reduce the pool counts or cores"
+        );
+        // Without daemon.cores the bound counts one core.
+        assert_eq!(
+            error("[pools]\njumbo = 1000000\n"),
+            "t.toml:1:1: pools: 8586.5 MiB per core x 1 core exceeds the 4096 MiB limit; reduce the pool counts or cores"
+        );
+        // Two cores of the same pools fit.
+        assert!(
+            parse(
+                "[daemon]\ncores = [0, 1]\n[pools]\njumbo = 200000\n",
+                "t.toml"
+            )
+            .is_ok()
+        );
+        // Without [pools] the error points at cores.
+        let many: Vec<String> = (0..1000).map(|c| c.to_string()).collect();
+        let text = format!("[daemon]\ncores = [{}]\n", many.join(", "));
+        assert_eq!(
+            error(&text),
+            "t.toml:2:9: pools: 5.1 MiB per core x 1000 cores exceeds the 4096 MiB limit; reduce the pool counts or cores"
+        );
+    }
+
+    #[test]
+    fn daemon_values() {
+        let text = "[daemon]\nuser = \"\"\ncontrol_socket = \"run/x.sock\"\nmetrics_listen = \"localhost\"\nlog_level = \"verbose\"\n";
+        assert_eq!(
+            errors(text),
+            [
+                "t.toml:2:8: daemon.user \"\" is not a valid user name; use an existing account such as \"mcrelay\"",
+                "t.toml:3:18: daemon.control_socket \"run/x.sock\" is not an absolute path; use e.g. \"/run/mcrelay/control.sock\"",
+                "t.toml:4:18: daemon.metrics_listen localhost is not a socket address; use IP:PORT, e.g. \"127.0.0.1:9464\"",
+                "t.toml:5:13: daemon.log_level \"verbose\" is not valid; use one of: error, warn, info, debug, trace",
+            ]
+        );
+        let long = format!("[daemon]\ncontrol_socket = \"/{}\"\n", "a".repeat(107));
+        assert_eq!(
+            error(&long),
+            "t.toml:2:18: daemon.control_socket is 108 bytes long; use a path of at most 107 bytes without NUL"
+        );
+    }
+
+    #[test]
+    fn cores_rules() {
+        assert_eq!(
+            error("[daemon]\ncores = []\n"),
+            "t.toml:2:9: daemon.cores is empty; list at least one CPU, or remove cores to use every CPU in the affinity mask"
+        );
+        assert_eq!(
+            error("[daemon]\ncores = [1, 2, 1]\n"),
+            "t.toml:2:16: daemon.cores lists CPU 1 twice; list each CPU once"
+        );
+        assert_eq!(
+            errors("[daemon]\ncores = [-1, 8191, 8192]\n"),
+            [
+                "t.toml:2:10: daemon.cores[0] -1 is out of range; use 0-8191",
+                "t.toml:2:20: daemon.cores[2] 8192 is out of range; use 0-8191",
+            ]
+        );
+    }
+
+    #[test]
+    fn flow_core_must_be_a_worker() {
+        let text = format!("[daemon]\ncores = [2, 3]\n{}core = 5\n", flow(IN, OUT));
+        assert_eq!(
+            error(&text),
+            "t.toml:7:8: flow \"x\": core 5 is not one of daemon.cores [2, 3]; use one of them or remove core"
+        );
+        // Without daemon.cores any CPU is accepted here and checked at start-up.
+        let text = format!("{}core = 5\n", flow(IN, OUT));
+        assert_eq!(
+            parse(&text, "t.toml")
+                .unwrap()
+                .flows
+                .by_name("x")
+                .unwrap()
+                .core,
+            Some(5)
+        );
+    }
+
+    #[test]
+    fn all_errors_are_reported_in_file_order() {
+        let text = "[[flow]]\nname = \"a\"\ninput = { interface = \"eth0\", address = \"239.1.1.300\", port = 0 }\noutputs = []\n\
+                    [pools]\nsmall = 0\n";
+        assert_eq!(
+            errors(text),
+            [
+                "t.toml:3:41: flow \"a\": input.address 239.1.1.300 is not an IP address",
+                "t.toml:3:63: flow \"a\": input.port 0 is not allowed; use 1-65535",
+                "t.toml:4:11: flow \"a\": outputs is empty; add at least one output",
+                "t.toml:6:9: pools.small 0 is not allowed; use at least 1",
+            ]
+        );
+    }
+
+    #[test]
+    fn columns_count_characters() {
+        let text = "[[flow]]\nname = \"kamera-ü\"\ninput = { interface = \"eth0\", address = \"x\", port = 5000 }\n";
+        let e = parse(text, "t.toml").unwrap_err();
+        assert_eq!(
+            e.0[0].to_string(),
+            "t.toml:1:1: flow \"kamera-ü\": outputs is missing; add outputs = [{ interface = \"eth1\", address = \"239.2.2.2\", port = 6000 }]"
+        );
+        let text = "# ü\nx = 1\n";
+        assert_eq!(
+            error(text),
+            "t.toml:2:1: unknown key \"x\" (expected one of: daemon, pools, flow)"
+        );
+        let text = "a = \"ü\" b\n";
+        assert_eq!(
+            error(text),
+            "t.toml:1:9: TOML syntax error: unexpected key or value, expected newline, `#`"
+        );
+    }
+}

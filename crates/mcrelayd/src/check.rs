@@ -1,0 +1,32 @@
+//! `mcrelayd check --config FILE`: validate a configuration file without
+//! touching the network.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::ExitCode;
+
+/// Checks the file at `path`. Prints the summary on stdout and returns
+/// success, or prints every error on stderr and returns failure (1).
+pub fn run(path: &Path) -> ExitCode {
+    match mcrelay_config::load(path) {
+        Ok(config) => {
+            // A closed stdout is not the config's fault; ignore write errors.
+            let _ = writeln!(std::io::stdout(), "{}", config.summary());
+            ExitCode::SUCCESS
+        }
+        Err(errors) => {
+            let mut err = std::io::stderr().lock();
+            for e in &errors {
+                let _ = writeln!(err, "{e}");
+            }
+            let n = errors.len();
+            let _ = writeln!(
+                err,
+                "mcrelayd: {} has {n} error{}; nothing was changed",
+                path.display(),
+                if n == 1 { "" } else { "s" }
+            );
+            ExitCode::FAILURE
+        }
+    }
+}
