@@ -67,6 +67,8 @@ pub struct OutputCounters {
     pub drop_send_error: Counter,
     /// The errno of the latest failed send, 0 if none.
     pub last_error: Counter,
+    /// Most sends this output ever had in flight at once.
+    pub in_flight_high_water: Counter,
 }
 
 /// Counters of one worker's loop.

@@ -13,6 +13,9 @@ use std::os::fd::AsRawFd;
 use mcrelay_config::{Input, Output};
 use socket2::{Domain, Protocol, Socket, Type};
 
+/// `SO_SNDBUF` requested for egress sockets.
+pub const EGRESS_SEND_BUFFER_BYTES: usize = 4 << 20;
+
 /// An ingress socket and the receive buffer the kernel actually granted.
 #[derive(Debug)]
 pub struct Ingress {
@@ -160,6 +163,9 @@ pub fn open_ingress(input: &Input, ifindex: u32) -> io::Result<Ingress> {
 /// connected to the destination so a plain send needs no address.
 pub fn open_egress(output: &Output, ifindex: u32) -> io::Result<UdpSocket> {
     let socket = Socket::new(domain(output.address), Type::DGRAM, Some(Protocol::UDP))?;
+    // Room for a full queue of jumbo datagrams, so a send waits on the
+    // output's queue depth (counted) rather than on socket memory.
+    let _ = socket.set_send_buffer_size(EGRESS_SEND_BUFFER_BYTES);
     let ttl = u32::from(output.ttl);
     if let Some(source) = output.source_address {
         socket.bind(&SocketAddr::new(source, 0).into())?;

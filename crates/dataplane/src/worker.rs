@@ -182,8 +182,8 @@ struct Output {
 }
 
 /// Completions handled per batch (a stack array; the loop takes batches
-/// until the completion queue is empty).
-const CQE_BATCH: usize = 256;
+/// until the completion queue is empty, submitting the sends of each).
+const CQE_BATCH: usize = 64;
 
 struct Worker {
     // Field order is drop order: the ring (and with it every registration
@@ -377,6 +377,13 @@ impl Worker {
                 self.loop_counters.completions.add(n as u64);
                 for cqe in batch.iter_mut().take(n).filter_map(Option::take) {
                     self.complete(&cqe);
+                }
+                // Hand this batch's sends to the kernel now: they complete
+                // (inline, mostly) while the next batch is handled, so an
+                // output's in-flight count tracks the kernel, not how many
+                // receives one turn happened to reap.
+                if !self.ring.submission().is_empty() {
+                    let _ = self.ring.submit();
                 }
             }
             for f in 0..self.flows.len() {
@@ -574,6 +581,9 @@ impl Worker {
             // completion releases it, and the pool outlives the ring's use.
             if self.ring.push(&entry) {
                 o.in_flight += 1;
+                if u64::from(o.in_flight) > o.counters.in_flight_high_water.get() {
+                    o.counters.in_flight_high_water.set(u64::from(o.in_flight));
+                }
                 self.loop_counters.sends_submitted.inc();
             } else {
                 o.counters.drop_send_error.inc();

@@ -1,11 +1,20 @@
-//! Test and benchmark tooling, not on mcrelay's packet path: the payload
-//! format every test datagram carries (run id, stream, sequence number and a
-//! sequence-dependent byte pattern), the receiver-side [`tracker::Tracker`]
-//! that checks every byte and counts loss, duplicates and reordering, and
-//! the socket glue ([`net`]) of the `loadgen` binary's paced sender,
-//! validating receiver and baseline recvmmsg/sendmmsg relay.
+//! Test and benchmark tooling for mcrelay, **not** on mcrelay's packet
+//! path: the library half of the `loadgen` binary (paced sender, validating
+//! receiver and the baseline recvmmsg/sendmmsg relay mcrelay is measured
+//! against), shared so integration tests in other crates can build and check
+//! the same datagrams:
+//!
+//! * [`payload`]: the datagram format (header with run id, stream, sequence
+//!   number and length, then a sequence-dependent byte pattern) and its
+//!   byte-by-byte checker;
+//! * [`tracker`]: receiver-side accounting per stream (duplicates,
+//!   reordering, gaps, loss) and of short / corrupt / foreign datagrams;
+//! * [`pacer`]: the sender's token bucket on the monotonic clock;
+//! * [`sock`]: the libc glue (sendmmsg / recvmmsg batches, joins, TTL
+//!   control messages), the only module with `unsafe`.
 #![deny(unsafe_code)]
 
-pub mod net;
+pub mod pacer;
 pub mod payload;
+pub mod sock;
 pub mod tracker;

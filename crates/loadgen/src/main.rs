@@ -4,20 +4,23 @@
 //! ```text
 //! loadgen send --dest 239.1.1.1:5000 --interface vA --rate 100000 --count 500000 --size 1316
 //! loadgen recv --group 239.2.2.2:6000 --interface vB --expect 500000 --json
-//! loadgen relay --input 239.1.1.1:5000 --input-interface vRA --output 239.2.2.2:6000 --output-interface vRB
+//! loadgen relay --input 239.1.1.1:5000 --input-interface vRA \
+//!               --output 239.2.2.2:6000 --output-interface vRB
 //! ```
 
 use std::io::ErrorKind;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use clap::{Parser, Subcommand};
-use mcrelay_loadgen::net::{self, MAX_BATCH, RECV_BUF, Received};
-use mcrelay_loadgen::payload::{self, PayloadError};
-use mcrelay_loadgen::tracker::Tracker;
+use clap::{Args, Parser, Subcommand};
+use mcrelay_loadgen::pacer::Pacer;
+use mcrelay_loadgen::payload;
+use mcrelay_loadgen::sock::{self, Iface, RecvBatch, SendBatch};
+use mcrelay_loadgen::tracker::{DEFAULT_LIMIT, Streams};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -31,237 +34,304 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Send numbered, patterned datagrams at a paced rate.
-    Send {
-        #[arg(long)]
-        dest: SocketAddr,
-        /// Outgoing interface for multicast.
-        #[arg(long)]
-        interface: Option<String>,
-        /// Source address to send from.
-        #[arg(long)]
-        bind: Option<IpAddr>,
-        /// Datagrams per second; 0 = as fast as possible.
-        #[arg(long, default_value_t = 10_000)]
-        rate: u64,
-        #[arg(long, default_value_t = 10_000)]
-        count: u64,
-        /// Payload size, or a comma-separated list cycled through.
-        #[arg(long, value_delimiter = ',', default_value = "1316")]
-        size: Vec<usize>,
-        #[arg(long, default_value_t = 16)]
-        ttl: u32,
-        #[arg(long, default_value_t = 1)]
-        run_id: u32,
-        #[arg(long, default_value_t = 0)]
-        stream_id: u32,
-        /// Datagrams per sendmmsg.
-        #[arg(long, default_value_t = 32)]
-        batch: usize,
-        /// Loop multicast back to this host (for loopback tests).
-        #[arg(long)]
-        r#loop: bool,
-        #[arg(long)]
-        json: bool,
-    },
+    /// Send numbered, patterned datagrams at a paced rate (sendmmsg).
+    Send(SendArgs),
     /// Receive, check every byte, count loss, duplicates and reordering.
-    Recv {
-        /// Group (joined) or unicast address (bound) and port.
-        #[arg(long)]
-        group: SocketAddr,
-        #[arg(long, default_value = "lo")]
-        interface: String,
-        /// Source-specific join.
-        #[arg(long)]
-        source: Option<IpAddr>,
-        #[arg(long, default_value_t = 1)]
-        run_id: u32,
-        /// Stop after this many datagrams.
-        #[arg(long)]
-        expect: Option<u64>,
-        /// Stop after this long in total.
-        #[arg(long, default_value_t = 30.0)]
-        duration: f64,
-        /// Stop after this long without a datagram (once one arrived).
-        #[arg(long, default_value_t = 1.0)]
-        idle_exit: f64,
-        /// Created once the socket has joined, to tell a harness to start.
-        #[arg(long)]
-        ready_file: Option<std::path::PathBuf>,
-        #[arg(long)]
-        json: bool,
-    },
+    Recv(RecvArgs),
     /// The baseline relay: blocking recvmmsg, then one sendmmsg per output.
-    Relay {
-        #[arg(long)]
-        input: SocketAddr,
-        #[arg(long)]
-        input_interface: String,
-        #[arg(long, required = true)]
-        output: Vec<SocketAddr>,
-        #[arg(long)]
-        output_interface: String,
-        #[arg(long, default_value_t = 16)]
-        ttl: u32,
-        #[arg(long, default_value_t = 64)]
-        batch: usize,
-    },
+    Relay(RelayArgs),
+}
+
+#[derive(Debug, Args)]
+struct SendArgs {
+    /// Destination group (or unicast address) and port; IPv4 or IPv6.
+    #[arg(long)]
+    dest: SocketAddr,
+    /// Multicast output interface, by name.
+    #[arg(long, conflicts_with = "interface_addr")]
+    interface: Option<String>,
+    /// Multicast output interface, by address.
+    #[arg(long)]
+    interface_addr: Option<IpAddr>,
+    /// Local address to send from.
+    #[arg(long, visible_alias = "bind")]
+    source: Option<IpAddr>,
+    /// Datagrams per second; 0 = as fast as possible.
+    #[arg(long, default_value_t = 10_000)]
+    rate: u64,
+    /// Datagrams to send (default 10000 unless --duration is given).
+    #[arg(long)]
+    count: Option<u64>,
+    /// Seconds to send for.
+    #[arg(long)]
+    duration: Option<f64>,
+    /// Datagram size in bytes (1..=65507), or a comma-separated list cycled
+    /// through datagram by datagram.
+    #[arg(
+        long,
+        visible_alias = "sizes",
+        value_delimiter = ',',
+        default_value = "1316"
+    )]
+    size: Vec<usize>,
+    /// TTL / hop limit.
+    #[arg(long, default_value_t = 16)]
+    ttl: u32,
+    #[arg(long, default_value_t = 1)]
+    run_id: u32,
+    #[arg(long, default_value_t = 0)]
+    stream_id: u32,
+    /// Datagrams per sendmmsg.
+    #[arg(long, default_value_t = 64)]
+    batch: usize,
+    /// Loop multicast back to this host (loopback tests); off by default.
+    #[arg(long = "loop")]
+    multicast_loop: bool,
+    /// Print the summary as a JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+struct RecvArgs {
+    /// Group to join, or unicast address to bind, and port.
+    #[arg(long)]
+    group: SocketAddr,
+    /// Interface to join on, by name.
+    #[arg(long, conflicts_with = "interface_addr")]
+    interface: Option<String>,
+    /// Interface to join on, by address.
+    #[arg(long)]
+    interface_addr: Option<IpAddr>,
+    /// Source-specific join.
+    #[arg(long)]
+    source: Option<IpAddr>,
+    /// Datagrams of other runs are counted as `wrong_run`, not checked.
+    #[arg(long, default_value_t = 1)]
+    run_id: u32,
+    /// Stop after this many datagrams (any kind); `lost` is this minus the
+    /// unique valid and the short ones (else the sequence gaps minus short).
+    #[arg(long)]
+    expect: Option<u64>,
+    /// Stop after this many seconds in total.
+    #[arg(long)]
+    duration: Option<f64>,
+    /// Stop this many seconds after the last datagram (once one arrived);
+    /// 0 = never.
+    #[arg(long, default_value_t = 1.0)]
+    idle_exit: f64,
+    /// Created (empty) once the socket is bound and joined.
+    #[arg(long)]
+    ready_file: Option<PathBuf>,
+    /// Datagrams per recvmmsg.
+    #[arg(long, default_value_t = 64)]
+    batch: usize,
+    /// Print the summary as a JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+struct RelayArgs {
+    /// Group to join, or unicast address to bind, and port.
+    #[arg(long)]
+    input: SocketAddr,
+    #[arg(long, conflicts_with = "input_interface_addr")]
+    input_interface: Option<String>,
+    #[arg(long)]
+    input_interface_addr: Option<IpAddr>,
+    /// Source-specific join of the input.
+    #[arg(long)]
+    source: Option<IpAddr>,
+    /// Destination (repeatable): every input datagram goes to each.
+    #[arg(long, required = true)]
+    output: Vec<SocketAddr>,
+    #[arg(long, conflicts_with = "output_interface_addr")]
+    output_interface: Option<String>,
+    #[arg(long)]
+    output_interface_addr: Option<IpAddr>,
+    /// TTL / hop limit of the outputs.
+    #[arg(long, default_value_t = 16)]
+    ttl: u32,
+    /// Datagrams per recvmmsg (and per sendmmsg).
+    #[arg(long, default_value_t = 64)]
+    batch: usize,
+    /// Stop after this many seconds (else on SIGTERM / SIGINT).
+    #[arg(long)]
+    duration: Option<f64>,
+    /// Loop output multicast back to this host (loopback tests).
+    #[arg(long = "loop")]
+    multicast_loop: bool,
+    /// Print the totals as a JSON object.
+    #[arg(long)]
+    json: bool,
 }
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
-        Command::Send {
-            dest,
-            interface,
-            bind,
-            rate,
-            count,
-            size,
-            ttl,
-            run_id,
-            stream_id,
-            batch,
-            r#loop,
-            json,
-        } => {
-            let ifindex = interface.as_deref().map(net::interface_index).transpose()?;
-            let socket = net::sender(dest, ifindex, bind, ttl, r#loop)
-                .with_context(|| format!("sender to {dest}"))?;
-            send(&socket, rate, count, &size, run_id, stream_id, batch, json)
-        }
-        Command::Recv {
-            group,
-            interface,
-            source,
-            run_id,
-            expect,
-            duration,
-            idle_exit,
-            ready_file,
-            json,
-        } => {
-            let socket = net::receiver(group, net::interface_index(&interface)?, source)
-                .with_context(|| format!("joining {group} on {interface}"))?;
-            if let Some(path) = ready_file {
-                std::fs::write(&path, b"")
-                    .with_context(|| format!("writing {}", path.display()))?;
-            }
-            recv(&socket, run_id, expect, duration, idle_exit, json)
-        }
-        Command::Relay {
-            input,
-            input_interface,
-            output,
-            output_interface,
-            ttl,
-            batch,
-        } => relay(
-            input,
-            &input_interface,
-            &output,
-            &output_interface,
-            ttl,
-            batch,
-        ),
+        Command::Send(a) => send(&a),
+        Command::Recv(a) => recv(&a),
+        Command::Relay(a) => relay(&a),
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn send(
-    s: &UdpSocket,
-    rate: u64,
-    count: u64,
-    sizes: &[usize],
-    run: u32,
-    stream: u32,
-    batch: usize,
-    json: bool,
-) -> anyhow::Result<()> {
-    if sizes.is_empty() || sizes.iter().any(|&n| n == 0 || n > 65_507) {
-        bail!("--size must be 1..=65507 bytes");
+/// Set by SIGTERM / SIGINT.
+fn stop_flag() -> anyhow::Result<Arc<AtomicBool>> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(sig, Arc::clone(&stop)).context("signal handler")?;
     }
-    let batch = batch.clamp(1, MAX_BATCH);
-    let mut bufs: Vec<Vec<u8>> = vec![Vec::with_capacity(65_507); batch];
+    Ok(stop)
+}
+
+fn deadline(start: Instant, seconds: Option<f64>) -> anyhow::Result<Option<Instant>> {
+    seconds
+        .map(|s| {
+            Duration::try_from_secs_f64(s)
+                .map(|d| start + d)
+                .context("bad --duration")
+        })
+        .transpose()
+}
+
+/// Errors worth retrying a send after: a full queue, or an ICMP error an
+/// earlier datagram drew (unicast to a closed port).
+fn transient(e: &std::io::Error) -> bool {
+    matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted)
+        || matches!(
+            e.raw_os_error(),
+            Some(libc::ENOBUFS | libc::ECONNREFUSED | libc::EHOSTUNREACH | libc::ENETUNREACH)
+        )
+}
+
+fn per_second(n: u64, secs: f64) -> f64 {
+    if secs > 0.0 { n as f64 / secs } else { 0.0 }
+}
+
+fn json_opt<T: std::fmt::Display>(v: Option<T>) -> String {
+    v.map_or_else(|| "null".to_owned(), |v| v.to_string())
+}
+
+fn send(a: &SendArgs) -> anyhow::Result<()> {
+    let max_size = 65_507;
+    if a.size.is_empty() || a.size.iter().any(|&n| n == 0 || n > max_size) {
+        bail!("--size must be 1..={max_size} bytes");
+    }
+    let count = a.count.unwrap_or(if a.duration.is_some() {
+        u64::MAX
+    } else {
+        10_000
+    });
+    let iface = Iface::from_options(a.interface.as_deref(), a.interface_addr)?;
+    let s = sock::sender(&sock::SenderOptions {
+        dest: a.dest,
+        iface,
+        source: a.source,
+        ttl: a.ttl,
+        multicast_loop: a.multicast_loop,
+    })
+    .with_context(|| format!("sender to {}", a.dest))?;
+    let stop = stop_flag()?;
+    sock::tight_timer_slack();
+
+    let batch = a.batch.clamp(1, sock::MAX_BATCH);
+    // Datagram `seq` is built in buffer `seq % batch`, so datagrams a
+    // partial send left over are not rebuilt.
+    let mut bufs: Vec<Vec<u8>> = vec![Vec::new(); batch];
+    let mut built: Vec<Option<u64>> = vec![None; batch];
+    let mut sb = SendBatch::new(batch);
+    let sizes = &a.size;
+    let nsizes = sizes.len() as u64;
+    let (mut sent, mut bytes, mut errors) = (0u64, 0u64, 0u64);
     let start = Instant::now();
-    let (mut sent, mut errors) = (0u64, 0u64);
-    while sent < count {
-        let n = usize::try_from((count - sent).min(batch as u64)).unwrap_or(batch);
-        for (i, b) in bufs.iter_mut().take(n).enumerate() {
-            let seq = sent + i as u64;
-            let len = sizes[usize::try_from(seq % sizes.len() as u64).unwrap_or(0)];
-            b.resize(len, 0);
-            payload::write(b, run, stream, seq);
-        }
-        if rate > 0 {
-            // Token bucket on the monotonic clock: sleep when well ahead,
-            // spin the last stretch.
-            let due = Duration::from_secs_f64(sent as f64 / rate as f64);
-            loop {
-                let now = start.elapsed();
-                if now >= due {
-                    break;
-                }
-                if due - now > Duration::from_micros(200) {
-                    std::thread::sleep(due - now - Duration::from_micros(100));
-                } else {
-                    std::hint::spin_loop();
-                }
+    let end = deadline(start, a.duration)?;
+    let mut pacer = Pacer::starting_at(a.rate, start);
+    let slot = |seq: u64| usize::try_from(seq % batch as u64).unwrap_or(0);
+    while sent < count && !stop.load(Ordering::Relaxed) && end.is_none_or(|e| Instant::now() < e) {
+        let want = usize::try_from((count - sent).min(batch as u64)).unwrap_or(batch);
+        let n = pacer.wait(want);
+        for seq in sent..sent + n as u64 {
+            let i = slot(seq);
+            if built[i] != Some(seq) {
+                let len = sizes[usize::try_from(seq % nsizes).unwrap_or(0)];
+                bufs[i].resize(len, 0);
+                payload::write(&mut bufs[i], a.run_id, a.stream_id, seq);
+                built[i] = Some(seq);
             }
         }
-        let slices: Vec<&[u8]> = bufs.iter().take(n).map(Vec::as_slice).collect();
-        match net::send_batch(s, &slices) {
-            Ok(k) => sent += k as u64,
-            Err(e)
-                if matches!(e.kind(), ErrorKind::WouldBlock)
-                    || e.raw_os_error() == Some(libc::ENOBUFS) =>
-            {
+        match sb.send(
+            &s,
+            (sent..sent + n as u64).map(|seq| bufs[slot(seq)].as_slice()),
+        ) {
+            Ok(k) => {
+                bytes += (sent..sent + k as u64)
+                    .map(|seq| bufs[slot(seq)].len() as u64)
+                    .sum::<u64>();
+                sent += k as u64;
+                pacer.sent(k);
+            }
+            Err(e) if transient(&e) => {
                 errors += 1;
-                std::thread::sleep(Duration::from_micros(50));
+                if e.raw_os_error() == Some(libc::ENOBUFS) || e.kind() == ErrorKind::WouldBlock {
+                    std::thread::sleep(Duration::from_micros(50));
+                }
             }
-            // An ICMP error from an earlier datagram (unicast, nobody
-            // listening): keep sending.
-            Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => errors += 1,
             Err(e) => return Err(e).context("sendmmsg"),
         }
     }
     let secs = start.elapsed().as_secs_f64();
-    if json {
+    let pps = per_second(sent, secs);
+    let mbps = per_second(bytes, secs) * 8.0 / 1e6;
+    if a.json {
         println!(
-            "{{\"sent\":{sent},\"seconds\":{secs:.6},\"pps\":{:.1},\"send_errors\":{errors}}}",
-            sent as f64 / secs
+            "{{\"sent\":{sent},\"bytes\":{bytes},\"seconds\":{secs:.6},\"pps\":{pps:.1},\"mbps\":{mbps:.3},\"rate\":{},\"send_errors\":{errors}}}",
+            a.rate
         );
     } else {
         println!(
-            "sent {sent} datagrams in {secs:.3} s ({:.0} pps), {errors} send errors",
-            sent as f64 / secs
+            "sent {sent} datagrams ({bytes} bytes) in {secs:.3} s: {pps:.0} pps, {mbps:.1} Mbit/s, {errors} send errors"
         );
     }
     Ok(())
 }
 
-fn recv(
-    s: &UdpSocket,
-    run: u32,
-    expect: Option<u64>,
-    duration: f64,
-    idle: f64,
-    json: bool,
-) -> anyhow::Result<()> {
-    s.set_read_timeout(Some(Duration::from_millis(100)))?;
-    let mut bufs = vec![[0u8; RECV_BUF]; MAX_BATCH];
-    let mut got = [Received::default(); MAX_BATCH];
-    let mut t = Tracker::new(expect.unwrap_or(50_000_000).min(200_000_000));
-    let mut last_ttl = None;
+fn recv(a: &RecvArgs) -> anyhow::Result<()> {
+    let iface = Iface::from_options(a.interface.as_deref(), a.interface_addr)?;
+    let (s, rcvbuf) = sock::receiver(&sock::ReceiverOptions {
+        addr: a.group,
+        iface,
+        source: a.source,
+        control: true,
+    })
+    .with_context(|| format!("receiving on {}", a.group))?;
+    s.set_read_timeout(Some(Duration::from_millis(50)))?;
+    let stop = stop_flag()?;
+    if let Some(path) = &a.ready_file {
+        std::fs::write(path, b"").with_context(|| format!("writing {}", path.display()))?;
+    }
+    let mut rx = RecvBatch::new(a.batch, sock::MAX_DATAGRAM + 1, true);
+    let limit = a
+        .expect
+        .map_or(DEFAULT_LIMIT, |e| e.clamp(1 << 16, DEFAULT_LIMIT));
+    let mut t = Streams::new(limit);
+    let (mut last_ttl, mut truncated, mut bytes) = (None, 0u64, 0u64);
     let start = Instant::now();
-    let mut last = None::<Instant>;
+    let end = deadline(start, a.duration)?;
+    let idle = (a.idle_exit > 0.0)
+        .then(|| Duration::try_from_secs_f64(a.idle_exit))
+        .transpose()
+        .context("bad --idle-exit")?;
+    let (mut first, mut last) = (None::<Instant>, None::<Instant>);
     loop {
-        if expect.is_some_and(|e| t.received >= e)
-            || start.elapsed().as_secs_f64() >= duration
-            || last.is_some_and(|l| l.elapsed().as_secs_f64() >= idle)
+        let now = Instant::now();
+        if stop.load(Ordering::Relaxed)
+            || a.expect.is_some_and(|e| t.received >= e)
+            || end.is_some_and(|e| now >= e)
+            || idle.zip(last).is_some_and(|(i, l)| now - l >= i)
         {
             break;
         }
-        let n = match net::recv_batch(s, &mut bufs, &mut got) {
+        let n = match rx.recv(&s) {
             Ok(n) => n,
             Err(e)
                 if matches!(
@@ -273,67 +343,158 @@ fn recv(
             }
             Err(e) => return Err(e).context("recvmmsg"),
         };
-        last = Some(Instant::now());
-        for (buf, r) in bufs.iter().zip(&got).take(n) {
-            let data = &buf[..r.len.min(RECV_BUF)];
-            last_ttl = r.ttl.or(last_ttl);
-            match payload::check(data, run) {
-                Ok(h) => t.on_valid(h.sequence, data.len()),
-                Err(PayloadError::Short) => t.on_invalid(data.len(), true),
-                Err(_) => t.on_invalid(data.len(), false),
-            }
+        let now = Instant::now();
+        first.get_or_insert(now);
+        last = Some(now);
+        for i in 0..n {
+            let (data, meta) = rx.get(i);
+            last_ttl = meta.ttl.or(last_ttl);
+            truncated += u64::from(meta.truncated);
+            bytes += data.len() as u64;
+            // Failures are counted by kind inside.
+            let _ = t.on_datagram(data, a.run_id);
         }
     }
-    let lost = expect.map_or(0, |e| e.saturating_sub(t.unique()));
-    let ttl = last_ttl.map_or("null".to_owned(), |v| v.to_string());
-    if json {
+    let secs = start.elapsed().as_secs_f64();
+    let active = first.zip(last).map_or(0.0, |(f, l)| (l - f).as_secs_f64());
+    let pps = per_second(t.received.saturating_sub(1), active);
+    // Short datagrams arrived but cannot be attributed to a sequence
+    // number: they are not lost.
+    let lost = a
+        .expect
+        .map_or_else(|| t.gaps(), |e| e.saturating_sub(t.unique()))
+        .saturating_sub(t.short);
+    let kernel_drops = sock::socket_drops(&s);
+    let ttl = json_opt(last_ttl);
+    if a.json {
         println!(
-            "{{\"received\":{},\"valid\":{},\"corrupt\":{},\"short\":{},\"duplicates\":{},\"reordered\":{},\"unique\":{},\"lost\":{lost},\"min_len\":{},\"max_len\":{},\"ttl\":{ttl},\"seconds\":{:.3}}}",
+            concat!(
+                "{{\"received\":{},\"valid\":{},\"corrupt\":{},\"short\":{},\"wrong_run\":{},",
+                "\"truncated\":{},\"duplicates\":{},\"reordered\":{},\"unique\":{},\"lost\":{},",
+                "\"gaps\":{},\"streams\":{},\"min_len\":{},\"max_len\":{},\"ttl\":{},",
+                "\"received_ttl\":{},\"bytes\":{},\"pps\":{:.1},\"seconds\":{:.3},",
+                "\"kernel_drops\":{},\"rcvbuf\":{}}}"
+            ),
             t.received,
             t.valid,
             t.corrupt,
             t.short,
-            t.duplicates,
-            t.reordered,
+            t.wrong_run,
+            truncated,
+            t.duplicates(),
+            t.reordered(),
             t.unique(),
+            lost,
+            t.gaps(),
+            t.streams.len(),
             t.min_len.unwrap_or(0),
             t.max_len,
-            start.elapsed().as_secs_f64()
+            ttl,
+            ttl,
+            bytes,
+            pps,
+            secs,
+            json_opt(kernel_drops),
+            rcvbuf,
         );
     } else {
         println!(
-            "received {} (valid {}, corrupt {}, short {}), duplicates {}, reordered {}, lost {lost}, ttl {ttl}",
-            t.received, t.valid, t.corrupt, t.short, t.duplicates, t.reordered
+            "received {} (valid {}, corrupt {}, short {}, wrong run {}), duplicates {}, reordered {}, lost {lost}, sizes {}..{}, ttl {ttl}, {pps:.0} pps, kernel drops {}",
+            t.received,
+            t.valid,
+            t.corrupt,
+            t.short,
+            t.wrong_run,
+            t.duplicates(),
+            t.reordered(),
+            t.min_len.unwrap_or(0),
+            t.max_len,
+            json_opt(kernel_drops),
         );
     }
     Ok(())
 }
 
-fn relay(
-    input: SocketAddr,
-    in_if: &str,
-    outputs: &[SocketAddr],
-    out_if: &str,
-    ttl: u32,
-    batch: usize,
-) -> anyhow::Result<()> {
-    let rx = net::receiver(input, net::interface_index(in_if)?, None)?;
-    rx.set_read_timeout(Some(Duration::from_millis(100)))?;
-    let out_index = net::interface_index(out_if)?;
-    let txs = outputs
+/// Receive buffer per datagram in the relay: a 9000-byte jumbo payload and
+/// change; longer datagrams are dropped (counted as `truncated`).
+const RELAY_STRIDE: usize = 9216;
+
+fn relay(a: &RelayArgs) -> anyhow::Result<()> {
+    let in_iface = Iface::from_options(a.input_interface.as_deref(), a.input_interface_addr)?;
+    let out_iface = Iface::from_options(a.output_interface.as_deref(), a.output_interface_addr)?;
+    let (rx_sock, _) = sock::receiver(&sock::ReceiverOptions {
+        addr: a.input,
+        iface: in_iface,
+        source: a.source,
+        control: false,
+    })
+    .with_context(|| format!("relay input {}", a.input))?;
+    // Bounds how long a signal or the deadline waits for the loop.
+    rx_sock.set_read_timeout(Some(Duration::from_millis(100)))?;
+    let txs = a
+        .output
         .iter()
-        .map(|&o| net::sender(o, Some(out_index), None, ttl, false))
-        .collect::<Result<Vec<_>, _>>()?;
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        signal_hook::flag::register(sig, Arc::clone(&stop))?;
+        .map(|&dest| {
+            sock::sender(&sock::SenderOptions {
+                dest,
+                iface: out_iface,
+                source: None,
+                ttl: a.ttl,
+                multicast_loop: a.multicast_loop,
+            })
+            .with_context(|| format!("relay output {dest}"))
+        })
+        .collect::<anyhow::Result<Vec<UdpSocket>>>()?;
+    let stop = stop_flag()?;
+    let start = Instant::now();
+    let end = deadline(start, a.duration)?;
+    let totals = relay_loop(&rx_sock, &txs, a.batch, &stop, end)?;
+    let secs = start.elapsed().as_secs_f64();
+    let kernel_drops = json_opt(sock::socket_drops(&rx_sock));
+    let RelayTotals {
+        packets_in,
+        packets_out,
+        send_errors,
+        truncated,
+    } = totals;
+    if a.json {
+        println!(
+            "{{\"packets_in\":{packets_in},\"packets_out\":{packets_out},\"drops\":{},\"send_errors\":{send_errors},\"truncated\":{truncated},\"kernel_drops\":{kernel_drops},\"seconds\":{secs:.3}}}",
+            send_errors + truncated
+        );
+    } else {
+        println!(
+            "baseline relay: in {packets_in} out {packets_out} dropped {} (send errors {send_errors}, truncated {truncated}), kernel drops {kernel_drops}, {secs:.3} s",
+            send_errors + truncated
+        );
     }
-    let batch = batch.clamp(1, MAX_BATCH);
-    let mut bufs = vec![[0u8; RECV_BUF]; batch];
-    let mut got = [Received::default(); MAX_BATCH];
-    let (mut packets_in, mut packets_out, mut drops) = (0u64, 0u64, 0u64);
-    while !stop.load(Ordering::Relaxed) {
-        let n = match net::recv_batch(&rx, &mut bufs, &mut got) {
+    Ok(())
+}
+
+#[derive(Debug, Default)]
+struct RelayTotals {
+    packets_in: u64,
+    packets_out: u64,
+    send_errors: u64,
+    truncated: u64,
+}
+
+/// The baseline: one blocking `recvmmsg` of up to `batch`, then for each
+/// output one `sendmmsg` of the whole batch (repeated only after a partial
+/// send). No copies beyond the kernel's.
+fn relay_loop(
+    rx_sock: &UdpSocket,
+    txs: &[UdpSocket],
+    batch: usize,
+    stop: &AtomicBool,
+    end: Option<Instant>,
+) -> anyhow::Result<RelayTotals> {
+    let mut rx = RecvBatch::new(batch, RELAY_STRIDE, false);
+    let mut sb = SendBatch::new(batch);
+    let mut forward: Vec<usize> = Vec::with_capacity(batch);
+    let mut t = RelayTotals::default();
+    while !stop.load(Ordering::Relaxed) && end.is_none_or(|e| Instant::now() < e) {
+        let n = match rx.recv(rx_sock) {
             Ok(n) => n,
             Err(e)
                 if matches!(
@@ -345,21 +506,28 @@ fn relay(
             }
             Err(e) => return Err(e).context("recvmmsg"),
         };
-        packets_in += n as u64;
-        let mut slices = [&[][..]; MAX_BATCH];
-        for (i, (b, r)) in bufs.iter().zip(&got).take(n).enumerate() {
-            slices[i] = &b[..r.len.min(RECV_BUF)];
-        }
-        for tx in &txs {
-            match net::send_batch(tx, &slices[..n]) {
-                Ok(k) => {
-                    packets_out += k as u64;
-                    drops += (n - k) as u64;
+        t.packets_in += n as u64;
+        forward.clear();
+        forward.extend((0..n).filter(|&i| !rx.get(i).1.truncated));
+        t.truncated += (n - forward.len()) as u64;
+        for tx in txs {
+            let mut off = 0;
+            while off < forward.len() {
+                match sb.send(tx, forward[off..].iter().map(|&i| rx.get(i).0)) {
+                    Ok(k) if k > 0 => {
+                        t.packets_out += k as u64;
+                        off += k;
+                    }
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    // The datagram at `off` failed (e.g. ICMP unreachable
+                    // from an earlier one): drop it, send the rest.
+                    Ok(_) | Err(_) => {
+                        t.send_errors += 1;
+                        off += 1;
+                    }
                 }
-                Err(_) => drops += n as u64,
             }
         }
     }
-    eprintln!("baseline relay: in {packets_in} out {packets_out} dropped {drops}");
-    Ok(())
+    Ok(t)
 }

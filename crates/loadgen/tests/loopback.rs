@@ -1,11 +1,14 @@
-//! The tools end to end on loopback (no root): sender → receiver, and
-//! sender → baseline relay → receiver, every byte checked.
+//! The `loadgen` binary end to end on the loopback interface (no root):
+//! sender → receiver over unicast IPv4 / IPv6 and over multicast on `lo`,
+//! and sender → baseline relay → two receivers; every byte checked.
 
-use std::process::{Command, Stdio};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const LOADGEN: &str = env!("CARGO_BIN_EXE_loadgen");
 
+/// A port free right now on `127.0.0.1`.
 fn port() -> u16 {
     std::net::UdpSocket::bind("127.0.0.1:0")
         .expect("bind")
@@ -14,122 +17,279 @@ fn port() -> u16 {
         .port()
 }
 
+/// An integer (or `null` → -1) from a JSON line.
 fn field(json: &str, key: &str) -> i64 {
     let at = json
         .find(&format!("\"{key}\":"))
         .unwrap_or_else(|| panic!("{key} missing in {json}"));
-    json[at + key.len() + 3..]
+    let v = json[at + key.len() + 3..]
         .split([',', '}'])
         .next()
-        .and_then(|v| v.parse().ok())
-        .expect("number")
+        .unwrap_or("");
+    if v == "null" {
+        -1
+    } else {
+        v.parse()
+            .unwrap_or_else(|_| panic!("{key} is not a number in {json}"))
+    }
 }
 
-fn receiver(port: u16, expect: u64, ready: &std::path::Path) -> std::process::Child {
+fn ready_path(tag: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("loadgen-ready-{}-{tag}", std::process::id()))
+}
+
+/// Start `loadgen recv` with `args`; returns once it has joined.
+fn receiver(group: &str, expect: u64, args: &[&str]) -> Child {
+    let ready = ready_path(&group.replace([':', '[', ']', '.'], "_"));
+    let _ = std::fs::remove_file(&ready);
     let child = Command::new(LOADGEN)
-        .args([
-            "recv",
-            "--group",
-            &format!("127.0.0.1:{port}"),
-            "--json",
-            "--idle-exit",
-            "2",
-            "--duration",
-            "20",
-        ])
-        .args([
-            "--expect",
-            &expect.to_string(),
-            "--ready-file",
-            ready.to_str().expect("utf-8"),
-        ])
+        .args(["recv", "--group", group, "--json", "--idle-exit", "1"])
+        .args(["--duration", "15", "--expect", &expect.to_string()])
+        .arg("--ready-file")
+        .arg(&ready)
+        .args(args)
         .stdout(Stdio::piped())
         .spawn()
         .expect("spawn recv");
     let deadline = Instant::now() + Duration::from_secs(5);
-    while !ready.exists() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
+    while !ready.exists() {
+        assert!(Instant::now() < deadline, "receiver on {group} never ready");
+        std::thread::sleep(Duration::from_millis(5));
     }
+    let _ = std::fs::remove_file(&ready);
     child
 }
 
-fn send(port: u16, count: u64) {
-    let ok = Command::new(LOADGEN)
-        .args([
-            "send",
-            "--dest",
-            &format!("127.0.0.1:{port}"),
-            "--rate",
-            "20000",
-            "--count",
-            &count.to_string(),
-        ])
-        .args(["--size", "24,100,1316,1500,4096,9000"])
-        .status()
+/// Run `loadgen send --json` to `dest` with `args`; its JSON line.
+fn send(dest: &str, args: &[&str]) -> String {
+    let out = Command::new(LOADGEN)
+        .args(["send", "--dest", dest, "--json"])
+        .args(args)
+        .output()
         .expect("send");
-    assert!(ok.success());
+    assert!(
+        out.status.success(),
+        "send failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+fn finish(rx: Child) -> String {
+    let out = rx.wait_with_output().expect("recv");
+    assert!(out.status.success(), "recv failed");
+    String::from_utf8(out.stdout).expect("utf-8")
 }
 
 #[test]
-fn sender_to_receiver_every_byte_checked() {
-    let (p, ready) = (
-        port(),
-        std::env::temp_dir().join(format!("loadgen-ready-{}", std::process::id())),
+fn unicast_sizes_ttl_and_short_datagrams() {
+    let dest = format!("127.0.0.1:{}", port());
+    let rx = receiver(&dest, 1200, &[]);
+    // 6 sizes x 200; the 1- and 23-byte ones are too short for a header.
+    let sent = send(
+        &dest,
+        &[
+            "--count",
+            "1200",
+            "--rate",
+            "50000",
+            "--ttl",
+            "9",
+            "--sizes",
+            "1,23,24,100,1316,9000",
+        ],
     );
-    let rx = receiver(p, 1200, &ready);
-    send(p, 1200);
-    let out = String::from_utf8(rx.wait_with_output().expect("recv").stdout).expect("utf-8");
-    let _ = std::fs::remove_file(&ready);
+    assert_eq!(field(&sent, "sent"), 1200, "{sent}");
+    let out = finish(rx);
     assert_eq!(
         (
+            field(&out, "received"),
+            field(&out, "valid"),
+            field(&out, "short"),
+            field(&out, "corrupt"),
+            field(&out, "duplicates"),
+            field(&out, "lost"),
+        ),
+        (1200, 800, 400, 0, 0, 0),
+        "{out}"
+    );
+    assert_eq!(
+        (field(&out, "min_len"), field(&out, "max_len")),
+        (1, 9000),
+        "{out}"
+    );
+    assert_eq!(field(&out, "received_ttl"), 9, "TTL on the wire: {out}");
+}
+
+#[test]
+fn zero_count_sends_nothing() {
+    let sent = send(&format!("127.0.0.1:{}", port()), &["--count", "0"]);
+    assert_eq!(field(&sent, "sent"), 0, "{sent}");
+}
+
+#[test]
+fn multicast_on_loopback_every_byte_checked() {
+    let p = port();
+    let group = format!("239.255.{}.{}:{p}", p % 200 + 1, p % 250 + 1);
+    let rx = receiver(&group, 1000, &["--interface-addr", "127.0.0.1"]);
+    let sent = send(
+        &group,
+        &[
+            "--interface-addr",
+            "127.0.0.1",
+            "--loop",
+            "--count",
+            "1000",
+            "--rate",
+            "50000",
+            "--sizes",
+            "24,25,100,1472,1500,1501,4096,9000",
+            "--ttl",
+            "3",
+        ],
+    );
+    assert_eq!(field(&sent, "sent"), 1000, "{sent}");
+    let out = finish(rx);
+    assert_eq!(
+        (
+            field(&out, "received"),
             field(&out, "valid"),
             field(&out, "corrupt"),
-            field(&out, "duplicates")
+            field(&out, "duplicates"),
+            field(&out, "lost"),
         ),
-        (1200, 0, 0),
+        (1000, 1000, 0, 0, 0),
         "{out}"
     );
-    assert_eq!((field(&out, "min_len"), field(&out, "max_len")), (24, 9000));
+    assert_eq!(
+        (field(&out, "min_len"), field(&out, "max_len")),
+        (24, 9000),
+        "{out}"
+    );
+    assert_eq!(field(&out, "received_ttl"), 3, "TTL on the wire: {out}");
 }
 
 #[test]
-fn baseline_relay_forwards_everything() {
-    let (input, output) = (port(), port());
-    let ready = std::env::temp_dir().join(format!("loadgen-ready-relay-{}", std::process::id()));
-    let rx = receiver(output, 600, &ready);
-    let mut relay = Command::new(LOADGEN)
-        .args([
-            "relay",
-            "--input",
-            &format!("127.0.0.1:{input}"),
-            "--input-interface",
-            "lo",
-        ])
-        .args([
-            "--output",
-            &format!("127.0.0.1:{output}"),
-            "--output-interface",
-            "lo",
-        ])
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("relay");
-    std::thread::sleep(Duration::from_millis(300));
-    send(input, 600);
-    let out = String::from_utf8(rx.wait_with_output().expect("recv").stdout).expect("utf-8");
-    let _ = std::fs::remove_file(&ready);
-    let _ = Command::new("kill")
-        .args(["-TERM", &relay.id().to_string()])
-        .status();
-    let status = relay.wait().expect("relay exits");
-    assert!(status.success(), "relay exits cleanly on SIGTERM");
+fn ipv6_unicast_hop_limit() {
+    // Skip where the host has no IPv6 loopback.
+    let Ok(probe) = std::net::UdpSocket::bind("[::1]:0") else {
+        eprintln!("SKIPPED: no ::1");
+        return;
+    };
+    let dest = format!("[::1]:{}", probe.local_addr().expect("addr").port());
+    drop(probe);
+    let rx = receiver(&dest, 500, &[]);
+    send(
+        &dest,
+        &[
+            "--count",
+            "500",
+            "--rate",
+            "50000",
+            "--sizes",
+            "1,1316,8952",
+            "--ttl",
+            "5",
+        ],
+    );
+    let out = finish(rx);
     assert_eq!(
         (
+            field(&out, "received"),
             field(&out, "valid"),
-            field(&out, "lost"),
-            field(&out, "reordered")
+            field(&out, "short")
         ),
-        (600, 0, 0),
+        (500, 333, 167),
         "{out}"
     );
+    assert_eq!(
+        (field(&out, "corrupt"), field(&out, "lost")),
+        (0, 0),
+        "{out}"
+    );
+    assert_eq!(
+        field(&out, "received_ttl"),
+        5,
+        "hop limit on the wire: {out}"
+    );
+}
+
+#[test]
+fn baseline_relay_forwards_everything_to_every_output() {
+    let (input, out_a, out_b) = (port(), port(), port());
+    let (dest_a, dest_b) = (format!("127.0.0.1:{out_a}"), format!("127.0.0.1:{out_b}"));
+    let rx_a = receiver(&dest_a, 600, &[]);
+    let rx_b = receiver(&dest_b, 600, &[]);
+    let relay = Command::new(LOADGEN)
+        .args(["relay", "--input", &format!("127.0.0.1:{input}")])
+        .args(["--output", &dest_a, "--output", &dest_b])
+        .args([
+            "--output-interface-addr",
+            "127.0.0.1",
+            "--ttl",
+            "4",
+            "--json",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("relay");
+    // The relay has no ready file: give it a moment to bind.
+    std::thread::sleep(Duration::from_millis(300));
+    send(
+        &format!("127.0.0.1:{input}"),
+        &[
+            "--count",
+            "600",
+            "--rate",
+            "20000",
+            "--sizes",
+            "24,1316,9000",
+        ],
+    );
+    let (a, b) = (finish(rx_a), finish(rx_b));
+    let status = Command::new("kill")
+        .args(["-TERM", &relay.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let out = relay.wait_with_output().expect("relay exits");
+    assert!(out.status.success(), "relay exits cleanly on SIGTERM");
+    let totals = String::from_utf8(out.stdout).expect("utf-8");
+    assert_eq!(
+        (
+            field(&totals, "packets_in"),
+            field(&totals, "packets_out"),
+            field(&totals, "drops")
+        ),
+        (600, 1200, 0),
+        "{totals}"
+    );
+    for out in [a, b] {
+        assert_eq!(
+            (
+                field(&out, "valid"),
+                field(&out, "lost"),
+                field(&out, "reordered"),
+                field(&out, "duplicates"),
+                field(&out, "corrupt"),
+            ),
+            (600, 0, 0, 0, 0),
+            "{out}"
+        );
+        assert_eq!(field(&out, "received_ttl"), 4, "the relay's TTL: {out}");
+    }
+}
+
+#[test]
+fn relay_stops_after_its_duration() {
+    let start = Instant::now();
+    let out = Command::new(LOADGEN)
+        .args(["relay", "--input", &format!("127.0.0.1:{}", port())])
+        .args(["--output", "127.0.0.1:9", "--duration", "0.3"])
+        .output()
+        .expect("relay");
+    assert!(out.status.success());
+    assert!(start.elapsed() < Duration::from_secs(3));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("in 0 out 0"), "{text}");
 }

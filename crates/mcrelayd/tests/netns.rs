@@ -1,0 +1,604 @@
+//! The relay end to end in network namespaces this test builds and removes:
+//!
+//! ```text
+//!  ns A (sender)          ns R (mcrelayd)                 ns B (receivers)
+//!  vA 10.10.1.1 <--veth--> vRA 10.10.1.2 | vRB 10.10.2.1 <--veth--> vB 10.10.2.2
+//!     fd01::1                 fd01::2    |    fd02::1                  fd02::2
+//! ```
+//! Needs root (CI runs as root); skips with a message otherwise.
+
+use std::fs;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+const MCRELAYD: &str = env!("CARGO_BIN_EXE_mcrelayd");
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.starts_with(b"0\n"))
+}
+
+/// The `loadgen` binary next to `mcrelayd`, built if missing.
+fn loadgen() -> PathBuf {
+    let path = Path::new(MCRELAYD).with_file_name("loadgen");
+    if !path.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "-p", "mcrelay-loadgen", "--bin", "loadgen"])
+            .status()
+            .expect("cargo build loadgen");
+        assert!(status.success(), "building loadgen");
+    }
+    path
+}
+
+fn sh(args: &[&str]) {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .expect("run command");
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Three namespaces and two veth pairs, removed on drop.
+struct Topology {
+    a: String,
+    r: String,
+    b: String,
+    dir: PathBuf,
+    /// One topology at a time: these tests measure delivery, and on a
+    /// 2-core machine parallel relays would starve each other.
+    _serial: std::sync::MutexGuard<'static, ()>,
+}
+
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+impl Topology {
+    fn new() -> Option<Self> {
+        if !is_root() {
+            eprintln!("SKIPPED: namespace tests need root (CI runs them as root)");
+            return None;
+        }
+        let serial = SERIAL
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let id = format!(
+            "{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let t = Topology {
+            _serial: serial,
+            a: format!("mcr-a-{id}"),
+            r: format!("mcr-r-{id}"),
+            b: format!("mcr-b-{id}"),
+            dir: std::env::temp_dir().join(format!("mcrelay-test-{id}")),
+        };
+        fs::create_dir_all(&t.dir).expect("temp dir");
+        for ns in [&t.a, &t.r, &t.b] {
+            sh(&["ip", "netns", "add", ns]);
+            t.ip(ns, &["link", "set", "lo", "up"]);
+        }
+        sh(&[
+            "ip", "link", "add", "vA", "netns", &t.a, "mtu", "9200", "type", "veth", "peer",
+            "name", "vRA", "netns", &t.r, "mtu", "9200",
+        ]);
+        sh(&[
+            "ip", "link", "add", "vRB", "netns", &t.r, "mtu", "9200", "type", "veth", "peer",
+            "name", "vB", "netns", &t.b, "mtu", "9200",
+        ]);
+        for (ns, dev, v4, v6) in [
+            (&t.a, "vA", "10.10.1.1/24", "fd01::1/64"),
+            (&t.r, "vRA", "10.10.1.2/24", "fd01::2/64"),
+            (&t.r, "vRB", "10.10.2.1/24", "fd02::1/64"),
+            (&t.b, "vB", "10.10.2.2/24", "fd02::2/64"),
+        ] {
+            t.ip(ns, &["addr", "add", v4, "dev", dev]);
+            t.ip(ns, &["-6", "addr", "add", v6, "dev", dev, "nodad"]);
+            t.ip(ns, &["link", "set", dev, "up"]);
+        }
+        t.ip(&t.a, &["route", "add", "224.0.0.0/4", "dev", "vA"]);
+        t.ip(&t.b, &["route", "add", "224.0.0.0/4", "dev", "vB"]);
+        t.ip(&t.a, &["route", "add", "10.10.2.0/24", "via", "10.10.1.2"]);
+        // IPv6 takes multicast only once addrconf has added the ff00::/8
+        // route, a moment after the link comes up.
+        for (ns, dev) in [(&t.a, "vA"), (&t.r, "vRA"), (&t.r, "vRB"), (&t.b, "vB")] {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                let out = Command::new("ip")
+                    .args([
+                        "-n", ns, "-6", "route", "show", "table", "local", "dev", dev,
+                    ])
+                    .output()
+                    .expect("ip route");
+                if String::from_utf8_lossy(&out.stdout).contains("ff00::/8") {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "IPv6 multicast route on {dev} never appeared"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        for key in ["all", "default", "vRA", "vRB"] {
+            sh(&[
+                "ip",
+                "netns",
+                "exec",
+                &t.r,
+                "sysctl",
+                "-qw",
+                &format!("net.ipv4.conf.{key}.rp_filter=0"),
+            ]);
+        }
+        Some(t)
+    }
+
+    fn ip(&self, ns: &str, args: &[&str]) {
+        let mut v = vec!["ip", "-n", ns];
+        v.extend_from_slice(args);
+        sh(&v);
+    }
+
+    fn command(&self, ns: &str, program: &Path) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", ns]).arg(program);
+        c
+    }
+
+    /// Start mcrelayd in R with `config`; returns once it is relaying.
+    fn relay(&self, config: &str, extra: &[&str]) -> Relay {
+        let path = self.dir.join("mcrelay.toml");
+        fs::write(&path, config).expect("write config");
+        let log = self.dir.join("mcrelayd.log");
+        let child = self
+            .command(&self.r, Path::new(MCRELAYD))
+            .arg("--config")
+            .arg(&path)
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .stderr(fs::File::create(&log).expect("log file"))
+            .spawn()
+            .expect("spawn mcrelayd");
+        let relay = Relay { child, log };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !relay.log().contains("relaying;") {
+            assert!(
+                Instant::now() < deadline,
+                "mcrelayd did not start:\n{}",
+                relay.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        relay
+    }
+
+    /// Start a validating receiver in B; returns once it has joined.
+    fn receiver(&self, group: &str, expect: u64, extra: &[&str]) -> Child {
+        let idle = if extra.contains(&"--idle-exit") {
+            &[][..]
+        } else {
+            &["--idle-exit", "2"][..]
+        };
+        let ready = self
+            .dir
+            .join(format!("ready-{}", group.replace([':', '[', ']'], "_")));
+        let child = self
+            .command(&self.b, &loadgen())
+            .args([
+                "recv",
+                "--group",
+                group,
+                "--interface",
+                "vB",
+                "--json",
+                "--duration",
+                "30",
+            ])
+            .args(idle)
+            .args(["--expect", &expect.to_string(), "--ready-file"])
+            .arg(&ready)
+            .args(extra)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn receiver");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !ready.exists() {
+            assert!(
+                Instant::now() < deadline,
+                "receiver for {group} never joined"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // Let the IGMP/MLD join settle on the veth.
+        std::thread::sleep(Duration::from_millis(50));
+        child
+    }
+
+    /// Send from A and wait for the sender to finish.
+    fn send(&self, dest: &str, args: &[&str]) {
+        let status = self
+            .command(&self.a, &loadgen())
+            .args(["send", "--dest", dest, "--interface", "vA"])
+            .args(args)
+            .stdout(Stdio::null())
+            .status()
+            .expect("sender");
+        assert!(status.success(), "sender failed");
+    }
+}
+
+impl Drop for Topology {
+    fn drop(&mut self) {
+        for ns in [&self.a, &self.r, &self.b] {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+struct Relay {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Relay {
+    fn log(&self) -> String {
+        let mut s = String::new();
+        let _ = fs::File::open(&self.log).and_then(|mut f| f.read_to_string(&mut s));
+        s
+    }
+
+    /// SIGTERM; asserts a clean exit within a second; the final counters.
+    fn stop(mut self) -> String {
+        let start = Instant::now();
+        sh(&["kill", "-TERM", &self.child.id().to_string()]);
+        let status = loop {
+            if let Some(s) = self.child.try_wait().expect("wait") {
+                break s;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "mcrelayd ignored SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        let took = start.elapsed();
+        let log = self.log();
+        assert!(status.success(), "mcrelayd exit status {status}:\n{log}");
+        assert!(
+            took < Duration::from_secs(1),
+            "SIGTERM to exit took {took:?}"
+        );
+        log
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A number from a receiver's JSON line.
+fn field(json: &str, key: &str) -> i64 {
+    let at = json
+        .find(&format!("\"{key}\":"))
+        .unwrap_or_else(|| panic!("{key} missing in {json}"));
+    json[at + key.len() + 3..]
+        .split([',', '}'])
+        .next()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(-1)
+}
+
+fn finish(rx: Child) -> String {
+    String::from_utf8(rx.wait_with_output().expect("receiver").stdout).expect("utf-8")
+}
+
+/// A counter from mcrelayd's `final ...` lines: the line containing every
+/// `selector` word, then `key=value`.
+fn counter(log: &str, selectors: &[&str], key: &str) -> u64 {
+    let line = log
+        .lines()
+        .find(|l| l.starts_with("final") && selectors.iter().all(|s| l.contains(s)))
+        .unwrap_or_else(|| panic!("no final line with {selectors:?} in:\n{log}"));
+    line.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{key} missing in {line}"))
+}
+
+fn clean(out: &str) {
+    assert_eq!(field(out, "corrupt"), 0, "no corrupt payloads: {out}");
+    assert_eq!(field(out, "duplicates"), 0, "no duplicates: {out}");
+    assert_eq!(field(out, "reordered"), 0, "no reordering: {out}");
+}
+
+const SIZES: &str = "1,1472,1500,1501,4096,4097,8972,9000,9001";
+
+fn one_to_one(receive: &str) {
+    let Some(t) = Topology::new() else { return };
+    let relay = t.relay(
+        r#"
+[[flow]]
+name = "one"
+input = { interface = "vRA", address = "239.1.1.1", port = 5000 }
+outputs = [ { interface = "vRB", address = "239.2.2.2", port = 6000, ttl = 7 } ]
+"#,
+        &["--receive", receive],
+    );
+    // 9 sizes x 100; the 9001-byte ones are dropped, the 1-byte ones arrive
+    // too short to carry a header (counted as "short").
+    let rx = t.receiver("239.2.2.2:6000", 800, &[]);
+    t.send(
+        "239.1.1.1:5000",
+        &["--count", "900", "--rate", "20000", "--size", SIZES],
+    );
+    let out = finish(rx);
+    let log = relay.stop();
+    clean(&out);
+    assert_eq!(
+        (field(&out, "valid"), field(&out, "short")),
+        (700, 100),
+        "{out}"
+    );
+    assert_eq!(
+        (field(&out, "min_len"), field(&out, "max_len")),
+        (1, 9000),
+        "{out}"
+    );
+    assert_eq!(
+        field(&out, "ttl"),
+        7,
+        "TTL on the wire is the configured one"
+    );
+    assert_eq!(
+        counter(&log, &["flow=one", "packets_in"], "packets_in"),
+        900
+    );
+    assert_eq!(
+        counter(&log, &["flow=one", "packets_in"], "drop_oversize"),
+        100
+    );
+    assert_eq!(
+        counter(&log, &["output=239.2.2.2:6000"], "packets_out"),
+        800
+    );
+}
+
+#[test]
+fn ipv4_one_to_one_sizes_ttl_and_oversize() {
+    one_to_one("auto");
+}
+
+#[test]
+fn ipv4_one_to_one_rearmed_receives() {
+    one_to_one("single");
+}
+
+#[test]
+fn fan_out_one_to_four_multicast_and_unicast() {
+    let Some(t) = Topology::new() else { return };
+    let relay = t.relay(
+        r#"
+[[flow]]
+name = "fan"
+input = { interface = "vRA", address = "239.1.1.1", port = 5000 }
+outputs = [
+  { interface = "vRB", address = "239.2.2.2", port = 6000 },
+  { interface = "vRB", address = "239.2.2.3", port = 6001 },
+  { interface = "vRB", address = "239.2.2.4", port = 6002 },
+  { interface = "vRB", address = "10.10.2.2", port = 6003 },
+]
+"#,
+        &[],
+    );
+    let groups = [
+        "239.2.2.2:6000",
+        "239.2.2.3:6001",
+        "239.2.2.4:6002",
+        "10.10.2.2:6003",
+    ];
+    let rxs: Vec<Child> = groups.iter().map(|g| t.receiver(g, 3000, &[])).collect();
+    t.send(
+        "239.1.1.1:5000",
+        &["--count", "3000", "--rate", "30000", "--size", "1316"],
+    );
+    let outs: Vec<String> = rxs.into_iter().map(finish).collect();
+    let log = relay.stop();
+    for (g, out) in groups.iter().zip(outs) {
+        clean(&out);
+        assert_eq!(
+            (field(&out, "valid"), field(&out, "lost")),
+            (3000, 0),
+            "{g}: {out}\n{log}"
+        );
+    }
+}
+
+#[test]
+fn ipv6_one_to_one() {
+    let Some(t) = Topology::new() else { return };
+    let relay = t.relay(
+        r#"
+[[flow]]
+name = "v6"
+input = { interface = "vRA", address = "ff3e::1:1", port = 5000 }
+outputs = [ { interface = "vRB", address = "ff3e::2:2", port = 6000, ttl = 5 } ]
+"#,
+        &[],
+    );
+    let rx = t.receiver("[ff3e::2:2]:6000", 2000, &[]);
+    t.send(
+        "[ff3e::1:1]:5000",
+        &[
+            "--count",
+            "2000",
+            "--rate",
+            "20000",
+            "--size",
+            "1,1316,8952",
+        ],
+    );
+    let out = finish(rx);
+    let log = relay.stop();
+    clean(&out);
+    assert_eq!(field(&out, "received"), 2000, "{out}\n{log}");
+    assert_eq!(field(&out, "ttl"), 5, "hop limit on the wire");
+}
+
+#[test]
+fn ssm_ignores_other_sources() {
+    let Some(t) = Topology::new() else { return };
+    t.ip(&t.a, &["addr", "add", "10.10.1.3/24", "dev", "vA"]);
+    let relay = t.relay(
+        r#"
+[[flow]]
+name = "ssm"
+input = { interface = "vRA", address = "232.1.1.1", port = 5000, source = "10.10.1.1" }
+outputs = [ { interface = "vRB", address = "239.2.2.2", port = 6000 } ]
+"#,
+        &[],
+    );
+    let rx = t.receiver("239.2.2.2:6000", 1000, &[]);
+    // The wrong source first (run 2), then the right one (run 1).
+    t.send(
+        "232.1.1.1:5000",
+        &[
+            "--count",
+            "1000",
+            "--rate",
+            "20000",
+            "--bind",
+            "10.10.1.3",
+            "--run-id",
+            "2",
+        ],
+    );
+    t.send(
+        "232.1.1.1:5000",
+        &[
+            "--count",
+            "1000",
+            "--rate",
+            "20000",
+            "--bind",
+            "10.10.1.1",
+            "--run-id",
+            "1",
+        ],
+    );
+    let out = finish(rx);
+    let log = relay.stop();
+    clean(&out);
+    assert_eq!(
+        (field(&out, "received"), field(&out, "valid")),
+        (1000, 1000),
+        "{out}"
+    );
+    assert_eq!(
+        counter(&log, &["flow=ssm", "packets_in"], "packets_in"),
+        1000
+    );
+}
+
+#[test]
+fn pool_exhaustion_is_counted_and_recovers() {
+    let Some(t) = Topology::new() else { return };
+    let relay = t.relay(
+        r#"
+[pools]
+small = 16
+standard = 1
+jumbo = 1
+[[flow]]
+name = "tiny"
+input = { interface = "vRA", address = "239.1.1.1", port = 5000 }
+outputs = [ { interface = "vRB", address = "239.2.2.2", port = 6000 } ]
+"#,
+        &[],
+    );
+    // An unpaced burst of 20 000 overruns 16 buffers; then a slow stream
+    // (run 2), one datagram every 2 ms so 16 buffers absorb any scheduling
+    // hiccup of this shared machine, must arrive whole: the pool recovered.
+    let rx = t.receiver(
+        "239.2.2.2:6000",
+        1_000_000,
+        &["--run-id", "2", "--idle-exit", "3"],
+    );
+    t.send(
+        "239.1.1.1:5000",
+        &[
+            "--count", "20000", "--rate", "0", "--size", "1316", "--run-id", "1",
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    t.send(
+        "239.1.1.1:5000",
+        &[
+            "--count", "500", "--rate", "2000", "--batch", "1", "--size", "1316", "--run-id", "2",
+        ],
+    );
+    let out = finish(rx);
+    let log = relay.stop();
+    let exhausted = counter(&log, &["flow=tiny", "packets_in"], "drop_pool_exhausted")
+        + counter(&log, &["output=239.2.2.2:6000"], "drop_backlog");
+    assert!(exhausted > 0, "the burst was dropped and counted:\n{log}");
+    assert_eq!(
+        field(&out, "unique"),
+        500,
+        "the slow stream after the burst arrives whole: {out}\n{log}"
+    );
+}
+
+#[test]
+fn unreachable_unicast_output_does_not_hurt_the_others() {
+    let Some(t) = Topology::new() else { return };
+    let relay = t.relay(
+        r#"
+[[flow]]
+name = "mixed"
+input = { interface = "vRA", address = "239.1.1.1", port = 5000 }
+outputs = [
+  { interface = "vRB", address = "10.10.2.2", port = 6999 },
+  { interface = "vRB", address = "10.10.2.77", port = 6000 },
+  { interface = "vRB", address = "239.2.2.2", port = 6000 },
+]
+"#,
+        &[],
+    );
+    let rx = t.receiver("239.2.2.2:6000", 3000, &[]);
+    t.send(
+        "239.1.1.1:5000",
+        &["--count", "3000", "--rate", "20000", "--size", "1316"],
+    );
+    let out = finish(rx);
+    let log = relay.stop();
+    clean(&out);
+    assert_eq!(
+        (field(&out, "valid"), field(&out, "lost")),
+        (3000, 0),
+        "{out}"
+    );
+    let refused = counter(&log, &["output=10.10.2.2:6999"], "drop_send_error");
+    assert!(
+        refused > 0,
+        "port-unreachable sends are counted as errors:\n{log}"
+    );
+}
