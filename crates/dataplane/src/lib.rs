@@ -20,6 +20,14 @@ mod submit;
 pub mod worker;
 
 pub use bufring::RECEIVE_BUFFER_BYTES;
+
+/// Internals the benchmarks drive directly (the packet path without the
+/// kernel). Not a stable API.
+#[doc(hidden)]
+pub mod bench_support {
+    pub use crate::inflight::InFlight;
+    pub use crate::submit::UserData;
+}
 pub use worker::{
     FlowSockets, OutputSocket, ReceiveMode, WorkerConfig, WorkerError, WorkerHandle, WorkerStats,
     spawn,

@@ -1,0 +1,66 @@
+//! The data plane's per-packet userspace work without the kernel, so CI
+//! catches regressions of the hot path: classify, take a pool buffer, copy
+//! the payload, park it for N sends, build N send SQEs, complete them,
+//! give the buffer back. IDs: `dataplane/packet/{1316,8000}/{1,4}`.
+
+use std::hint::black_box;
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use io_uring::{opcode, squeue, types::Fd};
+use mcrelay_dataplane::bench_support::{InFlight, UserData};
+use mcrelay_pool::{MAX_PAYLOAD, PoolConfig, PoolSet, SharedBuffer};
+
+fn packet(c: &mut Criterion) {
+    let config = PoolConfig::default();
+    let mut pool = PoolSet::new(config).expect("pool fits in memory");
+    let mut in_flight = InFlight::with_capacity(config.small + config.standard + config.jumbo);
+    let mut sqes: Vec<squeue::Entry> = Vec::with_capacity(4);
+    let mut group = c.benchmark_group("dataplane");
+    for size in [1316usize, 8000] {
+        let payload: Vec<u8> = (0..size).map(|i| i.to_le_bytes()[0]).collect();
+        for outputs in [1u16, 4] {
+            group.throughput(Throughput::Elements(1));
+            group.bench_function(
+                BenchmarkId::new("packet", format!("{size}/{outputs}")),
+                |b| {
+                    b.iter(|| {
+                        let data = black_box(payload.as_slice());
+                        if data.len() > MAX_PAYLOAD {
+                            return;
+                        }
+                        let Some(buf) = pool.take_filled(data) else {
+                            return;
+                        };
+                        let shared =
+                            SharedBuffer::new(buf, u32::from(outputs)).expect("outputs > 0");
+                        let (ptr, len) = (
+                            shared.buffer().as_ptr(),
+                            u32::try_from(shared.buffer().len()).unwrap_or(0),
+                        );
+                        let Ok(slot) = in_flight.insert(shared) else {
+                            return;
+                        };
+                        for output in 0..outputs {
+                            let entry = opcode::Send::new(Fd(3 + i32::from(output)), ptr, len)
+                                .build()
+                                .user_data(UserData::Send { slot, output }.encode());
+                            sqes.push(entry);
+                        }
+                        black_box(&sqes);
+                        // The completions, as the worker reaps them.
+                        for sqe in sqes.drain(..) {
+                            black_box(sqe);
+                            if let Some(buf) = in_flight.complete_one(slot) {
+                                let _ = pool.give(buf);
+                            }
+                        }
+                    });
+                },
+            );
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, packet);
+criterion_main!(benches);
