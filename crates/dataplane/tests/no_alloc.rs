@@ -100,7 +100,6 @@ fn relay_and_count(mode: ReceiveMode) {
             pools: PoolConfig::default(),
             flows: vec![flow],
             receive: mode,
-            receive_buffers: 64,
         },
         Arc::clone(&stop),
     )

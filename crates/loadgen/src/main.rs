@@ -333,14 +333,7 @@ fn recv(a: &RecvArgs) -> anyhow::Result<()> {
         }
         let n = match rx.recv(&s) {
             Ok(n) => n,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
-                ) =>
-            {
-                continue;
-            }
+            Err(e) if is_timeout(&e) => continue,
             Err(e) => return Err(e).context("recvmmsg"),
         };
         let now = Instant::now();
@@ -496,14 +489,7 @@ fn relay_loop(
     while !stop.load(Ordering::Relaxed) && end.is_none_or(|e| Instant::now() < e) {
         let n = match rx.recv(rx_sock) {
             Ok(n) => n,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
-                ) =>
-            {
-                continue;
-            }
+            Err(e) if is_timeout(&e) => continue,
             Err(e) => return Err(e).context("recvmmsg"),
         };
         t.packets_in += n as u64;
@@ -530,4 +516,12 @@ fn relay_loop(
         }
     }
     Ok(t)
+}
+
+/// A receive that timed out or was interrupted: try again.
+fn is_timeout(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+    )
 }

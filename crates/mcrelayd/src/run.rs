@@ -20,28 +20,6 @@ use mcrelay_pool::PoolConfig;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
-/// Receive buffers in a worker's provided-buffer ring: half the smallest
-/// output queue depth of its flows (a power of two, 16 to 512).
-///
-/// Completions are reaped in order, and up to one ring's worth of receive
-/// completions can be queued ahead of the completions of sends already
-/// done, so an output's in-flight count can overshoot by that much. Keeping
-/// the ring below the queue depth keeps the cap about slow outputs, not
-/// about reap order. (Measured: with 512 buffers and the default depth of
-/// 256, a 1→4 fan-out at 30 kpps dropped up to 40 % as "backlog".) The
-/// socket's receive buffer, not this ring, absorbs bursts.
-fn receive_buffers(flows: &[FlowSockets]) -> u16 {
-    let depth = flows
-        .iter()
-        .flat_map(|f| &f.outputs)
-        .map(|o| o.queue_depth)
-        .min()
-        .unwrap_or(256);
-    let half = u16::try_from((depth / 2).clamp(16, 512)).unwrap_or(512);
-    // Largest power of two not above `half`.
-    1 << (15 - half.leading_zeros())
-}
-
 /// Options of the run mode beyond the config file.
 #[derive(Debug, Clone, Copy)]
 pub struct RunOptions {
@@ -215,7 +193,6 @@ fn relay(config: &Config, options: RunOptions) -> anyhow::Result<()> {
         if flows.is_empty() {
             continue;
         }
-        let receive_buffers = receive_buffers(&flows);
         let spawned = mcrelay_dataplane::spawn(
             WorkerConfig {
                 index,
@@ -223,7 +200,6 @@ fn relay(config: &Config, options: RunOptions) -> anyhow::Result<()> {
                 pools,
                 flows,
                 receive: options.receive,
-                receive_buffers,
             },
             Arc::clone(&stop),
         );
@@ -319,35 +295,5 @@ fn print_final(worker: &WorkerStats) {
             p.exhausted,
             p.high_water
         );
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn flow_with_depths(depths: &[u32]) -> FlowSockets {
-        let sock = || std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
-        FlowSockets {
-            name: "f".into(),
-            ingress: sock(),
-            outputs: depths
-                .iter()
-                .map(|&queue_depth| OutputSocket {
-                    label: "o".into(),
-                    socket: sock(),
-                    queue_depth,
-                })
-                .collect(),
-        }
-    }
-
-    #[test]
-    fn receive_ring_stays_below_the_smallest_queue_depth() {
-        assert_eq!(receive_buffers(&[flow_with_depths(&[256, 1024])]), 128);
-        assert_eq!(receive_buffers(&[flow_with_depths(&[300])]), 128);
-        assert_eq!(receive_buffers(&[flow_with_depths(&[4])]), 16);
-        assert_eq!(receive_buffers(&[flow_with_depths(&[65536])]), 512);
-        assert_eq!(receive_buffers(&[]), 128);
     }
 }

@@ -535,8 +535,9 @@ outputs = [ { interface = "vRB", address = "239.2.2.2", port = 6000 } ]
         &[],
     );
     // An unpaced burst of 20 000 overruns 16 buffers; then a slow stream
-    // (run 2), one datagram every 2 ms so 16 buffers absorb any scheduling
-    // hiccup of this shared machine, must arrive whole: the pool recovered.
+    // (run 2), one datagram every 0.5 ms so 16 buffers absorb a scheduling
+    // hiccup of up to ~8 ms on this shared machine, must arrive whole: the
+    // pool recovered.
     let rx = t.receiver(
         "239.2.2.2:6000",
         1_000_000,

@@ -285,6 +285,13 @@ impl SharedBuffer {
         self.pending
     }
 
+    /// The buffer back, whatever uses are still counted: for a buffer none
+    /// of whose uses was ever started (nothing else can be reading it).
+    #[inline]
+    pub fn into_buffer(self) -> Buffer {
+        self.buf
+    }
+
     /// One use has completed.
     #[inline]
     pub fn release(mut self) -> Released {
