@@ -69,6 +69,11 @@ pub struct OutputCounters {
     pub last_error: Counter,
     /// Most sends this output ever had in flight at once.
     pub in_flight_high_water: Counter,
+    /// UDP GSO sends that completed (each carried several datagrams).
+    pub gso_sends: Counter,
+    /// GSO sends the kernel refused; their datagrams were sent one by one
+    /// and the output stopped grouping datagrams of that size.
+    pub gso_fallbacks: Counter,
 }
 
 /// Counters of one worker's loop.
@@ -78,7 +83,7 @@ pub struct LoopCounters {
     pub turns: Counter,
     /// Completions handled.
     pub completions: Counter,
-    /// Sends submitted.
+    /// Send SQEs submitted (a GSO send counts once).
     pub sends_submitted: Counter,
 }
 

@@ -14,6 +14,7 @@
 pub mod affinity;
 mod bufring;
 pub mod counters;
+mod egress;
 mod inflight;
 pub mod sockets;
 mod submit;

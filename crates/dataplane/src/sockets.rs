@@ -194,9 +194,29 @@ pub fn open_egress(output: &Output, ifindex: u32) -> io::Result<UdpSocket> {
     Ok(socket.into())
 }
 
+/// Whether the kernel takes UDP GSO (`UDP_SEGMENT`) on this socket: setting
+/// the socket's default segment size to 0 (no segmentation) succeeds exactly
+/// when the option exists. Probed once per output, before the flow starts.
+pub fn supports_gso(socket: &UdpSocket) -> bool {
+    let socket = socket2::SockRef::from(socket);
+    setsockopt(
+        &socket,
+        libc::SOL_UDP,
+        libc::UDP_SEGMENT,
+        &0 as &libc::c_int,
+    )
+    .is_ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn loopback_udp_sockets_take_gso() {
+        let s = UdpSocket::bind("127.0.0.1:0").expect("bind");
+        assert!(supports_gso(&s), "Linux >= 4.18 has UDP_SEGMENT");
+    }
 
     #[test]
     fn missing_interface_is_a_clear_error() {

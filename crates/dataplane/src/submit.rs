@@ -12,6 +12,9 @@ pub enum UserData {
     /// A send of the buffer parked in in-flight `slot` on worker output
     /// number `output`.
     Send { slot: u32, output: u16 },
+    /// A UDP GSO send of the datagrams in GSO table `record` on worker
+    /// output number `output`.
+    GsoSend { record: u32, output: u16 },
     /// A cancellation request (its own completion carries nothing).
     Cancel,
 }
@@ -20,6 +23,8 @@ const KIND_SHIFT: u32 = 62;
 const RECEIVE: u64 = 1;
 const SEND: u64 = 2;
 const CANCEL: u64 = 3;
+/// Set in a send's value when it is a GSO send (above the 32-bit slot).
+const GSO_FLAG: u64 = 1 << 48;
 
 impl UserData {
     pub fn encode(self) -> u64 {
@@ -27,6 +32,9 @@ impl UserData {
             UserData::Receive { flow } => (RECEIVE << KIND_SHIFT) | u64::from(flow),
             UserData::Send { slot, output } => {
                 (SEND << KIND_SHIFT) | (u64::from(slot) << 16) | u64::from(output)
+            }
+            UserData::GsoSend { record, output } => {
+                (SEND << KIND_SHIFT) | GSO_FLAG | (u64::from(record) << 16) | u64::from(output)
             }
             UserData::Cancel => CANCEL << KIND_SHIFT,
         }
@@ -37,6 +45,10 @@ impl UserData {
         let low32 = |x: u64| u32::try_from(x & 0xffff_ffff).ok();
         match v >> KIND_SHIFT {
             RECEIVE => Some(UserData::Receive { flow: low32(v)? }),
+            SEND if v & GSO_FLAG != 0 => Some(UserData::GsoSend {
+                record: low32(v >> 16)?,
+                output: u16::try_from(v & 0xffff).ok()?,
+            }),
             SEND => Some(UserData::Send {
                 slot: low32(v >> 16)?,
                 output: u16::try_from(v & 0xffff).ok()?,
@@ -91,6 +103,18 @@ mod tests {
             UserData::Send {
                 slot: 3_000_000,
                 output: 65_534,
+            },
+            UserData::GsoSend {
+                record: 0,
+                output: 0,
+            },
+            UserData::GsoSend {
+                record: u32::MAX,
+                output: 7,
+            },
+            UserData::Send {
+                slot: u32::MAX,
+                output: 7,
             },
             UserData::Cancel,
         ] {

@@ -3,12 +3,15 @@
 //!
 //! Each loop turn makes one `io_uring_enter` that submits everything queued
 //! since the last turn and waits for at least one completion (or a 100 ms
-//! tick, to notice a stop request). Then it handles every completion:
-//! a receive copies the datagram into a pool buffer (the one copy), gives
-//! the receive buffer back to the kernel, and queues one send per output
-//! that has room; a send completion releases one use of the pool buffer,
-//! and the last one gives it back. Nothing in the turn allocates, locks,
-//! blocks (outside the enter) or logs per packet.
+//! tick, to notice a stop request). Then it handles the completions in
+//! batches: a receive copies the datagram into a pool buffer (the one copy),
+//! gives the receive buffer back to the kernel, and queues the datagram on
+//! each output that has room; at the end of the batch each output's queue
+//! becomes sends — a UDP GSO send per run of same-size datagrams where the
+//! kernel takes it, else one send per datagram — handed to the kernel at
+//! once. A send completion releases one use of the pool buffer per
+//! datagram, and the last one gives it back. Nothing in the turn allocates,
+//! locks, blocks (outside the enter) or logs per packet.
 
 use std::io;
 use std::net::UdpSocket;
@@ -24,6 +27,7 @@ use mcrelay_pool::{MAX_PAYLOAD, PoolConfig, PoolSet, PoolStatsHandle, SharedBuff
 
 use crate::bufring::{BUFFER_LEN, ProvidedBuffers};
 use crate::counters::{FlowCounters, FlowStats, LoopCounters, OutputCounters};
+use crate::egress::{GsoTable, Pending, PendingSends};
 use crate::inflight::InFlight;
 use crate::submit::{Submit, UserData};
 
@@ -66,6 +70,9 @@ pub struct WorkerConfig {
     pub pools: PoolConfig,
     pub flows: Vec<FlowSockets>,
     pub receive: ReceiveMode,
+    /// Group same-size datagrams into UDP GSO sends on outputs whose
+    /// sockets take `UDP_SEGMENT`.
+    pub gso: bool,
 }
 
 /// Receive buffers in a worker's provided-buffer ring: half the smallest
@@ -197,7 +204,12 @@ struct Flow {
 struct Output {
     fd: i32,
     depth: u32,
+    /// Sends queued or in the kernel, counted in datagrams.
     in_flight: u32,
+    /// Datagrams queued in this completion batch, sent when it ends.
+    pending: PendingSends,
+    /// Largest datagram grouped into GSO sends; 0 when GSO is off.
+    gso_max: usize,
     counters: Arc<OutputCounters>,
 }
 
@@ -212,8 +224,11 @@ struct Worker {
     bufs: ProvidedBuffers,
     pool: PoolSet,
     in_flight: InFlight,
+    gso: GsoTable,
     flows: Vec<Flow>,
     outputs: Vec<Output>,
+    /// Outputs with queued sends, each once.
+    dirty: Vec<u16>,
     /// Keeps the sockets open for as long as the ring may use their fds.
     _sockets: Vec<UdpSocket>,
     multishot: bool,
@@ -288,17 +303,26 @@ impl Worker {
         let mut outputs = Vec::with_capacity(output_count);
         let mut sockets = Vec::with_capacity(config.flows.len() + output_count);
         let mut flow_stats = Vec::with_capacity(config.flows.len());
+        let mut gso_outputs = 0usize;
         for f in config.flows {
             let counters = Arc::new(FlowCounters::default());
             let mut out_stats = Vec::with_capacity(f.outputs.len());
             let first = outputs.len();
             for o in f.outputs {
                 let oc = Arc::new(OutputCounters::default());
+                let gso_max = if config.gso && crate::sockets::supports_gso(&o.socket) {
+                    MAX_PAYLOAD
+                } else {
+                    0
+                };
+                gso_outputs += usize::from(gso_max > 0);
                 out_stats.push((o.label, Arc::clone(&oc)));
                 outputs.push(Output {
                     fd: o.socket.as_raw_fd(),
                     depth: o.queue_depth.max(1),
                     in_flight: 0,
+                    pending: PendingSends::default(),
+                    gso_max,
                     counters: oc,
                 });
                 sockets.push(o.socket);
@@ -324,6 +348,7 @@ impl Worker {
             flows = flows.len(),
             outputs = outputs.len(),
             receive = if multishot { "multishot + provided buffers" } else { "re-armed single receives" },
+            gso_outputs,
             "worker ready"
         );
         Ok(Self {
@@ -331,6 +356,10 @@ impl Worker {
             bufs,
             pool,
             in_flight: InFlight::with_capacity(capacity),
+            // A GSO send carries two datagrams or more, and every datagram
+            // in flight holds a pool buffer.
+            gso: GsoTable::with_capacity(capacity / 2 + 1),
+            dirty: Vec::with_capacity(outputs.len()),
             flows,
             outputs,
             _sockets: sockets,
@@ -399,6 +428,7 @@ impl Worker {
                 for cqe in batch.iter_mut().take(n).filter_map(Option::take) {
                     self.complete(&cqe);
                 }
+                self.flush_sends();
                 // Hand this batch's sends to the kernel now: they complete
                 // (inline, mostly) while the next batch is handled, so an
                 // output's in-flight count tracks the kernel, not how many
@@ -486,6 +516,9 @@ impl Worker {
             Some(UserData::Receive { flow }) => self.received(flow as usize, cqe),
             Some(UserData::Send { slot, output }) => {
                 self.sent(slot, usize::from(output), cqe.result())
+            }
+            Some(UserData::GsoSend { record, output }) => {
+                self.gso_sent(record, usize::from(output), cqe.result())
             }
             Some(UserData::Cancel) | None => {}
         }
@@ -585,26 +618,85 @@ impl Worker {
             if o.in_flight >= o.depth {
                 continue;
             }
-            let output = u16::try_from(first + i).unwrap_or(u16::MAX);
-            let entry = opcode::Send::new(Fd(o.fd), ptr, len32)
-                .build()
-                .user_data(UserData::Send { slot, output }.encode());
-            // SAFETY (upheld here, stated in `Submit::push`): `ptr` points
-            // into a pool buffer parked in `in_flight` until this send's
-            // completion releases it, and the pool outlives the ring's use.
-            if self.ring.push(&entry) {
+            if o.pending.is_empty() {
+                self.dirty
+                    .push(u16::try_from(first + i).unwrap_or(u16::MAX));
+            }
+            let queued = o.pending.push(Pending {
+                slot,
+                ptr,
+                len: len32 as usize,
+            });
+            if queued {
                 o.in_flight += 1;
                 if u64::from(o.in_flight) > o.counters.in_flight_high_water.get() {
                     o.counters.in_flight_high_water.set(u64::from(o.in_flight));
                 }
-                self.loop_counters.sends_submitted.inc();
             } else {
-                o.counters.drop_send_error.inc();
+                // Unreachable: a batch holds fewer completions than the
+                // queue has room for, and the queue is flushed after each.
+                o.counters.drop_backlog.inc();
                 if let Some(buf) = self.in_flight.complete_one(slot) {
                     let _ = self.pool.give(buf);
                 }
             }
         }
+    }
+
+    /// Turn every output's queued datagrams into SQEs: a GSO send per run
+    /// of same-size datagrams, a plain send for the rest.
+    fn flush_sends(&mut self) {
+        for d in 0..self.dirty.len() {
+            let index = usize::from(self.dirty[d]);
+            let Some(o) = self.outputs.get_mut(index) else {
+                continue;
+            };
+            let output = u16::try_from(index).unwrap_or(u16::MAX);
+            let mut at = 0;
+            loop {
+                let n = o.pending.run_len(at, o.gso_max);
+                let Some(run) = o.pending.items().get(at..at + n) else {
+                    break;
+                };
+                let Some(first) = run.first() else {
+                    break;
+                };
+                at += n;
+                let gso = if n > 1 {
+                    let segments = run.iter().map(|p| (p.slot, p.ptr, p.len));
+                    u16::try_from(first.len)
+                        .ok()
+                        .and_then(|size| self.gso.start(size, segments))
+                } else {
+                    None
+                };
+                if let Some((record, msg)) = gso {
+                    let entry = opcode::SendMsg::new(Fd(o.fd), msg)
+                        .build()
+                        .user_data(UserData::GsoSend { record, output }.encode());
+                    // SAFETY (upheld here, stated in `Submit::push`): `msg`
+                    // lives in the GSO table until this send completes, and
+                    // its iovecs point into pool buffers parked in
+                    // `in_flight` until then.
+                    if self.ring.push(&entry) {
+                        self.loop_counters.sends_submitted.inc();
+                        continue;
+                    }
+                    self.gso.finish(record);
+                }
+                let mut plain = PlainSends {
+                    ring: &mut self.ring,
+                    loop_counters: &self.loop_counters,
+                    in_flight: &mut self.in_flight,
+                    pool: &mut self.pool,
+                };
+                for p in run {
+                    plain.push(o.fd, output, p, &mut o.in_flight, &o.counters);
+                }
+            }
+            o.pending.clear();
+        }
+        self.dirty.clear();
     }
 
     fn sent(&mut self, slot: u32, output: usize, result: i32) {
@@ -622,34 +714,113 @@ impl Worker {
             let _ = self.pool.give(buf);
         }
     }
+
+    fn gso_sent(&mut self, record: u32, output: usize, result: i32) {
+        let Some(r) = self.gso.get(record) else {
+            return;
+        };
+        let Some(o) = self.outputs.get_mut(output) else {
+            return;
+        };
+        let count = r.slots().len();
+        if result < 0 && refuses_gso(-result) {
+            // The kernel or the route can't segment this: send the same
+            // datagrams one by one (their buffers are still held), and stop
+            // grouping datagrams this large on this output.
+            o.counters.gso_fallbacks.inc();
+            o.gso_max = if -result == libc::EINVAL || -result == libc::EMSGSIZE {
+                r.segment_size().saturating_sub(1)
+            } else {
+                0
+            };
+            let output = u16::try_from(output).unwrap_or(u16::MAX);
+            let mut plain = PlainSends {
+                ring: &mut self.ring,
+                loop_counters: &self.loop_counters,
+                in_flight: &mut self.in_flight,
+                pool: &mut self.pool,
+            };
+            for (&slot, iov) in r.slots().iter().zip(r.iovecs()) {
+                let p = Pending {
+                    slot,
+                    ptr: iov.iov_base.cast_const().cast(),
+                    len: iov.iov_len,
+                };
+                // `o.in_flight` already counts these datagrams.
+                plain.push(o.fd, output, &p, &mut o.in_flight, &o.counters);
+            }
+            self.gso.finish(record);
+            return;
+        }
+        let n = u32::try_from(count).unwrap_or(u32::MAX);
+        o.in_flight = o.in_flight.saturating_sub(n);
+        if result >= 0 {
+            o.counters.gso_sends.inc();
+            o.counters.packets_out.add(count as u64);
+            o.counters.bytes_out.add(u64::from(result.unsigned_abs()));
+        } else {
+            o.counters.drop_send_error.add(count as u64);
+            o.counters.last_error.set(u64::from(result.unsigned_abs()));
+        }
+        for &slot in r.slots() {
+            if let Some(buf) = self.in_flight.complete_one(slot) {
+                let _ = self.pool.give(buf);
+            }
+        }
+        self.gso.finish(record);
+    }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// Errors of a GSO send that mean "not like this" rather than "not now":
+/// the datagrams are resent one by one.
+fn refuses_gso(errno: i32) -> bool {
+    matches!(
+        errno,
+        libc::EINVAL | libc::EMSGSIZE | libc::EIO | libc::EOPNOTSUPP | libc::ENOPROTOOPT
+    )
+}
 
-    fn flow_with_depths(depths: &[u32]) -> FlowSockets {
-        let sock = || UdpSocket::bind("127.0.0.1:0").expect("bind");
-        FlowSockets {
-            name: "f".into(),
-            ingress: sock(),
-            outputs: depths
-                .iter()
-                .map(|&queue_depth| OutputSocket {
-                    label: "o".into(),
-                    socket: sock(),
-                    queue_depth,
-                })
-                .collect(),
+/// What a plain send touches besides its output: split from the worker so
+/// an output's queue can be read while its sends are pushed.
+struct PlainSends<'a> {
+    ring: &'a mut IoUring,
+    loop_counters: &'a LoopCounters,
+    in_flight: &'a mut InFlight,
+    pool: &'a mut PoolSet,
+}
+
+impl PlainSends<'_> {
+    /// Queue one plain send on output number `output` (socket `fd`) of a
+    /// datagram already counted in `queued`, the output's in-flight count;
+    /// if the submission queue stays full, drop it for this output and
+    /// count it.
+    fn push(
+        &mut self,
+        fd: i32,
+        output: u16,
+        p: &Pending,
+        queued: &mut u32,
+        counters: &OutputCounters,
+    ) {
+        let len = u32::try_from(p.len).unwrap_or(0);
+        let entry = opcode::Send::new(Fd(fd), p.ptr, len).build().user_data(
+            UserData::Send {
+                slot: p.slot,
+                output,
+            }
+            .encode(),
+        );
+        // SAFETY (upheld here, stated in `Submit::push`): `p.ptr` points
+        // into a pool buffer parked in `in_flight` until this send's
+        // completion releases it, and the pool outlives the ring's use.
+        if self.ring.push(&entry) {
+            self.loop_counters.sends_submitted.inc();
+        } else {
+            *queued = queued.saturating_sub(1);
+            counters.drop_send_error.inc();
+            if let Some(buf) = self.in_flight.complete_one(p.slot) {
+                let _ = self.pool.give(buf);
+            }
         }
-    }
-
-    #[test]
-    fn receive_ring_stays_below_the_smallest_queue_depth() {
-        assert_eq!(receive_buffers(&[flow_with_depths(&[256, 1024])]), 128);
-        assert_eq!(receive_buffers(&[flow_with_depths(&[300])]), 128);
-        assert_eq!(receive_buffers(&[flow_with_depths(&[4])]), 16);
-        assert_eq!(receive_buffers(&[flow_with_depths(&[65536])]), 512);
-        assert_eq!(receive_buffers(&[]), 128);
     }
 }

@@ -29,6 +29,12 @@ struct Cli {
     #[arg(long, value_enum, default_value_t = Receive::Auto)]
     receive: Receive,
 
+    /// Send runs of same-size datagrams as one UDP GSO send (`on`, where
+    /// the kernel takes it) or every datagram on its own (`off`, for
+    /// comparisons).
+    #[arg(long, value_enum, default_value_t = Gso::On)]
+    gso: Gso,
+
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -37,6 +43,12 @@ struct Cli {
 enum Receive {
     Auto,
     Single,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Gso {
+    On,
+    Off,
 }
 
 #[derive(Debug, Subcommand)]
@@ -59,7 +71,8 @@ fn main() -> ExitCode {
                 Receive::Auto => mcrelay_dataplane::ReceiveMode::Auto,
                 Receive::Single => mcrelay_dataplane::ReceiveMode::Single,
             };
-            run::run(&cli.config, run::RunOptions { receive })
+            let gso = cli.gso == Gso::On;
+            run::run(&cli.config, run::RunOptions { receive, gso })
         }
     }
 }

@@ -24,6 +24,8 @@ use signal_hook::iterator::Signals;
 #[derive(Debug, Clone, Copy)]
 pub struct RunOptions {
     pub receive: ReceiveMode,
+    /// UDP GSO for runs of same-size datagrams.
+    pub gso: bool,
 }
 
 pub fn run(path: &Path, options: RunOptions) -> ExitCode {
@@ -200,6 +202,7 @@ fn relay(config: &Config, options: RunOptions) -> anyhow::Result<()> {
                 pools,
                 flows,
                 receive: options.receive,
+                gso: options.gso,
             },
             Arc::clone(&stop),
         );
@@ -263,7 +266,7 @@ fn print_final(worker: &WorkerStats) {
         );
         for (label, o) in &flow.outputs {
             eprintln!(
-                "final output flow={} output={} packets_out={} bytes_out={} drop_backlog={} drop_send_error={} last_errno={} in_flight_high_water={}",
+                "final output flow={} output={} packets_out={} bytes_out={} drop_backlog={} drop_send_error={} last_errno={} in_flight_high_water={} gso_sends={} gso_fallbacks={}",
                 flow.name,
                 label,
                 o.packets_out.get(),
@@ -272,6 +275,8 @@ fn print_final(worker: &WorkerStats) {
                 o.drop_send_error.get(),
                 o.last_error.get(),
                 o.in_flight_high_water.get(),
+                o.gso_sends.get(),
+                o.gso_fallbacks.get(),
             );
         }
     }

@@ -463,47 +463,56 @@ outputs = [ { interface = "vRB", address = "ff3e::2:2", port = 6000, ttl = 5 } ]
     assert_eq!(field(&out, "ttl"), 5, "hop limit on the wire");
 }
 
-#[test]
-fn ssm_ignores_other_sources() {
+/// A source-specific flow relays its source's datagrams and not those of a
+/// second source on the same group (sent first, as run 2).
+fn ssm(group: &str, right: &str, wrong: &str, out_group: &str) {
     let Some(t) = Topology::new() else { return };
-    t.ip(&t.a, &["addr", "add", "10.10.1.3/24", "dev", "vA"]);
+    if wrong.contains(':') {
+        t.ip(
+            &t.a,
+            &[
+                "-6",
+                "addr",
+                "add",
+                &format!("{wrong}/64"),
+                "dev",
+                "vA",
+                "nodad",
+            ],
+        );
+    } else {
+        t.ip(&t.a, &["addr", "add", &format!("{wrong}/24"), "dev", "vA"]);
+    }
+    let bare = |a: &str| {
+        a.trim_start_matches('[')
+            .split(']')
+            .next()
+            .unwrap_or(a)
+            .to_owned()
+    };
     let relay = t.relay(
-        r#"
+        &format!(
+            r#"
 [[flow]]
 name = "ssm"
-input = { interface = "vRA", address = "232.1.1.1", port = 5000, source = "10.10.1.1" }
-outputs = [ { interface = "vRB", address = "239.2.2.2", port = 6000 } ]
+input = {{ interface = "vRA", address = "{}", port = 5000, source = "{right}" }}
+outputs = [ {{ interface = "vRB", address = "{}", port = 6000 }} ]
 "#,
+            bare(group),
+            bare(out_group)
+        ),
         &[],
     );
-    let rx = t.receiver("239.2.2.2:6000", 1000, &[]);
-    // The wrong source first (run 2), then the right one (run 1).
-    t.send(
-        "232.1.1.1:5000",
-        &[
-            "--count",
-            "1000",
-            "--rate",
-            "20000",
-            "--bind",
-            "10.10.1.3",
-            "--run-id",
-            "2",
-        ],
-    );
-    t.send(
-        "232.1.1.1:5000",
-        &[
-            "--count",
-            "1000",
-            "--rate",
-            "20000",
-            "--bind",
-            "10.10.1.1",
-            "--run-id",
-            "1",
-        ],
-    );
+    let dest = format!("{group}:5000");
+    let rx = t.receiver(&format!("{out_group}:6000"), 1000, &[]);
+    for (source, run) in [(wrong, "2"), (right, "1")] {
+        t.send(
+            &dest,
+            &[
+                "--count", "1000", "--rate", "20000", "--bind", source, "--run-id", run,
+            ],
+        );
+    }
     let out = finish(rx);
     let log = relay.stop();
     clean(&out);
@@ -516,6 +525,69 @@ outputs = [ { interface = "vRB", address = "239.2.2.2", port = 6000 } ]
         counter(&log, &["flow=ssm", "packets_in"], "packets_in"),
         1000
     );
+}
+
+#[test]
+fn ssm_ignores_other_sources() {
+    ssm("232.1.1.1", "10.10.1.1", "10.10.1.3", "239.2.2.2");
+}
+
+#[test]
+fn ipv6_ssm_ignores_other_sources() {
+    ssm("[ff3e::8000:1]", "fd01::1", "fd01::3", "[ff3e::2:2]");
+}
+
+#[test]
+fn gso_groups_same_size_datagrams_and_falls_back_when_refused() {
+    let Some(t) = Topology::new() else { return };
+    // The unicast host is behind a 1500-byte route: 4000-byte datagrams
+    // must be fragmented, which a GSO send can't do (the kernel answers
+    // EINVAL), so that output falls back to single sends.
+    t.ip(
+        &t.r,
+        &["route", "add", "10.10.2.2/32", "dev", "vRB", "mtu", "1500"],
+    );
+    let relay = t.relay(
+        r#"
+[[flow]]
+name = "gso"
+input = { interface = "vRA", address = "239.1.1.1", port = 5000 }
+outputs = [
+  { interface = "vRB", address = "239.2.2.2", port = 6000 },
+  { interface = "vRB", address = "10.10.2.2", port = 6001 },
+]
+"#,
+        &[],
+    );
+    let groups = ["239.2.2.2:6000", "10.10.2.2:6001"];
+    let rxs: Vec<Child> = groups.iter().map(|g| t.receiver(g, 4000, &[])).collect();
+    // Batches of 64 arrive together, so the worker sees runs of equal size.
+    t.send(
+        "239.1.1.1:5000",
+        &["--count", "4000", "--rate", "20000", "--size", "4000"],
+    );
+    let outs: Vec<String> = rxs.into_iter().map(finish).collect();
+    let log = relay.stop();
+    for (g, out) in groups.iter().zip(&outs) {
+        clean(out);
+        assert_eq!(
+            (field(out, "valid"), field(out, "lost")),
+            (4000, 0),
+            "{g}: {out}\n{log}"
+        );
+    }
+    let multicast = ["output=239.2.2.2:6000"];
+    assert!(
+        counter(&log, &multicast, "gso_sends") > 0,
+        "same-size datagrams went out as GSO sends:\n{log}"
+    );
+    assert_eq!(counter(&log, &multicast, "gso_fallbacks"), 0, "{log}");
+    let unicast = ["output=10.10.2.2:6001"];
+    assert!(
+        counter(&log, &unicast, "gso_fallbacks") > 0,
+        "the refused GSO send was noticed:\n{log}"
+    );
+    assert_eq!(counter(&log, &unicast, "drop_send_error"), 0, "{log}");
 }
 
 #[test]
