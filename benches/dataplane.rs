@@ -43,7 +43,14 @@ fn packet(c: &mut Criterion) {
                         for output in 0..outputs {
                             let entry = opcode::Send::new(Fd(3 + i32::from(output)), ptr, len)
                                 .build()
-                                .user_data(UserData::Send { slot, output }.encode());
+                                .user_data(
+                                    UserData::Send {
+                                        slot,
+                                        flow: 0,
+                                        output,
+                                    }
+                                    .encode(),
+                                );
                             sqes.push(entry);
                         }
                         black_box(&sqes);

@@ -78,6 +78,11 @@ impl ProvidedBuffers {
         Ok(bufs)
     }
 
+    /// How many buffers there are.
+    pub fn len(&self) -> usize {
+        usize::from(self.entries)
+    }
+
     /// The buffer group id to put in receive SQEs.
     pub fn group(&self) -> u16 {
         self.group

@@ -30,6 +30,6 @@ pub mod bench_support {
     pub use crate::submit::UserData;
 }
 pub use worker::{
-    FlowSockets, OutputSocket, ReceiveMode, WorkerConfig, WorkerError, WorkerHandle, WorkerStats,
-    spawn,
+    Command, Event, FlowSockets, OutputSocket, ReceiveMode, WorkerConfig, WorkerError,
+    WorkerHandle, WorkerStats, spawn,
 };

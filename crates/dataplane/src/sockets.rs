@@ -208,9 +208,41 @@ pub fn supports_gso(socket: &UdpSocket) -> bool {
     .is_ok()
 }
 
+/// `SO_MEMINFO` (asm-generic value, as on x86-64 and aarch64; libc doesn't
+/// export it).
+const SO_MEMINFO: libc::c_int = 55;
+
+/// Datagrams the kernel dropped on this socket because its receive buffer
+/// was full (`SK_MEMINFO_DROPS` from `SO_MEMINFO`); `None` if the kernel
+/// doesn't say.
+pub fn receive_drops(socket: &UdpSocket) -> Option<u64> {
+    let mut info = [0u32; 9];
+    let mut len = libc::socklen_t::try_from(size_of_val(&info)).ok()?;
+    // SAFETY: `info` is a writable buffer of `len` bytes and `len` a valid
+    // in/out length; the kernel writes at most `len` bytes.
+    let rc = unsafe {
+        libc::getsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            SO_MEMINFO,
+            info.as_mut_ptr().cast(),
+            &raw mut len,
+        )
+    };
+    let drops = usize::try_from(libc::SK_MEMINFO_DROPS).ok()?;
+    let filled = usize::try_from(len).ok()? / size_of::<u32>();
+    (rc == 0 && drops < filled).then(|| u64::from(info[drops]))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fresh_socket_has_dropped_nothing() {
+        let s = UdpSocket::bind("127.0.0.1:0").expect("bind");
+        assert_eq!(receive_drops(&s), Some(0));
+    }
 
     #[test]
     fn loopback_udp_sockets_take_gso() {

@@ -29,7 +29,7 @@ use crate::bufring::{BUFFER_LEN, ProvidedBuffers};
 use crate::counters::{FlowCounters, FlowStats, LoopCounters, OutputCounters};
 use crate::egress::{GsoTable, Pending, PendingSends};
 use crate::inflight::InFlight;
-use crate::submit::{Submit, UserData};
+use crate::submit::{MAX_FLOWS, Submit, UserData};
 
 /// How ingress is received.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,15 +50,95 @@ pub struct OutputSocket {
     pub socket: UdpSocket,
     /// Sends in flight before further packets for this output are dropped.
     pub queue_depth: u32,
+    /// Written by the worker, read by anyone.
+    pub counters: Arc<OutputCounters>,
 }
 
-/// One flow's sockets, opened before the worker starts.
+impl OutputSocket {
+    pub fn new(label: String, socket: UdpSocket, queue_depth: u32) -> Self {
+        Self {
+            label,
+            socket,
+            queue_depth,
+            counters: Arc::default(),
+        }
+    }
+}
+
+/// One flow's sockets, opened before the flow starts (at start-up or on a
+/// reload), and its counters.
 #[derive(Debug)]
 pub struct FlowSockets {
     pub name: String,
     pub ingress: UdpSocket,
     pub outputs: Vec<OutputSocket>,
+    /// Written by the worker, read by anyone.
+    pub counters: Arc<FlowCounters>,
 }
+
+impl FlowSockets {
+    pub fn new(name: String, ingress: UdpSocket, outputs: Vec<OutputSocket>) -> Self {
+        Self {
+            name,
+            ingress,
+            outputs,
+            counters: Arc::default(),
+        }
+    }
+
+    /// The handles a reader keeps to watch this flow's counters.
+    pub fn stats(&self) -> FlowStats {
+        FlowStats {
+            name: self.name.clone(),
+            input: Arc::clone(&self.counters),
+            outputs: self
+                .outputs
+                .iter()
+                .map(|o| (o.label.clone(), Arc::clone(&o.counters)))
+                .collect(),
+        }
+    }
+}
+
+/// A change to a running worker's flows (a reload). Only these allocate,
+/// and only on the control plane's schedule, never per packet.
+#[derive(Debug)]
+pub enum Command {
+    /// Start relaying a flow whose sockets are open.
+    AddFlow(FlowSockets),
+    /// Stop a flow: cancel its receive, let its in-flight sends complete,
+    /// close its sockets (which leaves its group).
+    RemoveFlow(String),
+}
+
+/// What a worker reports back about a [`Command`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    FlowAdded {
+        worker: usize,
+        flow: String,
+    },
+    /// The flow could not be added (the worker is full); its sockets were
+    /// closed.
+    FlowRefused {
+        worker: usize,
+        flow: String,
+        reason: String,
+    },
+    /// The flow's last send completed and its sockets are closed.
+    FlowRemoved {
+        worker: usize,
+        flow: String,
+    },
+    /// A remove named a flow the worker doesn't have.
+    FlowUnknown {
+        worker: usize,
+        flow: String,
+    },
+}
+
+/// Commands waiting for a worker: a reload sends a handful.
+const COMMAND_QUEUE: usize = 256;
 
 /// Everything a worker is started with.
 #[derive(Debug)]
@@ -97,12 +177,12 @@ fn receive_buffers(flows: &[FlowSockets]) -> u16 {
     1 << (15 - half.leading_zeros())
 }
 
-/// What readers can see of a running worker.
+/// What readers can see of a running worker (its flows' counters are in
+/// the [`FlowSockets`] the worker was given).
 #[derive(Debug)]
 pub struct WorkerStats {
     pub index: usize,
     pub cpu: Option<usize>,
-    pub flows: Vec<FlowStats>,
     pub loop_counters: Arc<LoopCounters>,
     pub pool: PoolStatsHandle,
     /// Whether multishot receive with provided buffers is in use.
@@ -144,9 +224,25 @@ pub enum WorkerError {
 pub struct WorkerHandle {
     pub stats: Arc<WorkerStats>,
     thread: JoinHandle<Result<(), WorkerError>>,
+    commands: mpsc::SyncSender<Command>,
 }
 
 impl WorkerHandle {
+    /// Queue a command; the worker takes it within one loop turn (at most
+    /// its 100 ms tick) and answers with an [`Event`]. The command back
+    /// when the queue is full or the worker is gone.
+    pub fn command(&self, command: Command) -> Result<(), Command> {
+        self.commands.try_send(command).map_err(|e| match e {
+            mpsc::TrySendError::Full(c) | mpsc::TrySendError::Disconnected(c) => c,
+        })
+    }
+
+    /// Whether the worker thread has ended (it only does after a stop or a
+    /// fatal ring error).
+    pub fn is_finished(&self) -> bool {
+        self.thread.is_finished()
+    }
+
     /// Wait for the worker to finish (after the stop flag is set).
     pub fn join(self) -> Result<(), WorkerError> {
         let worker = self.stats.index;
@@ -157,14 +253,20 @@ impl WorkerHandle {
 }
 
 /// Start a worker thread; returns once its ring, pools and receives are set
-/// up (or with the reason they could not be).
-pub fn spawn(config: WorkerConfig, stop: Arc<AtomicBool>) -> Result<WorkerHandle, WorkerError> {
+/// up (or with the reason they could not be). It reports what it does with
+/// later commands on `events`.
+pub fn spawn(
+    config: WorkerConfig,
+    stop: Arc<AtomicBool>,
+    events: mpsc::Sender<Event>,
+) -> Result<WorkerHandle, WorkerError> {
     let worker = config.index;
     let (ready_tx, ready_rx) = mpsc::sync_channel(1);
+    let (commands, command_rx) = mpsc::sync_channel(COMMAND_QUEUE);
     let thread = std::thread::Builder::new()
         .name(format!("mcrelay-w{worker}"))
         .spawn(move || {
-            let mut w = match Worker::new(config) {
+            let mut w = match Worker::new(config, command_rx, events) {
                 Ok(w) => w,
                 Err(e) => {
                     let msg = e.to_string();
@@ -180,7 +282,11 @@ pub fn spawn(config: WorkerConfig, stop: Arc<AtomicBool>) -> Result<WorkerHandle
         })
         .map_err(|source| WorkerError::Spawn { worker, source })?;
     match ready_rx.recv() {
-        Ok(Ok(stats)) => Ok(WorkerHandle { stats, thread }),
+        Ok(Ok(stats)) => Ok(WorkerHandle {
+            stats,
+            thread,
+            commands,
+        }),
         Ok(Err(e)) => {
             let _ = thread.join();
             Err(e)
@@ -190,15 +296,57 @@ pub fn spawn(config: WorkerConfig, stop: Arc<AtomicBool>) -> Result<WorkerHandle
 }
 
 struct Flow {
+    name: String,
     fd: i32,
-    /// `outputs[first..first + count]` of the worker.
-    first: usize,
-    count: usize,
+    outputs: Box<[Output]>,
     counters: Arc<FlowCounters>,
     /// The receive is armed in the kernel.
     armed: bool,
     /// The first receive error was logged.
     error_logged: bool,
+    /// A remove is under way: no more receives; the flow goes once its
+    /// receive is cancelled and its sends have completed.
+    removing: bool,
+    /// Closed when the flow goes (which leaves its group), after the ring
+    /// no longer names its fd.
+    _ingress: UdpSocket,
+}
+
+impl Flow {
+    fn new(f: FlowSockets, gso: bool) -> Self {
+        let outputs = f
+            .outputs
+            .into_iter()
+            .map(|o| Output {
+                fd: o.socket.as_raw_fd(),
+                depth: o.queue_depth.max(1),
+                in_flight: 0,
+                pending: PendingSends::default(),
+                gso_max: if gso && crate::sockets::supports_gso(&o.socket) {
+                    MAX_PAYLOAD
+                } else {
+                    0
+                },
+                counters: o.counters,
+                _socket: o.socket,
+            })
+            .collect();
+        Self {
+            name: f.name,
+            fd: f.ingress.as_raw_fd(),
+            outputs,
+            counters: f.counters,
+            armed: false,
+            error_logged: false,
+            removing: false,
+            _ingress: f.ingress,
+        }
+    }
+
+    /// Nothing of this flow is left in the kernel.
+    fn quiet(&self) -> bool {
+        !self.armed && self.outputs.iter().all(|o| o.in_flight == 0)
+    }
 }
 
 struct Output {
@@ -211,6 +359,8 @@ struct Output {
     /// Largest datagram grouped into GSO sends; 0 when GSO is off.
     gso_max: usize,
     counters: Arc<OutputCounters>,
+    /// Kept open for as long as the ring may name its fd.
+    _socket: UdpSocket,
 }
 
 /// Completions handled per batch (a stack array; the loop takes batches
@@ -219,27 +369,33 @@ const CQE_BATCH: usize = 64;
 
 struct Worker {
     // Field order is drop order: the ring (and with it every registration
-    // and pending request) goes before the memory the kernel may touch.
+    // and pending request) goes before the memory and sockets the kernel
+    // may touch.
     ring: IoUring,
     bufs: ProvidedBuffers,
     pool: PoolSet,
     in_flight: InFlight,
     gso: GsoTable,
-    flows: Vec<Flow>,
-    outputs: Vec<Output>,
-    /// Outputs with queued sends, each once.
-    dirty: Vec<u16>,
-    /// Keeps the sockets open for as long as the ring may use their fds.
-    _sockets: Vec<UdpSocket>,
+    /// Indexed by flow number (which travels in `user_data`); `None` is a
+    /// free number.
+    flows: Vec<Option<Flow>>,
+    /// Outputs with queued sends, each once: (flow, output).
+    dirty: Vec<(u16, u16)>,
     multishot: bool,
+    gso_enabled: bool,
     index: usize,
     cpu: Option<usize>,
     loop_counters: Arc<LoopCounters>,
-    flow_stats: Vec<FlowStats>,
+    commands: mpsc::Receiver<Command>,
+    events: mpsc::Sender<Event>,
 }
 
 impl Worker {
-    fn new(config: WorkerConfig) -> Result<Self, WorkerError> {
+    fn new(
+        config: WorkerConfig,
+        commands: mpsc::Receiver<Command>,
+        events: mpsc::Sender<Event>,
+    ) -> Result<Self, WorkerError> {
         let worker = config.index;
         if let Some(cpu) = config.cpu {
             crate::affinity::pin_current_thread(cpu).map_err(|source| WorkerError::Pin {
@@ -254,7 +410,12 @@ impl Worker {
             PoolSet::new(config.pools).map_err(|source| WorkerError::Pool { worker, source })?;
         let ring_err = |source| WorkerError::Ring { worker, source };
         let output_count: usize = config.flows.iter().map(|f| f.outputs.len()).sum();
-        if config.flows.len() >= usize::from(u16::MAX) || output_count >= usize::from(u16::MAX) {
+        if config.flows.len() >= MAX_FLOWS
+            || config
+                .flows
+                .iter()
+                .any(|f| f.outputs.len() > usize::from(u16::MAX))
+        {
             return Err(WorkerError::TooMany {
                 worker,
                 flows: config.flows.len(),
@@ -269,6 +430,8 @@ impl Worker {
             .sum();
         // Room for every send that may be in flight plus a receive per
         // provided buffer; the kernel buffers overflow beyond that anyway.
+        // (Flows added by a reload share this; the kernel keeps completions
+        // that overflow the queue and hands them over later.)
         let receive_buffers = receive_buffers(&config.flows);
         let cq = (depth_total + u64::from(receive_buffers) + 64)
             .next_power_of_two()
@@ -279,11 +442,18 @@ impl Worker {
             .setup_coop_taskrun()
             .build(1024)
             .map_err(ring_err)?;
-        let entries = receive_buffers.max(
-            u16::try_from(config.flows.len())
-                .unwrap_or(u16::MAX)
-                .next_power_of_two(),
-        );
+        // In single-receive mode each flow's buffer is the one its number
+        // names: room for twice the flows it starts with (a reload that
+        // needs more numbers than that is refused for this worker).
+        let entries = match config.receive {
+            ReceiveMode::Auto => receive_buffers,
+            ReceiveMode::Single => receive_buffers.max(
+                u16::try_from(config.flows.len() * 2)
+                    .unwrap_or(u16::MAX)
+                    .clamp(16, 4096)
+                    .next_power_of_two(),
+            ),
+        };
         let bufs = ProvidedBuffers::new(entries, 0).map_err(ring_err)?;
         let multishot = match config.receive {
             ReceiveMode::Single => false,
@@ -299,54 +469,23 @@ impl Worker {
             },
         };
         let capacity = config.pools.small + config.pools.standard + config.pools.jumbo;
-        let mut flows = Vec::with_capacity(config.flows.len());
-        let mut outputs = Vec::with_capacity(output_count);
-        let mut sockets = Vec::with_capacity(config.flows.len() + output_count);
-        let mut flow_stats = Vec::with_capacity(config.flows.len());
-        let mut gso_outputs = 0usize;
-        for f in config.flows {
-            let counters = Arc::new(FlowCounters::default());
-            let mut out_stats = Vec::with_capacity(f.outputs.len());
-            let first = outputs.len();
-            for o in f.outputs {
-                let oc = Arc::new(OutputCounters::default());
-                let gso_max = if config.gso && crate::sockets::supports_gso(&o.socket) {
-                    MAX_PAYLOAD
-                } else {
-                    0
-                };
-                gso_outputs += usize::from(gso_max > 0);
-                out_stats.push((o.label, Arc::clone(&oc)));
-                outputs.push(Output {
-                    fd: o.socket.as_raw_fd(),
-                    depth: o.queue_depth.max(1),
-                    in_flight: 0,
-                    pending: PendingSends::default(),
-                    gso_max,
-                    counters: oc,
-                });
-                sockets.push(o.socket);
-            }
-            flows.push(Flow {
-                fd: f.ingress.as_raw_fd(),
-                first,
-                count: outputs.len() - first,
-                counters: Arc::clone(&counters),
-                armed: false,
-                error_logged: false,
-            });
-            flow_stats.push(FlowStats {
-                name: f.name,
-                input: counters,
-                outputs: out_stats,
-            });
-            sockets.push(f.ingress);
-        }
+        let gso_enabled = config.gso;
+        let flows: Vec<Option<Flow>> = config
+            .flows
+            .into_iter()
+            .map(|f| Some(Flow::new(f, gso_enabled)))
+            .collect();
+        let gso_outputs = flows
+            .iter()
+            .flatten()
+            .flat_map(|f| f.outputs.iter())
+            .filter(|o| o.gso_max > 0)
+            .count();
         tracing::info!(
             worker,
             cpu = ?config.cpu,
             flows = flows.len(),
-            outputs = outputs.len(),
+            outputs = output_count,
             receive = if multishot { "multishot + provided buffers" } else { "re-armed single receives" },
             gso_outputs,
             "worker ready"
@@ -359,24 +498,22 @@ impl Worker {
             // A GSO send carries two datagrams or more, and every datagram
             // in flight holds a pool buffer.
             gso: GsoTable::with_capacity(capacity / 2 + 1),
-            dirty: Vec::with_capacity(outputs.len()),
+            dirty: Vec::with_capacity(output_count.max(64)),
             flows,
-            outputs,
-            _sockets: sockets,
             multishot,
+            gso_enabled,
             index: worker,
             cpu: config.cpu,
             loop_counters: Arc::new(LoopCounters::default()),
-            flow_stats,
+            commands,
+            events,
         })
     }
 
-    fn stats(&mut self) -> Arc<WorkerStats> {
-        let flows = std::mem::take(&mut self.flow_stats);
+    fn stats(&self) -> Arc<WorkerStats> {
         Arc::new(WorkerStats {
             index: self.index,
             cpu: self.cpu,
-            flows,
             loop_counters: Arc::clone(&self.loop_counters),
             pool: self.pool.stats(),
             multishot: self.multishot,
@@ -395,10 +532,12 @@ impl Worker {
         loop {
             if stopping.is_none() && stop.load(Ordering::Relaxed) {
                 stopping = Some(Instant::now());
-                self.cancel_receives();
+                for f in 0..self.flows.len() {
+                    self.cancel_receive(f);
+                }
             }
             if let Some(since) = stopping {
-                let receiving = self.flows.iter().any(|f| f.armed);
+                let receiving = self.flows.iter().flatten().any(|f| f.armed);
                 if (!receiving && self.in_flight.is_empty())
                     || since.elapsed() > Duration::from_secs(1)
                 {
@@ -437,19 +576,115 @@ impl Worker {
                     let _ = self.ring.submit();
                 }
             }
-            for f in 0..self.flows.len() {
-                if !self.flows[f].armed && stopping.is_none() {
-                    self.arm_receive(f);
+            if stopping.is_none() {
+                self.take_commands();
+                for f in 0..self.flows.len() {
+                    if self.flows[f]
+                        .as_ref()
+                        .is_some_and(|f| !f.armed && !f.removing)
+                    {
+                        self.arm_receive(f);
+                    }
                 }
             }
+            self.finish_removals();
             self.bufs.publish();
             self.pool.publish_stats();
         }
         self.pool.publish_stats();
-        if !self.in_flight.is_empty() || self.flows.iter().any(|f| f.armed) {
+        if !self.in_flight.is_empty() || self.flows.iter().flatten().any(|f| f.armed) {
             self.leak_kernel_memory();
         }
         Ok(())
+    }
+
+    /// Apply the commands the control plane queued (a reload).
+    fn take_commands(&mut self) {
+        while let Ok(command) = self.commands.try_recv() {
+            match command {
+                Command::AddFlow(f) => self.add_flow(f),
+                Command::RemoveFlow(name) => self.remove_flow(name),
+            }
+        }
+    }
+
+    fn add_flow(&mut self, f: FlowSockets) {
+        let worker = self.index;
+        if f.outputs.len() > usize::from(u16::MAX) {
+            return self.report(Event::FlowRefused {
+                worker,
+                flow: f.name,
+                reason: format!("more than {} outputs", u16::MAX),
+            });
+        }
+        let limit = if self.multishot {
+            MAX_FLOWS - 1
+        } else {
+            self.bufs.len()
+        };
+        let number = match self.flows.iter().position(Option::is_none) {
+            Some(n) => n,
+            None if self.flows.len() < limit => {
+                self.flows.push(None);
+                self.flows.len() - 1
+            }
+            None => {
+                return self.report(Event::FlowRefused {
+                    worker,
+                    flow: f.name,
+                    reason: format!("worker {worker} already has {limit} flows"),
+                });
+            }
+        };
+        let flow = Flow::new(f, self.gso_enabled);
+        let name = flow.name.clone();
+        let outputs = flow.outputs.len();
+        self.flows[number] = Some(flow);
+        // The dirty list holds every output at most once.
+        let total: usize = self.flows.iter().flatten().map(|f| f.outputs.len()).sum();
+        self.dirty
+            .reserve(total.saturating_sub(self.dirty.capacity()));
+        self.arm_receive(number);
+        tracing::info!(worker, flow = %name, outputs, "flow added");
+        self.report(Event::FlowAdded { worker, flow: name });
+    }
+
+    fn remove_flow(&mut self, name: String) {
+        let found = self
+            .flows
+            .iter()
+            .position(|f| f.as_ref().is_some_and(|f| f.name == name && !f.removing));
+        match found.and_then(|f| Some((f, self.flows[f].as_mut()?))) {
+            Some((f, flow)) => {
+                flow.removing = true;
+                self.cancel_receive(f);
+            }
+            None => self.report(Event::FlowUnknown {
+                worker: self.index,
+                flow: name,
+            }),
+        }
+    }
+
+    /// Drop the flows whose remove has finished: nothing of theirs is left
+    /// in the kernel, so their sockets can close.
+    fn finish_removals(&mut self) {
+        for slot in &mut self.flows {
+            if slot.as_ref().is_some_and(|f| f.removing && f.quiet())
+                && let Some(flow) = slot.take()
+            {
+                tracing::info!(worker = self.index, flow = %flow.name, "flow removed");
+                let _ = self.events.send(Event::FlowRemoved {
+                    worker: self.index,
+                    flow: flow.name,
+                });
+            }
+        }
+    }
+
+    fn report(&self, event: Event) {
+        // The control plane may have stopped listening; the worker goes on.
+        let _ = self.events.send(event);
     }
 
     /// Requests still pending at exit may make the kernel read pool buffers
@@ -472,10 +707,14 @@ impl Worker {
         if let Ok(small) = ProvidedBuffers::new(1, 0) {
             std::mem::forget(std::mem::replace(&mut self.bufs, small));
         }
+        // Their sockets too: a pending request names their fds.
+        std::mem::forget(std::mem::take(&mut self.flows));
     }
 
     fn arm_receive(&mut self, f: usize) {
-        let flow = &self.flows[f];
+        let Some(flow) = self.flows.get(f).and_then(Option::as_ref) else {
+            return;
+        };
         let user_data = UserData::Receive {
             flow: u32::try_from(f).unwrap_or(u32::MAX),
         }
@@ -483,52 +722,69 @@ impl Worker {
         let entry = if self.multishot {
             opcode::RecvMulti::new(Fd(flow.fd), self.bufs.group()).build()
         } else {
-            // One receive buffer per flow, its index the flow's: the ring
-            // has at least as many buffers as the worker has flows.
+            // One receive buffer per flow, its index the flow's number: the
+            // ring has a buffer for every flow number.
             let id = u16::try_from(f).unwrap_or(u16::MAX);
             let Some(ptr) = self.bufs.receive_ptr(id) else {
                 return;
             };
             opcode::Recv::new(Fd(flow.fd), ptr, BUFFER_LEN).build()
         };
-        if self.ring.push(&entry.user_data(user_data)) {
-            self.flows[f].armed = true;
+        if self.ring.push(&entry.user_data(user_data))
+            && let Some(flow) = self.flows[f].as_mut()
+        {
+            flow.armed = true;
         }
     }
 
-    fn cancel_receives(&mut self) {
-        for f in 0..self.flows.len() {
-            if self.flows[f].armed {
-                let target = UserData::Receive {
-                    flow: u32::try_from(f).unwrap_or(u32::MAX),
-                }
-                .encode();
-                let entry = opcode::AsyncCancel2::new(CancelBuilder::user_data(target).all())
-                    .build()
-                    .user_data(UserData::Cancel.encode());
-                self.ring.push(&entry);
+    fn cancel_receive(&mut self, f: usize) {
+        if self
+            .flows
+            .get(f)
+            .and_then(Option::as_ref)
+            .is_some_and(|f| f.armed)
+        {
+            let target = UserData::Receive {
+                flow: u32::try_from(f).unwrap_or(u32::MAX),
             }
+            .encode();
+            let entry = opcode::AsyncCancel2::new(CancelBuilder::user_data(target).all())
+                .build()
+                .user_data(UserData::Cancel.encode());
+            self.ring.push(&entry);
         }
     }
 
     fn complete(&mut self, cqe: &cqueue::Entry) {
         match UserData::decode(cqe.user_data()) {
             Some(UserData::Receive { flow }) => self.received(flow as usize, cqe),
-            Some(UserData::Send { slot, output }) => {
-                self.sent(slot, usize::from(output), cqe.result())
+            Some(UserData::Send { slot, flow, output }) => {
+                self.sent(slot, usize::from(flow), usize::from(output), cqe.result())
             }
-            Some(UserData::GsoSend { record, output }) => {
-                self.gso_sent(record, usize::from(output), cqe.result())
-            }
+            Some(UserData::GsoSend {
+                record,
+                flow,
+                output,
+            }) => self.gso_sent(record, usize::from(flow), usize::from(output), cqe.result()),
             Some(UserData::Cancel) | None => {}
         }
     }
 
     fn received(&mut self, f: usize, cqe: &cqueue::Entry) {
-        let Some(flow) = self.flows.get_mut(f) else {
+        let flags = cqe.flags();
+        let id = if self.multishot {
+            cqueue::buffer_select(flags)
+        } else {
+            u16::try_from(f).ok()
+        };
+        let Some(flow) = self.flows.get_mut(f).and_then(Option::as_mut) else {
+            if self.multishot
+                && let Some(id) = id
+            {
+                self.bufs.recycle(id);
+            }
             return;
         };
-        let flags = cqe.flags();
         if !self.multishot || !cqueue::more(flags) {
             flow.armed = false;
         }
@@ -543,7 +799,7 @@ impl Worker {
                         flow.error_logged = true;
                         tracing::warn!(
                             worker = self.index,
-                            flow = f,
+                            flow = %flow.name,
                             "receive failed: {}",
                             io::Error::from_raw_os_error(errno)
                         );
@@ -552,24 +808,22 @@ impl Worker {
             }
             return;
         }
-        let len = result.unsigned_abs() as usize;
-        let id = if self.multishot {
-            match cqueue::buffer_select(flags) {
-                Some(id) => id,
-                None => return,
-            }
-        } else {
-            u16::try_from(f).unwrap_or(u16::MAX)
+        let Some(id) = id else {
+            return;
         };
+        let len = result.unsigned_abs() as usize;
         self.relay(f, id, len);
         if self.multishot {
             self.bufs.recycle(id);
         }
     }
 
-    /// The packet path: classify, take, copy, queue a send per output.
+    /// The packet path: classify, take, copy, queue the datagram on every
+    /// output that has room.
     fn relay(&mut self, f: usize, id: u16, len: usize) {
-        let flow = &self.flows[f];
+        let Some(flow) = self.flows.get_mut(f).and_then(Option::as_mut) else {
+            return;
+        };
         flow.counters.packets_in.inc();
         flow.counters.bytes_in.add(len as u64);
         if len > MAX_PAYLOAD {
@@ -583,9 +837,8 @@ impl Worker {
             flow.counters.drops.pool_exhausted.inc();
             return;
         };
-        let outputs = &mut self.outputs[flow.first..flow.first + flow.count];
         let mut accepted = 0u32;
-        for o in outputs.iter() {
+        for o in flow.outputs.iter() {
             if o.in_flight < o.depth {
                 accepted += 1;
             } else {
@@ -599,10 +852,7 @@ impl Worker {
                 return;
             }
         };
-        let (ptr, len32) = (
-            shared.buffer().as_ptr(),
-            u32::try_from(shared.buffer().len()).unwrap_or(0),
-        );
+        let (ptr, len) = (shared.buffer().as_ptr(), shared.buffer().len());
         let slot = match self.in_flight.insert(shared) {
             Ok(slot) => slot,
             Err(shared) => {
@@ -613,21 +863,16 @@ impl Worker {
                 return;
             }
         };
-        let first = flow.first;
-        for (i, o) in outputs.iter_mut().enumerate() {
+        let flow_number = u16::try_from(f).unwrap_or(u16::MAX);
+        for (i, o) in flow.outputs.iter_mut().enumerate() {
             if o.in_flight >= o.depth {
                 continue;
             }
             if o.pending.is_empty() {
                 self.dirty
-                    .push(u16::try_from(first + i).unwrap_or(u16::MAX));
+                    .push((flow_number, u16::try_from(i).unwrap_or(u16::MAX)));
             }
-            let queued = o.pending.push(Pending {
-                slot,
-                ptr,
-                len: len32 as usize,
-            });
-            if queued {
+            if o.pending.push(Pending { slot, ptr, len }) {
                 o.in_flight += 1;
                 if u64::from(o.in_flight) > o.counters.in_flight_high_water.get() {
                     o.counters.in_flight_high_water.set(u64::from(o.in_flight));
@@ -647,11 +892,15 @@ impl Worker {
     /// of same-size datagrams, a plain send for the rest.
     fn flush_sends(&mut self) {
         for d in 0..self.dirty.len() {
-            let index = usize::from(self.dirty[d]);
-            let Some(o) = self.outputs.get_mut(index) else {
+            let (flow, output) = self.dirty[d];
+            let Some(o) = self
+                .flows
+                .get_mut(usize::from(flow))
+                .and_then(Option::as_mut)
+                .and_then(|f| f.outputs.get_mut(usize::from(output)))
+            else {
                 continue;
             };
-            let output = u16::try_from(index).unwrap_or(u16::MAX);
             let mut at = 0;
             loop {
                 let n = o.pending.run_len(at, o.gso_max);
@@ -671,9 +920,14 @@ impl Worker {
                     None
                 };
                 if let Some((record, msg)) = gso {
-                    let entry = opcode::SendMsg::new(Fd(o.fd), msg)
-                        .build()
-                        .user_data(UserData::GsoSend { record, output }.encode());
+                    let entry = opcode::SendMsg::new(Fd(o.fd), msg).build().user_data(
+                        UserData::GsoSend {
+                            record,
+                            flow,
+                            output,
+                        }
+                        .encode(),
+                    );
                     // SAFETY (upheld here, stated in `Submit::push`): `msg`
                     // lives in the GSO table until this send completes, and
                     // its iovecs point into pool buffers parked in
@@ -691,7 +945,7 @@ impl Worker {
                     pool: &mut self.pool,
                 };
                 for p in run {
-                    plain.push(o.fd, output, p, &mut o.in_flight, &o.counters);
+                    plain.push(o.fd, (flow, output), p, &mut o.in_flight, &o.counters);
                 }
             }
             o.pending.clear();
@@ -699,8 +953,12 @@ impl Worker {
         self.dirty.clear();
     }
 
-    fn sent(&mut self, slot: u32, output: usize, result: i32) {
-        if let Some(o) = self.outputs.get_mut(output) {
+    fn output(&mut self, flow: usize, output: usize) -> Option<&mut Output> {
+        self.flows.get_mut(flow)?.as_mut()?.outputs.get_mut(output)
+    }
+
+    fn sent(&mut self, slot: u32, flow: usize, output: usize, result: i32) {
+        if let Some(o) = self.output(flow, output) {
             o.in_flight = o.in_flight.saturating_sub(1);
             if result >= 0 {
                 o.counters.packets_out.inc();
@@ -715,11 +973,16 @@ impl Worker {
         }
     }
 
-    fn gso_sent(&mut self, record: u32, output: usize, result: i32) {
+    fn gso_sent(&mut self, record: u32, flow: usize, output: usize, result: i32) {
         let Some(r) = self.gso.get(record) else {
             return;
         };
-        let Some(o) = self.outputs.get_mut(output) else {
+        let Some(o) = self
+            .flows
+            .get_mut(flow)
+            .and_then(Option::as_mut)
+            .and_then(|f| f.outputs.get_mut(output))
+        else {
             return;
         };
         let count = r.slots().len();
@@ -733,13 +996,16 @@ impl Worker {
             } else {
                 0
             };
-            let output = u16::try_from(output).unwrap_or(u16::MAX);
             let mut plain = PlainSends {
                 ring: &mut self.ring,
                 loop_counters: &self.loop_counters,
                 in_flight: &mut self.in_flight,
                 pool: &mut self.pool,
             };
+            let id = (
+                u16::try_from(flow).unwrap_or(u16::MAX),
+                u16::try_from(output).unwrap_or(u16::MAX),
+            );
             for (&slot, iov) in r.slots().iter().zip(r.iovecs()) {
                 let p = Pending {
                     slot,
@@ -747,7 +1013,7 @@ impl Worker {
                     len: iov.iov_len,
                 };
                 // `o.in_flight` already counts these datagrams.
-                plain.push(o.fd, output, &p, &mut o.in_flight, &o.counters);
+                plain.push(o.fd, id, &p, &mut o.in_flight, &o.counters);
             }
             self.gso.finish(record);
             return;
@@ -790,14 +1056,14 @@ struct PlainSends<'a> {
 }
 
 impl PlainSends<'_> {
-    /// Queue one plain send on output number `output` (socket `fd`) of a
+    /// Queue one plain send on output `(flow, output)` (socket `fd`) of a
     /// datagram already counted in `queued`, the output's in-flight count;
     /// if the submission queue stays full, drop it for this output and
     /// count it.
     fn push(
         &mut self,
         fd: i32,
-        output: u16,
+        (flow, output): (u16, u16),
         p: &Pending,
         queued: &mut u32,
         counters: &OutputCounters,
@@ -806,6 +1072,7 @@ impl PlainSends<'_> {
         let entry = opcode::Send::new(Fd(fd), p.ptr, len).build().user_data(
             UserData::Send {
                 slot: p.slot,
+                flow,
                 output,
             }
             .encode(),
@@ -822,5 +1089,31 @@ impl PlainSends<'_> {
                 let _ = self.pool.give(buf);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flow_with_depths(depths: &[u32]) -> FlowSockets {
+        let sock = || UdpSocket::bind("127.0.0.1:0").expect("bind");
+        FlowSockets::new(
+            "f".into(),
+            sock(),
+            depths
+                .iter()
+                .map(|&queue_depth| OutputSocket::new("o".into(), sock(), queue_depth))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn receive_ring_stays_below_the_smallest_queue_depth() {
+        assert_eq!(receive_buffers(&[flow_with_depths(&[256, 1024])]), 128);
+        assert_eq!(receive_buffers(&[flow_with_depths(&[300])]), 128);
+        assert_eq!(receive_buffers(&[flow_with_depths(&[4])]), 16);
+        assert_eq!(receive_buffers(&[flow_with_depths(&[65536])]), 512);
+        assert_eq!(receive_buffers(&[]), 128);
     }
 }

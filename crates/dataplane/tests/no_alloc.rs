@@ -84,17 +84,19 @@ fn relay_and_count(mode: ReceiveMode, gso: bool, same_size: bool) {
             source_address: None,
             queue_depth: 256,
         };
-        outputs.push(OutputSocket {
-            label: out.port.to_string(),
-            socket: open_egress(&out, lo).expect("egress"),
-            queue_depth: 256,
-        });
+        outputs.push(OutputSocket::new(
+            out.port.to_string(),
+            open_egress(&out, lo).expect("egress"),
+            256,
+        ));
     }
-    let flow = FlowSockets {
-        name: "lo".into(),
-        ingress: open_ingress(&input, lo).expect("ingress").socket,
+    let flow = FlowSockets::new(
+        "lo".into(),
+        open_ingress(&input, lo).expect("ingress").socket,
         outputs,
-    };
+    );
+    let stats = flow.stats();
+    let (events, _events_rx) = std::sync::mpsc::channel();
     let stop = Arc::new(AtomicBool::new(false));
     let worker = mcrelay_dataplane::spawn(
         WorkerConfig {
@@ -106,6 +108,7 @@ fn relay_and_count(mode: ReceiveMode, gso: bool, same_size: bool) {
             gso,
         },
         Arc::clone(&stop),
+        events,
     )
     .expect("worker");
     let sender = UdpSocket::bind((LOCALHOST, 0)).expect("bind");
@@ -151,9 +154,8 @@ fn relay_and_count(mode: ReceiveMode, gso: bool, same_size: bool) {
     let got = relay(20_000);
     let after = ALLOCATIONS.load(Ordering::Relaxed);
     stop.store(true, Ordering::Relaxed);
-    let stats = Arc::clone(&worker.stats);
     worker.join().expect("worker stops cleanly");
-    let flow = &stats.flows[0];
+    let flow = &stats;
     assert_eq!(
         flow.input.packets_in.get(),
         20_200,

@@ -6,7 +6,13 @@
 #![deny(unsafe_code)]
 
 mod check;
+mod control;
+mod daemon;
+mod metrics;
+mod notify;
+mod peercred;
 mod run;
+mod sockets;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -72,7 +78,7 @@ fn main() -> ExitCode {
                 Receive::Single => mcrelay_dataplane::ReceiveMode::Single,
             };
             let gso = cli.gso == Gso::On;
-            run::run(&cli.config, run::RunOptions { receive, gso })
+            run::run(&cli.config, daemon::RunOptions { receive, gso })
         }
     }
 }

@@ -23,18 +23,27 @@ fn is_root() -> bool {
         .is_ok_and(|o| o.stdout.starts_with(b"0\n"))
 }
 
-/// The `loadgen` binary next to `mcrelayd`, built if missing.
-fn loadgen() -> PathBuf {
-    let path = Path::new(MCRELAYD).with_file_name("loadgen");
+/// A binary of another package of the workspace, next to `mcrelayd`,
+/// built if missing.
+fn sibling(package: &str, bin: &str) -> PathBuf {
+    let path = Path::new(MCRELAYD).with_file_name(bin);
     if !path.exists() {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let status = Command::new(cargo)
-            .args(["build", "-p", "mcrelay-loadgen", "--bin", "loadgen"])
+            .args(["build", "-p", package, "--bin", bin])
             .status()
-            .expect("cargo build loadgen");
-        assert!(status.success(), "building loadgen");
+            .expect("cargo build");
+        assert!(status.success(), "building {bin}");
     }
     path
+}
+
+fn loadgen() -> PathBuf {
+    sibling("mcrelay-loadgen", "loadgen")
+}
+
+fn mcrelayctl() -> PathBuf {
+    sibling("mcrelayctl", "mcrelayctl")
 }
 
 fn sh(args: &[&str]) {
@@ -161,6 +170,15 @@ impl Topology {
     /// Start mcrelayd in R with `config`; returns once it is relaying.
     fn relay(&self, config: &str, extra: &[&str]) -> Relay {
         let path = self.dir.join("mcrelay.toml");
+        // Each topology's daemon gets its own control socket.
+        let config = if config.contains("[daemon]") {
+            config.to_owned()
+        } else {
+            format!(
+                "[daemon]\ncontrol_socket = \"{}\"\n{config}",
+                self.dir.join("control.sock").display()
+            )
+        };
         fs::write(&path, config).expect("write config");
         let log = self.dir.join("mcrelayd.log");
         let child = self
@@ -204,9 +222,12 @@ impl Topology {
                 "--interface",
                 "vB",
                 "--json",
-                "--duration",
-                "30",
             ])
+            .args(if extra.contains(&"--duration") {
+                &[][..]
+            } else {
+                &["--duration", "30"][..]
+            })
             .args(idle)
             .args(["--expect", &expect.to_string(), "--ready-file"])
             .arg(&ready)
@@ -280,7 +301,7 @@ impl Relay {
         assert!(status.success(), "mcrelayd exit status {status}:\n{log}");
         assert!(
             took < Duration::from_secs(1),
-            "SIGTERM to exit took {took:?}"
+            "SIGTERM to exit took {took:?}:\n{log}"
         );
         log
     }
@@ -674,4 +695,257 @@ outputs = [
         refused > 0,
         "port-unreachable sends are counted as errors:\n{log}"
     );
+}
+
+/// `mcrelayctl --socket SOCKET args...`: exit code and stdout.
+fn ctl(socket: &Path, args: &[&str]) -> (i32, String) {
+    let out = Command::new(mcrelayctl())
+        .arg("--socket")
+        .arg(socket)
+        .args(args)
+        .output()
+        .expect("mcrelayctl");
+    (
+        out.status.code().unwrap_or(-1),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// A number from the JSON that `mcrelayctl ... --json` printed: the value
+/// of `key` after the first occurrence of `after`.
+fn json_after(json: &str, after: &str, key: &str) -> i64 {
+    let at = json
+        .find(after)
+        .unwrap_or_else(|| panic!("{after} missing in {json}"));
+    field(&json[at..].replace(": ", ":"), key)
+}
+
+/// GET `url` from inside namespace `ns` (python's urllib: no curl needed).
+fn http_get(ns: &str, url: &str) -> String {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, "python3", "-c"])
+        .arg(format!(
+            "import urllib.request; print(urllib.request.urlopen('{url}', timeout=5).read().decode())"
+        ))
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "GET {url}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn control_socket_and_metrics_report_traffic_and_shrug_off_bad_clients() {
+    use std::io::Write;
+    use std::os::unix::net::UnixStream;
+    let Some(t) = Topology::new() else { return };
+    let socket = t.dir.join("control.sock");
+    let relay = t.relay(
+        &format!(
+            r#"
+[daemon]
+control_socket = "{}"
+metrics_listen = "127.0.0.1:9464"
+[[flow]]
+name = "one"
+input = {{ interface = "vRA", address = "239.1.1.1", port = 5000 }}
+outputs = [ {{ interface = "vRB", address = "239.2.2.2", port = 6000 }} ]
+"#,
+            socket.display()
+        ),
+        &[],
+    );
+    // A client that connects and never reads, and one that sends 1 MB
+    // without a newline: neither may stall the daemon.
+    let _silent = UnixStream::connect(&socket).expect("connect");
+    let mut flood = UnixStream::connect(&socket).expect("connect");
+    let _ = flood.write_all(&vec![b'x'; 1 << 20]);
+    let rx = t.receiver("239.2.2.2:6000", 3000, &[]);
+    t.send(
+        "239.1.1.1:5000",
+        &["--count", "3000", "--rate", "20000", "--size", "1316"],
+    );
+    let out = finish(rx);
+    assert_eq!(field(&out, "valid"), 3000, "{out}");
+
+    let (code, stats) = ctl(&socket, &["stats", "--json"]);
+    assert_eq!(code, 0, "{stats}");
+    assert_eq!(
+        json_after(&stats, "\"name\": \"one\"", "packets_in"),
+        3000,
+        "{stats}"
+    );
+    assert_eq!(
+        json_after(&stats, "\"label\"", "packets_out"),
+        3000,
+        "{stats}"
+    );
+    let (code, flows) = ctl(&socket, &["flows", "--sample", "0.2"]);
+    assert_eq!(code, 0, "{flows}");
+    assert!(
+        flows.contains("one") && flows.contains("239.2.2.2:6000"),
+        "{flows}"
+    );
+    let (code, status) = ctl(&socket, &["status"]);
+    assert_eq!(code, 0, "{status}");
+    let (code, top) = ctl(
+        &socket,
+        &["top", "--plain", "--iterations", "2", "--interval", "0.2"],
+    );
+    assert_eq!(code, 0, "{top}");
+    assert!(top.contains("one"), "{top}");
+
+    let metrics = http_get(&t.r, "http://127.0.0.1:9464/metrics");
+    assert!(
+        metrics.contains("mcrelay_flow_received_packets_total{flow=\"one\"} 3000"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(
+            "mcrelay_output_sent_packets_total{flow=\"one\",output=\"239.2.2.2:6000\"} 3000"
+        ),
+        "{metrics}"
+    );
+
+    // A malformed request gets an error reply; the daemon goes on.
+    let mut bad = UnixStream::connect(&socket).expect("connect");
+    bad.write_all(b"{\"v\":1,\"cmd\":\"format-disk\"}\n")
+        .expect("write");
+    let mut reply = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(&bad), &mut reply).expect("reply");
+    assert!(reply.contains("\"ok\":false"), "{reply}");
+
+    // Another user is refused, even when the socket's mode lets it in.
+    sh(&["chmod", "0666", &socket.display().to_string()]);
+    let out = Command::new("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
+        .arg(mcrelayctl())
+        .arg("--socket")
+        .arg(&socket)
+        .arg("status")
+        .output()
+        .expect("setpriv");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && said.contains("permission denied"),
+        "{said}"
+    );
+
+    let log = relay.stop();
+    assert_eq!(
+        counter(&log, &["flow=one", "packets_in"], "packets_in"),
+        3000
+    );
+}
+
+#[test]
+fn reload_adds_and_removes_flows_without_touching_the_others() {
+    let Some(t) = Topology::new() else { return };
+    let socket = t.dir.join("control.sock");
+    let config = |flows: &str| {
+        format!(
+            r#"
+[daemon]
+control_socket = "{}"
+[[flow]]
+name = "steady"
+input = {{ interface = "vRA", address = "239.1.1.1", port = 5000 }}
+outputs = [ {{ interface = "vRB", address = "239.2.2.2", port = 6000 }} ]
+{flows}"#,
+            socket.display()
+        )
+    };
+    let leaving = r#"
+[[flow]]
+name = "leaving"
+input = { interface = "vRA", address = "239.1.1.2", port = 5000 }
+outputs = [ { interface = "vRB", address = "239.2.2.3", port = 6000 } ]
+"#;
+    let joining = r#"
+[[flow]]
+name = "joining"
+input = { interface = "vRA", address = "239.1.1.3", port = 5000 }
+outputs = [ { interface = "vRB", address = "239.2.2.4", port = 6000 } ]
+"#;
+    let relay = t.relay(&config(leaving), &[]);
+    let path = t.dir.join("mcrelay.toml");
+    // 3 s of the steady stream, with reloads in the middle of it.
+    let rx = t.receiver("239.2.2.2:6000", 30_000, &[]);
+    let sender = t
+        .command(&t.a, &loadgen())
+        .args([
+            "send",
+            "--dest",
+            "239.1.1.1:5000",
+            "--interface",
+            "vA",
+            "--count",
+            "30000",
+            "--rate",
+            "10000",
+            "--size",
+            "1316",
+        ])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("sender");
+    std::thread::sleep(Duration::from_millis(700));
+    fs::write(&path, config(joining)).expect("rewrite config");
+    let (code, said) = ctl(&socket, &["reload"]);
+    assert_eq!(code, 0, "{said}");
+    assert!(
+        said.contains("added: joining") && said.contains("removed: leaving"),
+        "{said}"
+    );
+    // An invalid file is rejected, over the socket and on SIGHUP, and
+    // everything keeps running as it was.
+    fs::write(&path, "[[flow]]\nname = 3\n").expect("break config");
+    let (code, said) = ctl(&socket, &["reload"]);
+    assert_eq!(code, 1, "{said}");
+    assert!(
+        said.contains("rejected") && said.contains("error"),
+        "{said}"
+    );
+    sh(&["kill", "-HUP", &relay.child.id().to_string()]);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(relay.log().contains("reload rejected"), "{}", relay.log());
+    fs::write(&path, config(joining)).expect("restore config");
+    let sent = sender.wait_with_output().expect("sender");
+    assert!(sent.status.success());
+    let out = finish(rx);
+    clean(&out);
+    assert_eq!(
+        (field(&out, "valid"), field(&out, "lost")),
+        (30_000, 0),
+        "the unchanged flow lost nothing across the reloads: {out}\n{}",
+        relay.log()
+    );
+    // The added flow relays; the removed one doesn't.
+    let joined = t.receiver("239.2.2.4:6000", 500, &[]);
+    let left = t.receiver(
+        "239.2.2.3:6000",
+        1,
+        &["--idle-exit", "0", "--duration", "2"],
+    );
+    for group in ["239.1.1.3:5000", "239.1.1.2:5000"] {
+        t.send(group, &["--count", "500", "--rate", "10000"]);
+    }
+    let joined = finish(joined);
+    assert_eq!(field(&joined, "valid"), 500, "{joined}");
+    let left = finish(left);
+    assert_eq!(field(&left, "received"), 0, "{left}");
+    let (code, flows) = ctl(&socket, &["flows", "--sample", "0"]);
+    assert_eq!(code, 0);
+    assert!(
+        flows.contains("joining") && !flows.contains("leaving"),
+        "{flows}"
+    );
+    relay.stop();
 }

@@ -1,0 +1,44 @@
+//! The pure part of mcrelay's control plane: the versioned JSON-lines
+//! protocol spoken on the daemon's control socket, the [`Snapshot`] of
+//! everything an operator can see, rates between two snapshots, the tables
+//! `mcrelayctl` prints and the Prometheus text the daemon exposes.
+//!
+//! Where it sits: on the control plane, never on the packet path. The daemon
+//! reads its workers' lock-free counters (pool, flow, output and loop
+//! counters) into a [`Snapshot`]; this crate turns requests into replies
+//! ([`answer_line`]), snapshots into tables ([`render_flows`]) and into
+//! metrics ([`render_metrics`]). `mcrelayctl` uses the same types to encode
+//! requests and decode replies. The crate opens no sockets, reads no clock
+//! and does no I/O, so every piece is unit-tested without a daemon; the
+//! socket loop feeds received bytes through a fixed-size [`LineReader`].
+//!
+//! Everything that parses bytes from the socket ([`LineReader`],
+//! [`parse_request`]) is fuzzed through [`fuzz_request`].
+#![deny(unsafe_code)]
+
+mod framing;
+mod fuzz;
+mod prometheus;
+mod protocol;
+mod rates;
+mod render;
+mod server;
+mod snapshot;
+
+pub use framing::{LineEvent, LineReader};
+pub use fuzz::fuzz_request;
+pub use prometheus::{CONTENT_TYPE as METRICS_CONTENT_TYPE, render_metrics};
+pub use protocol::{
+    MAX_REQUEST_BYTES, PROTOCOL_VERSION, ProtocolError, ReloadOutcome, Request, Response,
+    encode_request, parse_request, parse_response,
+};
+pub use rates::{FlowRates, OutputRates, Rates};
+pub use render::{
+    human_bits_per_second, human_bytes, human_count, human_duration, human_rate, render_flows,
+    render_stats, render_status,
+};
+pub use server::{ControlHandler, answer_event, answer_line};
+pub use snapshot::{
+    DaemonState, FlowSnapshot, IngressDropsSnapshot, OutputSnapshot, PoolClassSnapshot, Snapshot,
+    Totals, WorkerSnapshot,
+};

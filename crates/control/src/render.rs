@@ -1,0 +1,497 @@
+//! What `mcrelayctl` prints: short status text and column-aligned tables.
+//!
+//! Numbers are shortened with SI prefixes (`1.23M`, `12.3 Mb/s`) to three
+//! significant digits; exact counters are in the JSON and the Prometheus
+//! output. Rates need two snapshots, so every rate column shows `-` when no
+//! [`Rates`] are given or the flow is new.
+
+use std::fmt::Write;
+use std::time::Duration;
+
+use crate::rates::{FlowRates, OutputRates, Rates};
+use crate::snapshot::{DaemonState, FlowSnapshot, OutputSnapshot, Snapshot};
+
+/// The daemon's state, uptime, workers, flows and totals, one fact a line.
+pub fn render_status(s: &Snapshot) -> String {
+    let t = s.totals();
+    let state = match &s.state {
+        DaemonState::Running => "running".to_string(),
+        DaemonState::Degraded(reason) => format!("degraded: {reason}"),
+        DaemonState::Reloading => "reloading".to_string(),
+    };
+    let cpus: Vec<String> = s
+        .workers
+        .iter()
+        .map(|w| w.cpu.map_or_else(|| "-".into(), |c| c.to_string()))
+        .collect();
+    let d = &t.ingress_drops;
+    let mut out = String::new();
+    // Writing to a String cannot fail.
+    let _ = write!(
+        out,
+        "mcrelayd {version}, pid {pid}: {state}\n\
+         uptime:   {uptime}\n\
+         config:   {config}\n\
+         workers:  {workers} (cpus {cpus})\n\
+         flows:    {flows} with {outputs} outputs\n\
+         received: {pin} packets, {bin}\n\
+         sent:     {pout} packets, {bout}\n\
+         dropped:  ingress {din} (oversize {over}, pool exhausted {pool}, kernel {kern}), \
+         receive errors {rx}, output {dout} (backlog {backlog}, send error {senderr})\n",
+        version = s.version,
+        pid = s.pid,
+        uptime = human_duration(s.uptime_seconds),
+        config = s.config_path,
+        workers = s.workers.len(),
+        cpus = cpus.join(","),
+        flows = t.flows,
+        outputs = t.outputs,
+        pin = human_count(t.packets_in),
+        bin = human_bytes(t.bytes_in),
+        pout = human_count(t.packets_out),
+        bout = human_bytes(t.bytes_out),
+        din = human_count(d.total()),
+        over = human_count(d.oversize),
+        pool = human_count(d.pool_exhausted),
+        kern = human_count(d.kernel),
+        rx = human_count(t.receive_errors),
+        dout = human_count(t.drops_backlog.saturating_add(t.drops_send_error)),
+        backlog = human_count(t.drops_backlog),
+        senderr = human_count(t.drops_send_error),
+    );
+    out
+}
+
+/// One row per flow and one per output under it: packets, bytes, packet and
+/// bit rates, and drops by reason.
+pub fn render_flows(s: &Snapshot, rates: Option<&Rates>) -> String {
+    if s.flows.is_empty() {
+        return "no flows configured\n".into();
+    }
+    let mut table = Table::new(&[
+        ("FLOW", Align::Left),
+        ("INPUT / OUTPUT", Align::Left),
+        ("WORKER", Align::Right),
+        ("PACKETS", Align::Right),
+        ("BYTES", Align::Right),
+        ("PPS", Align::Right),
+        ("RATE", Align::Right),
+        ("DROPS", Align::Left),
+    ]);
+    for flow in &s.flows {
+        let fr = rates.and_then(|r| r.flow(&flow.name));
+        table.row(vec![
+            flow.name.clone(),
+            flow.input.clone(),
+            flow.worker.to_string(),
+            human_count(flow.packets_in),
+            human_bytes(flow.bytes_in),
+            fr.map_or_else(dash, |r| human_rate(r.packets_per_second)),
+            fr.map_or_else(dash, |r| human_bits_per_second(r.bits_per_second)),
+            ingress_drops(flow, fr),
+        ]);
+        for output in &flow.outputs {
+            let or = fr.and_then(|r| r.output(&output.label));
+            table.row(vec![
+                String::new(),
+                format!("-> {}", output.label),
+                String::new(),
+                human_count(output.packets_out),
+                human_bytes(output.bytes_out),
+                or.map_or_else(dash, |r| human_rate(r.packets_per_second)),
+                or.map_or_else(dash, |r| human_bits_per_second(r.bits_per_second)),
+                output_drops(output, or),
+            ]);
+        }
+    }
+    let mut out = table.render();
+    if let Some(r) = rates {
+        let _ = writeln!(out, "(rates over {:.1} s)", r.elapsed_seconds);
+    }
+    out
+}
+
+/// The flows table, then each worker's loop counters and pool occupancy
+/// per buffer class.
+pub fn render_stats(s: &Snapshot, rates: Option<&Rates>) -> String {
+    let mut out = render_flows(s, rates);
+    out.push('\n');
+
+    let mut workers = Table::new(&[
+        ("WORKER", Align::Right),
+        ("CPU", Align::Right),
+        ("RECEIVE", Align::Left),
+        ("LOOP TURNS", Align::Right),
+        ("COMPLETIONS", Align::Right),
+        ("PER TURN", Align::Right),
+        ("SENDS", Align::Right),
+    ]);
+    for w in &s.workers {
+        let per_turn = if w.loop_turns == 0 {
+            dash()
+        } else {
+            format!("{:.2}", w.completions as f64 / w.loop_turns as f64)
+        };
+        workers.row(vec![
+            w.index.to_string(),
+            w.cpu.map_or_else(dash, |c| c.to_string()),
+            w.receive_mode.clone(),
+            human_count(w.loop_turns),
+            human_count(w.completions),
+            per_turn,
+            human_count(w.sends_submitted),
+        ]);
+    }
+    out.push_str(&workers.render());
+    out.push('\n');
+
+    let mut pools = Table::new(&[
+        ("WORKER", Align::Right),
+        ("CLASS", Align::Left),
+        ("BUFFER", Align::Right),
+        ("IN USE", Align::Right),
+        ("HIGH WATER", Align::Right),
+        ("TAKEN", Align::Right),
+        ("EXHAUSTED", Align::Right),
+    ]);
+    for w in &s.workers {
+        for p in &w.pools {
+            pools.row(vec![
+                w.index.to_string(),
+                p.class.clone(),
+                format!("{} B", p.buffer_bytes),
+                format!("{}/{}", p.in_use, p.capacity),
+                p.high_water.to_string(),
+                human_count(p.taken),
+                p.exhausted.to_string(),
+            ]);
+        }
+    }
+    out.push_str(&pools.render());
+    out
+}
+
+/// A count with an SI prefix: `812`, `1.23k`, `45.6M`.
+pub fn human_count(n: u64) -> String {
+    if n < 1000 {
+        return n.to_string();
+    }
+    let (x, prefix) = si(n as f64);
+    format!("{}{prefix}", three_digits(x))
+}
+
+/// Bytes with an SI prefix: `512 B`, `1.05 MB`.
+pub fn human_bytes(n: u64) -> String {
+    if n < 1000 {
+        return format!("{n} B");
+    }
+    let (x, prefix) = si(n as f64);
+    format!("{} {prefix}B", three_digits(x))
+}
+
+/// A per-second rate with an SI prefix and no unit: `0`, `950`, `12.3k`.
+pub fn human_rate(per_second: f64) -> String {
+    let (x, prefix) = si(per_second);
+    if x == 0.0 {
+        return "0".into();
+    }
+    format!("{}{prefix}", three_digits(x))
+}
+
+/// A bit rate with an SI prefix: `0 b/s`, `950 b/s`, `12.3 Mb/s`.
+pub fn human_bits_per_second(bits: f64) -> String {
+    let (x, prefix) = si(bits);
+    if x == 0.0 {
+        return "0 b/s".into();
+    }
+    format!("{} {prefix}b/s", three_digits(x))
+}
+
+/// A duration as `12s`, `5m 03s`, `1h 02m 03s` or `2d 03h 04m`.
+pub fn human_duration(seconds: f64) -> String {
+    let s = Duration::try_from_secs_f64(seconds).map_or(0, |d| d.as_secs());
+    let (d, h, m, s) = (s / 86_400, s / 3600 % 24, s / 60 % 60, s % 60);
+    if d > 0 {
+        format!("{d}d {h:02}h {m:02}m")
+    } else if h > 0 {
+        format!("{h}h {m:02}m {s:02}s")
+    } else if m > 0 {
+        format!("{m}m {s:02}s")
+    } else {
+        format!("{s}s")
+    }
+}
+
+/// `value` scaled below 999.5 (so three digits never round up to 1000) and
+/// its prefix. Negative, NaN and infinite values count as 0.
+fn si(value: f64) -> (f64, &'static str) {
+    const PREFIXES: [&str; 7] = ["", "k", "M", "G", "T", "P", "E"];
+    if !value.is_finite() || value <= 0.0 {
+        return (0.0, "");
+    }
+    let mut x = value;
+    for (i, prefix) in PREFIXES.iter().enumerate() {
+        if x < 999.5 || i == PREFIXES.len() - 1 {
+            return (x, prefix);
+        }
+        x /= 1000.0;
+    }
+    (x, "E")
+}
+
+/// Three significant digits for `x` in `[0, 999.5)`.
+fn three_digits(x: f64) -> String {
+    if x < 9.995 {
+        format!("{x:.2}")
+    } else if x < 99.95 {
+        format!("{x:.1}")
+    } else {
+        format!("{x:.0}")
+    }
+}
+
+fn dash() -> String {
+    "-".into()
+}
+
+fn ingress_drops(flow: &FlowSnapshot, rates: Option<&FlowRates>) -> String {
+    let reasons = [
+        ("oversize", flow.drops.oversize),
+        ("pool_exhausted", flow.drops.pool_exhausted),
+        ("kernel", flow.drops.kernel),
+        ("receive_errors", flow.receive_errors),
+    ];
+    drops_text(&reasons, None, rates.map(|r| r.drops_per_second))
+}
+
+fn output_drops(output: &OutputSnapshot, rates: Option<&OutputRates>) -> String {
+    let reasons = [
+        ("backlog", output.drops_backlog),
+        ("send_error", output.drops_send_error),
+    ];
+    drops_text(
+        &reasons,
+        output.last_error.as_deref(),
+        rates.map(|r| r.drops_per_second),
+    )
+}
+
+/// `kernel=3 pool_exhausted=2 (1.50/s) last: ENOBUFS`, listing only
+/// non-zero reasons; `none` if there are none.
+fn drops_text(
+    reasons: &[(&str, u64)],
+    last_error: Option<&str>,
+    per_second: Option<f64>,
+) -> String {
+    let mut text = String::new();
+    for (reason, n) in reasons.iter().filter(|(_, n)| *n > 0) {
+        if !text.is_empty() {
+            text.push(' ');
+        }
+        let _ = write!(text, "{reason}={}", human_count(*n));
+    }
+    if text.is_empty() {
+        text.push_str("none");
+    }
+    if let Some(rate) = per_second.filter(|r| *r > 0.0) {
+        let _ = write!(text, " ({}/s)", human_rate(rate));
+    }
+    if let Some(error) = last_error {
+        let _ = write!(text, " last: {error}");
+    }
+    text
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Align {
+    Left,
+    Right,
+}
+
+/// A text table: columns as wide as their widest cell, two spaces apart.
+#[derive(Debug)]
+struct Table {
+    columns: Vec<(&'static str, Align)>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    fn new(columns: &[(&'static str, Align)]) -> Self {
+        Self {
+            columns: columns.to_vec(),
+            rows: Vec::new(),
+        }
+    }
+
+    fn row(&mut self, cells: Vec<String>) {
+        self.rows.push(cells);
+    }
+
+    fn render(&self) -> String {
+        let header: Vec<String> = self.columns.iter().map(|(h, _)| (*h).to_string()).collect();
+        let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+        for row in &self.rows {
+            for (w, cell) in widths.iter_mut().zip(row) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+        let mut out = String::new();
+        for row in std::iter::once(&header).chain(&self.rows) {
+            let mut line = String::new();
+            for ((cell, width), (_, align)) in row.iter().zip(&widths).zip(&self.columns) {
+                if !line.is_empty() {
+                    line.push_str("  ");
+                }
+                let _ = match align {
+                    Align::Left => write!(line, "{cell:<width$}"),
+                    Align::Right => write!(line, "{cell:>width$}"),
+                };
+            }
+            out.push_str(line.trim_end());
+            out.push('\n');
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::sample;
+
+    #[test]
+    fn human_numbers() {
+        assert_eq!(human_count(0), "0");
+        assert_eq!(human_count(999), "999");
+        assert_eq!(human_count(1000), "1.00k");
+        assert_eq!(human_count(1234), "1.23k");
+        assert_eq!(human_count(45_600_000), "45.6M");
+        assert_eq!(human_count(999_999), "1.00M");
+        assert_eq!(human_count(u64::MAX), "18.4E");
+        assert_eq!(human_bytes(512), "512 B");
+        assert_eq!(human_bytes(1_048_576), "1.05 MB");
+        assert_eq!(human_bits_per_second(12_300_000.0), "12.3 Mb/s");
+        assert_eq!(human_bits_per_second(950.0), "950 b/s");
+        assert_eq!(human_bits_per_second(0.0), "0 b/s");
+        assert_eq!(human_bits_per_second(-5.0), "0 b/s");
+        assert_eq!(human_bits_per_second(f64::NAN), "0 b/s");
+        assert_eq!(human_bits_per_second(1e9), "1.00 Gb/s");
+        assert_eq!(human_rate(12_345.0), "12.3k");
+        assert_eq!(human_rate(0.0), "0");
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(human_duration(12.9), "12s");
+        assert_eq!(human_duration(303.0), "5m 03s");
+        assert_eq!(human_duration(3723.5), "1h 02m 03s");
+        assert_eq!(
+            human_duration(2.0 * 86_400.0 + 3.0 * 3600.0 + 240.0),
+            "2d 03h 04m"
+        );
+        assert_eq!(human_duration(-1.0), "0s");
+        assert_eq!(human_duration(f64::NAN), "0s");
+    }
+
+    #[test]
+    fn status_shows_the_numbers() {
+        let text = render_status(&sample());
+        for needle in [
+            "pid 4242",
+            "running",
+            "1h 02m 03s",
+            "/etc/mcrelay/mcrelay.toml",
+            "workers:  1 (cpus 2)",
+            "flows:    1 with 2 outputs",
+            "812 packets",
+            "1.05 MB",
+            "1.60k packets",
+            "ingress 6 (oversize 1, pool exhausted 2, kernel 3)",
+            "receive errors 4",
+            "output 13 (backlog 6, send error 7)",
+        ] {
+            assert!(text.contains(needle), "{needle:?} missing from\n{text}");
+        }
+        let mut s = sample();
+        s.state = DaemonState::Degraded("output eth9 missing".into());
+        assert!(render_status(&s).contains("degraded: output eth9 missing"));
+    }
+
+    #[test]
+    fn flows_table_is_aligned_and_complete() {
+        let s = sample();
+        let text = render_flows(&s, None);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 4, "{text}");
+        assert!(lines[0].starts_with("FLOW"));
+        for needle in [
+            "video-a",
+            "239.1.1.1:5000 on vRA",
+            "812",
+            "1.05 MB",
+            "oversize=1 pool_exhausted=2 kernel=3 receive_errors=4",
+            "-> 10.0.0.1:6000",
+            "backlog=6 send_error=7 last: ENOBUFS",
+            "-> 239.2.2.2:7000",
+        ] {
+            assert!(text.contains(needle), "{needle:?} missing from\n{text}");
+        }
+        // Right-aligned PACKETS column: every row's count ends where the
+        // header does.
+        let end = lines[0].find("PACKETS").unwrap() + "PACKETS".len();
+        for (line, count) in lines[1..].iter().zip(["812", "800", "805"]) {
+            assert_eq!(&line[end - count.len()..end], count, "{text}");
+        }
+        assert!(lines.iter().all(|l| !l.ends_with(' ')));
+    }
+
+    #[test]
+    fn flows_table_shows_rates() {
+        let prev = sample();
+        let mut cur = prev.clone();
+        cur.taken_at_unix_ms += 1000;
+        cur.flows[0].packets_in += 12_300;
+        cur.flows[0].bytes_in += 1_537_500;
+        cur.flows[0].drops.kernel += 2;
+        let rates = Rates::between(&prev, &cur);
+        let text = render_flows(&cur, Some(&rates));
+        for needle in ["12.3k", "12.3 Mb/s", "(2.00/s)", "(rates over 1.0 s)"] {
+            assert!(text.contains(needle), "{needle:?} missing from\n{text}");
+        }
+        assert!(!render_flows(&cur, None).contains("Mb/s"));
+    }
+
+    #[test]
+    fn empty_snapshot_renders() {
+        let mut s = sample();
+        s.flows.clear();
+        s.workers.clear();
+        assert_eq!(render_flows(&s, None), "no flows configured\n");
+        assert!(render_status(&s).contains("flows:    0 with 0 outputs"));
+        assert!(render_stats(&s, None).contains("WORKER"));
+    }
+
+    #[test]
+    fn stats_show_workers_and_pools() {
+        let text = render_stats(&sample(), None);
+        for needle in [
+            "io_uring multishot",
+            "5.00k",
+            "20.0k",
+            "4.00",
+            "15.0k",
+            "17/4096",
+            "2/1024",
+            "0/256",
+            "jumbo",
+            "9000 B",
+            "video-a",
+        ] {
+            assert!(text.contains(needle), "{needle:?} missing from\n{text}");
+        }
+        let jumbo = text.lines().find(|l| l.contains("jumbo")).unwrap();
+        assert!(jumbo.trim_end().ends_with(" 9"), "{jumbo}");
+        let small = text.lines().find(|l| l.contains("small")).unwrap();
+        assert!(small.contains(" 20 "), "high water in {small}");
+    }
+}

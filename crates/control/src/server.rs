@@ -1,0 +1,105 @@
+//! The daemon's side of a request: from a received line to the response to
+//! write back. The daemon supplies the two things only it can do — read its
+//! counters and reload its configuration — through [`ControlHandler`].
+
+use crate::framing::LineEvent;
+use crate::protocol::{ProtocolError, Request, Response, parse_request};
+
+/// What the daemon does for the control plane.
+pub trait ControlHandler {
+    /// Reads every counter now (lock-free loads of the workers' published
+    /// counters) into a snapshot.
+    fn snapshot(&mut self) -> crate::Snapshot;
+
+    /// Re-reads and applies the configuration file; on failure keeps the
+    /// running configuration and says why in the outcome's `errors`.
+    fn reload(&mut self) -> crate::ReloadOutcome;
+}
+
+/// The response to one request line. Every failure becomes an error
+/// response whose message tells the client what to send instead.
+pub fn answer_line(line: &[u8], handler: &mut impl ControlHandler) -> Response {
+    match parse_request(line) {
+        Ok(Request::Status | Request::Flows | Request::Stats) => Response::ok(&handler.snapshot()),
+        Ok(Request::Reload) => Response::ok(&handler.reload()),
+        Err(e) => Response::error(e),
+    }
+}
+
+/// The response to one event from a connection's
+/// [`LineReader`](crate::LineReader).
+pub fn answer_event(event: LineEvent<'_>, handler: &mut impl ControlHandler) -> Response {
+    match event {
+        LineEvent::Line(line) => answer_line(line, handler),
+        LineEvent::TooLong => Response::error(ProtocolError::TooLong),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{ReloadOutcome, encode_request, parse_response};
+    use crate::snapshot::{Snapshot, sample};
+    use crate::{LineReader, MAX_REQUEST_BYTES};
+
+    #[derive(Default)]
+    struct Fake {
+        reloads: usize,
+    }
+
+    impl ControlHandler for Fake {
+        fn snapshot(&mut self) -> Snapshot {
+            sample()
+        }
+        fn reload(&mut self) -> ReloadOutcome {
+            self.reloads += 1;
+            ReloadOutcome {
+                applied: true,
+                unchanged: 1,
+                ..ReloadOutcome::default()
+            }
+        }
+    }
+
+    #[test]
+    fn a_session_through_the_line_reader() {
+        let mut fake = Fake::default();
+        let mut reader = LineReader::new();
+        let mut input = String::new();
+        for r in Request::ALL {
+            input.push_str(&encode_request(&r));
+        }
+        input.push_str(&"x".repeat(MAX_REQUEST_BYTES + 1));
+        input.push_str("\n{\"v\":9,\"cmd\":\"status\"}\n");
+
+        let mut replies = Vec::new();
+        for chunk in input.as_bytes().chunks(7) {
+            reader.feed(chunk, |e| replies.push(answer_event(e, &mut fake).encode()));
+        }
+        assert_eq!(replies.len(), 6);
+        assert_eq!(fake.reloads, 1);
+        for reply in &replies[..3] {
+            let s: Snapshot = parse_response(reply.as_bytes())
+                .unwrap()
+                .into_result()
+                .unwrap();
+            assert_eq!(s, sample());
+        }
+        let outcome: ReloadOutcome = parse_response(replies[3].as_bytes())
+            .unwrap()
+            .into_result()
+            .unwrap();
+        assert!(outcome.applied);
+        assert!(
+            replies[4].contains("longer than 4096 bytes"),
+            "{}",
+            replies[4]
+        );
+        assert!(
+            replies[5].contains("supported versions: 1"),
+            "{}",
+            replies[5]
+        );
+        assert!(replies.iter().all(|r| r.matches('\n').count() == 1));
+    }
+}

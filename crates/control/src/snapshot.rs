@@ -1,0 +1,323 @@
+//! Everything an operator can see of a running daemon, as plain data.
+//!
+//! The daemon fills a [`Snapshot`] from its workers' published counters
+//! (`mcrelay_pool::PoolStatsHandle`, `mcrelay_dataplane` flow, output and
+//! loop counters); `mcrelayctl` decodes it from the control socket. Every
+//! counter is a `u64` that only grows while its flow or worker lives, so
+//! rates come from the difference of two snapshots ([`crate::Rates`]).
+//! Fields added later carry `#[serde(default)]`, so a newer client can read
+//! an older daemon's snapshot.
+
+use serde::{Deserialize, Serialize};
+
+/// The daemon at one moment.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// The daemon's version (`CARGO_PKG_VERSION`).
+    pub version: String,
+    pub pid: u32,
+    /// Seconds since the daemon started.
+    pub uptime_seconds: f64,
+    /// Wall-clock time the counters were read, in ms since the Unix epoch.
+    pub taken_at_unix_ms: u64,
+    pub state: DaemonState,
+    /// The configuration file in force (and re-read by `reload`).
+    pub config_path: String,
+    pub workers: Vec<WorkerSnapshot>,
+    /// In configuration order.
+    pub flows: Vec<FlowSnapshot>,
+}
+
+/// Whether the daemon is doing all it was configured to do.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", content = "reason", rename_all = "snake_case")]
+pub enum DaemonState {
+    /// Every flow is relaying.
+    Running,
+    /// Relaying, but not everything configured works; why.
+    Degraded(String),
+    /// A configuration reload is being applied.
+    Reloading,
+}
+
+/// One worker: a core-pinned event loop and the pool set it owns.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerSnapshot {
+    pub index: usize,
+    /// The CPU it is pinned to, if any.
+    pub cpu: Option<usize>,
+    /// How it receives, e.g. "io_uring multishot" or "recvmmsg".
+    pub receive_mode: String,
+    /// Turns of the event loop (one `io_uring_enter` each).
+    pub loop_turns: u64,
+    /// Completions handled.
+    pub completions: u64,
+    /// Send SQEs submitted (a GSO send counts once).
+    pub sends_submitted: u64,
+    /// One entry per buffer class, smallest first.
+    pub pools: Vec<PoolClassSnapshot>,
+}
+
+/// One size class of a worker's buffer pool.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolClassSnapshot {
+    /// "small", "standard" or "jumbo".
+    pub class: String,
+    /// Size of each buffer in the class.
+    pub buffer_bytes: u32,
+    /// Buffers in the class.
+    pub capacity: u32,
+    /// Buffers out of the pool right now.
+    pub in_use: u32,
+    /// Most buffers ever out at once.
+    pub high_water: u32,
+    /// Successful takes since start.
+    pub taken: u64,
+    /// Takes that failed because the class had no free buffer.
+    pub exhausted: u64,
+}
+
+/// One flow: an input group and the outputs it is relayed to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlowSnapshot {
+    pub name: String,
+    /// Index of the worker that owns it.
+    pub worker: usize,
+    /// The input, e.g. "239.1.1.1:5000 on vRA".
+    pub input: String,
+    pub packets_in: u64,
+    /// UDP payload bytes received.
+    pub bytes_in: u64,
+    pub drops: IngressDropsSnapshot,
+    /// Receive completions that failed (the kernel's error, not a packet).
+    pub receive_errors: u64,
+    /// Times the worker's provided receive buffers ran out and the receive
+    /// was re-armed (datagrams waited in the socket buffer meanwhile).
+    #[serde(default)]
+    pub receive_rearms: u64,
+    /// In configuration order.
+    pub outputs: Vec<OutputSnapshot>,
+}
+
+/// Why received (or arriving) datagrams of a flow were not relayed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IngressDropsSnapshot {
+    /// Payload above the largest pool class.
+    pub oversize: u64,
+    /// The class that fits the payload had no free buffer.
+    pub pool_exhausted: u64,
+    /// Socket receive buffer overflow, counted by the kernel.
+    pub kernel: u64,
+}
+
+impl IngressDropsSnapshot {
+    /// All reasons together.
+    pub fn total(&self) -> u64 {
+        self.oversize
+            .saturating_add(self.pool_exhausted)
+            .saturating_add(self.kernel)
+    }
+}
+
+/// One output of a flow.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputSnapshot {
+    /// "address:port" (and interface, if any).
+    pub label: String,
+    pub packets_out: u64,
+    /// UDP payload bytes sent.
+    pub bytes_out: u64,
+    /// Dropped because the output already had its maximum sends in flight.
+    pub drops_backlog: u64,
+    /// Sends that completed with an error.
+    pub drops_send_error: u64,
+    /// The latest send error, e.g. "ENOBUFS (No buffer space available)".
+    pub last_error: Option<String>,
+    /// Most sends this output ever had in flight at once.
+    pub in_flight_high_water: u64,
+    /// UDP GSO sends that completed (each carried several datagrams).
+    #[serde(default)]
+    pub gso_sends: u64,
+    /// GSO sends the kernel refused; their datagrams went one by one.
+    #[serde(default)]
+    pub gso_fallbacks: u64,
+}
+
+impl OutputSnapshot {
+    /// All drop reasons together.
+    pub fn drops(&self) -> u64 {
+        self.drops_backlog.saturating_add(self.drops_send_error)
+    }
+}
+
+/// Sums over every flow and output of a snapshot.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Totals {
+    pub flows: usize,
+    pub outputs: usize,
+    pub packets_in: u64,
+    pub bytes_in: u64,
+    pub ingress_drops: IngressDropsSnapshot,
+    pub receive_errors: u64,
+    pub packets_out: u64,
+    pub bytes_out: u64,
+    pub drops_backlog: u64,
+    pub drops_send_error: u64,
+}
+
+impl Snapshot {
+    /// Sums over every flow and output (saturating, never wrapping).
+    pub fn totals(&self) -> Totals {
+        let mut t = Totals {
+            flows: self.flows.len(),
+            ..Totals::default()
+        };
+        for flow in &self.flows {
+            t.packets_in = t.packets_in.saturating_add(flow.packets_in);
+            t.bytes_in = t.bytes_in.saturating_add(flow.bytes_in);
+            let d = &mut t.ingress_drops;
+            d.oversize = d.oversize.saturating_add(flow.drops.oversize);
+            d.pool_exhausted = d.pool_exhausted.saturating_add(flow.drops.pool_exhausted);
+            d.kernel = d.kernel.saturating_add(flow.drops.kernel);
+            t.receive_errors = t.receive_errors.saturating_add(flow.receive_errors);
+            t.outputs += flow.outputs.len();
+            for out in &flow.outputs {
+                t.packets_out = t.packets_out.saturating_add(out.packets_out);
+                t.bytes_out = t.bytes_out.saturating_add(out.bytes_out);
+                t.drops_backlog = t.drops_backlog.saturating_add(out.drops_backlog);
+                t.drops_send_error = t.drops_send_error.saturating_add(out.drops_send_error);
+            }
+        }
+        t
+    }
+
+    /// The flow named `name`.
+    pub fn flow(&self, name: &str) -> Option<&FlowSnapshot> {
+        self.flows.iter().find(|f| f.name == name)
+    }
+}
+
+/// A small, fully populated snapshot for tests across the crate.
+#[cfg(test)]
+pub(crate) fn sample() -> Snapshot {
+    let pool = |class: &str, buffer_bytes, capacity, in_use, exhausted| PoolClassSnapshot {
+        class: class.into(),
+        buffer_bytes,
+        capacity,
+        in_use,
+        high_water: in_use + 3,
+        taken: 1_000_000,
+        exhausted,
+    };
+    Snapshot {
+        version: "0.1.0".into(),
+        pid: 4242,
+        uptime_seconds: 3723.5,
+        taken_at_unix_ms: 1_700_000_000_000,
+        state: DaemonState::Running,
+        config_path: "/etc/mcrelay/mcrelay.toml".into(),
+        workers: vec![WorkerSnapshot {
+            index: 0,
+            cpu: Some(2),
+            receive_mode: "io_uring multishot".into(),
+            loop_turns: 5000,
+            completions: 20000,
+            sends_submitted: 15000,
+            pools: vec![
+                pool("small", 1500, 4096, 17, 0),
+                pool("standard", 4096, 1024, 2, 0),
+                pool("jumbo", 9000, 256, 0, 9),
+            ],
+        }],
+        flows: vec![FlowSnapshot {
+            name: "video-a".into(),
+            worker: 0,
+            input: "239.1.1.1:5000 on vRA".into(),
+            packets_in: 812,
+            bytes_in: 1_048_576,
+            drops: IngressDropsSnapshot {
+                oversize: 1,
+                pool_exhausted: 2,
+                kernel: 3,
+            },
+            receive_errors: 4,
+            receive_rearms: 5,
+            outputs: vec![
+                OutputSnapshot {
+                    label: "10.0.0.1:6000".into(),
+                    packets_out: 800,
+                    bytes_out: 1_000_000,
+                    drops_backlog: 6,
+                    drops_send_error: 7,
+                    last_error: Some("ENOBUFS".into()),
+                    in_flight_high_water: 8,
+                    gso_sends: 0,
+                    gso_fallbacks: 0,
+                },
+                OutputSnapshot {
+                    label: "239.2.2.2:7000".into(),
+                    packets_out: 805,
+                    bytes_out: 1_010_000,
+                    drops_backlog: 0,
+                    drops_send_error: 0,
+                    last_error: None,
+                    in_flight_high_water: 2,
+                    gso_sends: 10,
+                    gso_fallbacks: 1,
+                },
+            ],
+        }],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_through_json() {
+        let s = sample();
+        let json = serde_json::to_string(&s).unwrap();
+        assert_eq!(serde_json::from_str::<Snapshot>(&json).unwrap(), s);
+    }
+
+    #[test]
+    fn state_is_tagged() {
+        let json = serde_json::to_string(&DaemonState::Degraded("no route".into())).unwrap();
+        assert_eq!(json, r#"{"state":"degraded","reason":"no route"}"#);
+        assert_eq!(
+            serde_json::to_string(&DaemonState::Running).unwrap(),
+            r#"{"state":"running"}"#
+        );
+    }
+
+    #[test]
+    fn totals_add_up() {
+        let t = sample().totals();
+        assert_eq!((t.flows, t.outputs), (1, 2));
+        assert_eq!(t.packets_out, 1605);
+        assert_eq!(t.ingress_drops.total(), 6);
+        assert_eq!(t.drops_backlog + t.drops_send_error, 13);
+    }
+
+    #[test]
+    fn totals_saturate() {
+        let mut s = sample();
+        s.flows.push(s.flows[0].clone());
+        s.flows[0].packets_in = u64::MAX;
+        assert_eq!(s.totals().packets_in, u64::MAX);
+    }
+
+    #[test]
+    fn optional_fields_may_be_missing() {
+        let mut v = serde_json::to_value(sample()).unwrap();
+        let flow = &mut v["flows"][0];
+        flow.as_object_mut().unwrap().remove("receive_rearms");
+        flow["outputs"][0]
+            .as_object_mut()
+            .unwrap()
+            .remove("gso_sends");
+        let s: Snapshot = serde_json::from_value(v).unwrap();
+        assert_eq!(s.flows[0].receive_rearms, 0);
+    }
+}

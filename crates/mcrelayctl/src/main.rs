@@ -1,0 +1,243 @@
+//! `mcrelayctl`: the operator's client for a running `mcrelayd`, over its
+//! control socket (never on the packet path). One JSON-lines request, one
+//! reply; human tables by default, `--json` for scripts, and `top`, a live
+//! view refreshed every second.
+//!
+//! ```text
+//! mcrelayctl status
+//! mcrelayctl flows
+//! mcrelayctl stats --json
+//! mcrelayctl reload        # exits 1 and prints the errors if the new config was rejected
+//! mcrelayctl top
+//! ```
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand};
+use mcrelay_control::{
+    Rates, ReloadOutcome, Request, Snapshot, encode_request, parse_response, render_flows,
+    render_stats, render_status,
+};
+
+/// Default `daemon.control_socket`.
+const DEFAULT_SOCKET: &str = "/run/mcrelay/control.sock";
+
+/// Replies larger than this are refused (a snapshot of thousands of flows
+/// is a few MB).
+const MAX_REPLY_BYTES: u64 = 64 << 20;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "mcrelayctl",
+    version,
+    about = "Control and watch a running mcrelayd"
+)]
+struct Cli {
+    /// The daemon's control socket.
+    #[arg(long, value_name = "PATH", default_value = DEFAULT_SOCKET, global = true)]
+    socket: PathBuf,
+    /// Seconds to wait for the daemon's answer.
+    #[arg(long, default_value_t = 35.0, global = true)]
+    timeout: f64,
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Daemon state, uptime, workers and totals.
+    Status(Output),
+    /// Per flow and output: packets, bytes, rates, drops by reason.
+    Flows(Output),
+    /// Flows plus per-worker pool occupancy and loop counters.
+    Stats(Output),
+    /// Re-read the configuration file and apply it; waits until done.
+    /// Exits 1 (printing the errors) if the daemon rejected the file.
+    Reload {
+        #[arg(long)]
+        json: bool,
+    },
+    /// A live view of flows, rates, drops and pool occupancy per core.
+    Top {
+        /// Seconds between refreshes.
+        #[arg(long, default_value_t = 1.0)]
+        interval: f64,
+        /// Stop after this many refreshes (default: until Ctrl-C).
+        #[arg(long)]
+        iterations: Option<u64>,
+        /// Print each refresh below the last instead of redrawing the screen.
+        #[arg(long)]
+        plain: bool,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+struct Output {
+    /// Print the daemon's snapshot as JSON (counters only; rates are the
+    /// difference of two snapshots over their `taken_at_unix_ms`).
+    #[arg(long)]
+    json: bool,
+    /// Seconds between the two samples the rates are computed from (0:
+    /// no rates).
+    #[arg(long, default_value_t = 0.5)]
+    sample: f64,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(&cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("mcrelayctl: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
+    let timeout = Duration::try_from_secs_f64(cli.timeout).context("bad --timeout")?;
+    let client = Client {
+        socket: &cli.socket,
+        timeout,
+    };
+    match &cli.command {
+        Cmd::Status(o) => show(&client, Request::Status, o, |s, _| render_status(s)),
+        Cmd::Flows(o) => show(&client, Request::Flows, o, render_flows),
+        Cmd::Stats(o) => show(&client, Request::Stats, o, render_stats),
+        Cmd::Reload { json } => {
+            let outcome: ReloadOutcome = client.ask(Request::Reload)?;
+            if *json {
+                println!("{}", serde_json::to_string_pretty(&outcome)?);
+            } else {
+                print!("{}", render_reload(&outcome));
+            }
+            Ok(if outcome.applied && outcome.errors.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
+        }
+        Cmd::Top {
+            interval,
+            iterations,
+            plain,
+        } => top(&client, *interval, *iterations, *plain),
+    }
+}
+
+fn show(
+    client: &Client<'_>,
+    request: Request,
+    o: &Output,
+    render: impl Fn(&Snapshot, Option<&Rates>) -> String,
+) -> anyhow::Result<ExitCode> {
+    let first: Snapshot = client.ask(request)?;
+    if o.json {
+        println!("{}", serde_json::to_string_pretty(&first)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if o.sample <= 0.0 || request == Request::Status {
+        print!("{}", render(&first, None));
+        return Ok(ExitCode::SUCCESS);
+    }
+    std::thread::sleep(Duration::try_from_secs_f64(o.sample).context("bad --sample")?);
+    let second: Snapshot = client.ask(request)?;
+    let rates = Rates::between(&first, &second);
+    print!("{}", render(&second, Some(&rates)));
+    Ok(ExitCode::SUCCESS)
+}
+
+fn top(
+    client: &Client<'_>,
+    interval: f64,
+    iterations: Option<u64>,
+    plain: bool,
+) -> anyhow::Result<ExitCode> {
+    let pause = Duration::try_from_secs_f64(interval.max(0.1)).context("bad --interval")?;
+    let mut previous: Snapshot = client.ask(Request::Stats)?;
+    let mut shown = 0u64;
+    loop {
+        std::thread::sleep(pause);
+        let current: Snapshot = client.ask(Request::Stats)?;
+        let rates = Rates::between(&previous, &current);
+        let mut out = std::io::stdout().lock();
+        if !plain {
+            // Home the cursor and clear the screen.
+            write!(out, "\x1b[H\x1b[2J")?;
+        }
+        write!(
+            out,
+            "{}\n{}",
+            render_status(&current),
+            render_stats(&current, Some(&rates))
+        )?;
+        out.flush()?;
+        previous = current;
+        shown += 1;
+        if iterations.is_some_and(|n| shown >= n) {
+            return Ok(ExitCode::SUCCESS);
+        }
+    }
+}
+
+fn render_reload(o: &ReloadOutcome) -> String {
+    let mut s = String::new();
+    if o.applied {
+        s.push_str("reloaded\n");
+    } else {
+        s.push_str("reload rejected; the running configuration stays\n");
+    }
+    for (what, names) in [
+        ("added", &o.added),
+        ("removed", &o.removed),
+        ("changed", &o.changed),
+    ] {
+        if !names.is_empty() {
+            s.push_str(&format!("  {what}: {}\n", names.join(", ")));
+        }
+    }
+    if o.applied {
+        s.push_str(&format!("  unchanged: {}\n", o.unchanged));
+    }
+    for e in &o.errors {
+        s.push_str(&format!("  error: {e}\n"));
+    }
+    s
+}
+
+struct Client<'a> {
+    socket: &'a Path,
+    timeout: Duration,
+}
+
+impl Client<'_> {
+    /// Send one request and decode its reply.
+    fn ask<T: serde::de::DeserializeOwned>(&self, request: Request) -> anyhow::Result<T> {
+        let mut conn = UnixStream::connect(self.socket).with_context(|| {
+            format!(
+                "connecting to {} (is mcrelayd running, and are you root or in the mcrelay group?)",
+                self.socket.display()
+            )
+        })?;
+        conn.set_read_timeout(Some(self.timeout))?;
+        conn.set_write_timeout(Some(self.timeout))?;
+        // A daemon that refuses us answers before we finish writing, then
+        // closes: its answer matters more than our write error.
+        let sent = conn.write_all(encode_request(&request).as_bytes());
+        let mut line = Vec::new();
+        let read = BufReader::new(conn)
+            .take(MAX_REPLY_BYTES)
+            .read_until(b'\n', &mut line);
+        if line.is_empty() {
+            sent.context("sending the request")?;
+            read.context("reading the reply")?;
+            bail!("the daemon closed the connection without answering");
+        }
+        Ok(parse_response(&line)?.into_result()?)
+    }
+}
