@@ -830,13 +830,6 @@ impl Worker {
             flow.counters.drops.oversize.inc();
             return;
         }
-        let Some(payload) = self.bufs.filled(id, len) else {
-            return;
-        };
-        let Some(buf) = self.pool.take_filled(payload) else {
-            flow.counters.drops.pool_exhausted.inc();
-            return;
-        };
         let mut accepted = 0u32;
         for o in flow.outputs.iter() {
             if o.in_flight < o.depth {
@@ -845,6 +838,17 @@ impl Worker {
                 o.counters.drop_backlog.inc();
             }
         }
+        if accepted == 0 {
+            // Every output is backed up: don't spend a copy on it.
+            return;
+        }
+        let Some(payload) = self.bufs.filled(id, len) else {
+            return;
+        };
+        let Some(buf) = self.pool.take_filled(payload) else {
+            flow.counters.drops.pool_exhausted.inc();
+            return;
+        };
         let shared = match SharedBuffer::new(buf, accepted) {
             Ok(s) => s,
             Err(buf) => {

@@ -215,14 +215,7 @@ impl Topology {
             .join(format!("ready-{}", group.replace([':', '[', ']'], "_")));
         let child = self
             .command(&self.b, &loadgen())
-            .args([
-                "recv",
-                "--group",
-                group,
-                "--interface",
-                "vB",
-                "--json",
-            ])
+            .args(["recv", "--group", group, "--interface", "vB", "--json"])
             .args(if extra.contains(&"--duration") {
                 &[][..]
             } else {
@@ -948,4 +941,87 @@ outputs = [ { interface = "vRB", address = "239.2.2.4", port = 6000 } ]
         "{flows}"
     );
     relay.stop();
+}
+
+#[test]
+fn an_overloaded_flow_does_not_starve_a_light_one_on_the_same_worker() {
+    let Some(t) = Topology::new() else { return };
+    // One worker (CPU 1), two flows: "heavy" fans out 1→96 from an
+    // unpaced sender (several times what one core relays), "light" carries
+    // 2 kpps to one output.
+    let heavy_outputs: String = (0..96)
+        .map(|i| format!("  {{ interface = \"vRB\", address = \"239.2.3.{i}\", port = 6000 }},\n"))
+        .collect();
+    let relay = t.relay(
+        &format!(
+            r#"
+[daemon]
+cores = [1]
+control_socket = "{}"
+[[flow]]
+name = "heavy"
+input = {{ interface = "vRA", address = "239.1.1.1", port = 5000 }}
+outputs = [
+{heavy_outputs}]
+[[flow]]
+name = "light"
+input = {{ interface = "vRA", address = "239.1.1.9", port = 5009 }}
+outputs = [ {{ interface = "vRB", address = "239.2.2.9", port = 6009 }} ]
+"#,
+            t.dir.join("control.sock").display()
+        ),
+        &[],
+    );
+    let light_rx = t.receiver("239.2.2.9:6009", 6000, &["--run-id", "2"]);
+    let heavy = t
+        .command(&t.a, &loadgen())
+        .args([
+            "send",
+            "--dest",
+            "239.1.1.1:5000",
+            "--interface",
+            "vA",
+            "--rate",
+            "0",
+            "--duration",
+            "4",
+            "--size",
+            "1316",
+            "--run-id",
+            "1",
+        ])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("heavy sender");
+    std::thread::sleep(Duration::from_millis(500));
+    t.send(
+        "239.1.1.9:5009",
+        &[
+            "--count", "6000", "--rate", "2000", "--size", "1316", "--run-id", "2",
+        ],
+    );
+    let _ = heavy.wait_with_output();
+    let out = finish(light_rx);
+    let log = relay.stop();
+    eprintln!(
+        "{}",
+        log.lines()
+            .filter(|l| l.starts_with("final flow") || l.contains("239.2.3.0:"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let heavy_in = counter(&log, &["flow=heavy", "packets_in"], "packets_in");
+    let heavy_kernel = counter(&log, &["flow=heavy", "packets_in"], "drop_kernel");
+    let heavy_backlog: u64 = (0..96)
+        .map(|i| counter(&log, &[&format!("output=239.2.3.{i}:6000")], "drop_backlog"))
+        .sum();
+    assert!(
+        heavy_kernel + heavy_backlog > 0,
+        "the heavy flow really was overloaded (else this test proves nothing):\n{log}"
+    );
+    assert_eq!(
+        (field(&out, "valid"), field(&out, "lost")),
+        (6000, 0),
+        "the light flow is lossless next to an overloaded one (heavy in {heavy_in}, kernel drops {heavy_kernel}, backlog drops {heavy_backlog}): {out}\n{log}"
+    );
 }

@@ -1,0 +1,363 @@
+//! The daemon's side of the helper connection: ask for a flow's sockets, a
+//! reload, or a ping, and wait a bounded time for the answer — a dead or
+//! stuck helper is an error, never a hang.
+
+use std::io;
+use std::net::UdpSocket;
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+use crate::fdpass::{MAX_FDS_PER_MESSAGE, recv_with_fds, send_with_fds};
+use crate::protocol::{MAX_REPLY_BYTES, ProtocolError, Reply, Request};
+
+/// How long [`HelperClient::new`] waits for each reply.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A connection to the helper, used by one thread at a time (`&mut self`).
+#[derive(Debug)]
+pub struct HelperClient {
+    conn: UnixStream,
+    timeout: Duration,
+    /// Set after an error that may have left a reply unread: the next
+    /// reply could answer an earlier request, so the connection is unusable.
+    broken: Option<String>,
+}
+
+/// The sockets of one flow, received from the helper.
+#[derive(Debug)]
+pub struct OpenedFlow {
+    /// Bound to the flow's input and joined to its group.
+    pub ingress: UdpSocket,
+    /// `SO_RCVBUF` the kernel granted the ingress socket.
+    pub ingress_receive_buffer_bytes: usize,
+    /// One connected socket per output, in config order.
+    pub outputs: Vec<UdpSocket>,
+}
+
+/// Why a request to the helper failed.
+#[derive(Debug, thiserror::Error)]
+pub enum HelperError {
+    /// The helper refused: not in its configuration, not supported, or the
+    /// kernel said no. The connection stays usable.
+    #[error("the privileged helper refused: {0}")]
+    Refused(String),
+    /// The request cannot be expressed (e.g. a flow name with control
+    /// characters); nothing was sent.
+    #[error("invalid request to the privileged helper: {0}")]
+    InvalidRequest(#[source] ProtocolError),
+    /// No reply within the timeout: the helper is stuck or gone.
+    #[error(
+        "the privileged helper did not answer within {0:?}; it is stuck or dead — restart mcrelayd"
+    )]
+    TimedOut(Duration),
+    /// The helper closed its end: it exited or was killed.
+    #[error(
+        "the privileged helper closed the connection (it exited or was killed) — restart mcrelayd"
+    )]
+    Closed,
+    /// A reply that does not follow the protocol.
+    #[error("the privileged helper sent a malformed reply: {0}")]
+    Malformed(String),
+    /// Sending the request failed.
+    #[error("cannot send to the privileged helper: {0}")]
+    Send(#[source] io::Error),
+    /// Receiving the reply failed.
+    #[error("cannot receive from the privileged helper: {0}")]
+    Receive(#[source] io::Error),
+    /// An earlier error left the connection out of step.
+    #[error("the privileged helper connection failed earlier ({0}); restart mcrelayd")]
+    Broken(String),
+}
+
+impl HelperError {
+    /// Whether the connection can no longer be trusted to pair replies with
+    /// requests.
+    fn breaks_connection(&self) -> bool {
+        !matches!(
+            self,
+            HelperError::Refused(_) | HelperError::InvalidRequest(_)
+        )
+    }
+}
+
+impl HelperClient {
+    /// A client on `conn` (the daemon's end of [`crate::fdpass::pair`]),
+    /// waiting at most [`DEFAULT_TIMEOUT`] for each reply.
+    pub fn new(conn: UnixStream) -> io::Result<Self> {
+        Self::with_timeout(conn, DEFAULT_TIMEOUT)
+    }
+
+    /// A client waiting at most `timeout` (non-zero) for each reply, and as
+    /// long to send each request.
+    pub fn with_timeout(conn: UnixStream, timeout: Duration) -> io::Result<Self> {
+        conn.set_read_timeout(Some(timeout))?;
+        conn.set_write_timeout(Some(timeout))?;
+        Ok(HelperClient {
+            conn,
+            timeout,
+            broken: None,
+        })
+    }
+
+    /// Ask for the sockets of the flow called `name` in the helper's
+    /// configuration: its ingress socket and each output's socket.
+    pub fn open_flow(&mut self, name: &str) -> Result<OpenedFlow, HelperError> {
+        let request = Request::OpenFlow {
+            flow: name.to_owned(),
+        };
+        self.exchange(&request, |client, reply, fds| match reply {
+            Reply::Sockets {
+                ingress_receive_buffer_bytes,
+                count,
+            } => {
+                let sockets = client.collect_sockets(count, fds)?;
+                let mut sockets = sockets.into_iter().map(UdpSocket::from);
+                let ingress = sockets.next().ok_or_else(|| {
+                    HelperError::Malformed("a flow with no ingress socket".into())
+                })?;
+                Ok(OpenedFlow {
+                    ingress,
+                    ingress_receive_buffer_bytes,
+                    outputs: sockets.collect(),
+                })
+            }
+            other => unexpected(other, &fds),
+        })
+    }
+
+    /// Ask the helper to re-read its configuration file; returns its number
+    /// of flows. An invalid file is `Refused`, with the file's errors, and
+    /// the helper keeps its previous configuration.
+    pub fn reload(&mut self) -> Result<usize, HelperError> {
+        self.exchange(&Request::Reload, |_, reply, fds| match reply {
+            Reply::Reloaded { flows } if fds.is_empty() => Ok(flows),
+            other => unexpected(other, &fds),
+        })
+    }
+
+    /// Check that the helper answers.
+    pub fn ping(&mut self) -> Result<(), HelperError> {
+        self.exchange(&Request::Ping, |_, reply, fds| match reply {
+            Reply::Pong if fds.is_empty() => Ok(()),
+            other => unexpected(other, &fds),
+        })
+    }
+
+    /// Send `request`, receive the first reply and hand it to `then`;
+    /// any error that could leave the connection out of step breaks it.
+    fn exchange<T>(
+        &mut self,
+        request: &Request,
+        then: impl FnOnce(&mut Self, Reply, Vec<OwnedFd>) -> Result<T, HelperError>,
+    ) -> Result<T, HelperError> {
+        if let Some(why) = &self.broken {
+            return Err(HelperError::Broken(why.clone()));
+        }
+        let result = request
+            .encode()
+            .map_err(HelperError::InvalidRequest)
+            .and_then(|bytes| self.send(&bytes))
+            .and_then(|()| self.receive())
+            .and_then(|(reply, fds)| then(self, reply, fds));
+        if let Err(e) = &result
+            && e.breaks_connection()
+        {
+            self.broken = Some(e.to_string());
+        }
+        result
+    }
+
+    fn send(&self, bytes: &[u8]) -> Result<(), HelperError> {
+        send_with_fds(&self.conn, bytes, &[]).map_err(|e| match e.kind() {
+            io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset => HelperError::Closed,
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
+                HelperError::TimedOut(self.timeout)
+            }
+            _ => HelperError::Send(e),
+        })
+    }
+
+    fn receive(&self) -> Result<(Reply, Vec<OwnedFd>), HelperError> {
+        let mut buf = vec![0u8; MAX_REPLY_BYTES];
+        let (n, fds) =
+            recv_with_fds(&self.conn, &mut buf, MAX_FDS_PER_MESSAGE).map_err(|e| {
+                match e.kind() {
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
+                        HelperError::TimedOut(self.timeout)
+                    }
+                    io::ErrorKind::ConnectionReset => HelperError::Closed,
+                    io::ErrorKind::InvalidData => HelperError::Malformed(e.to_string()),
+                    _ => HelperError::Receive(e),
+                }
+            })?;
+        if n == 0 {
+            return Err(HelperError::Closed);
+        }
+        let reply = Reply::decode(&buf[..n]).map_err(|e| HelperError::Malformed(e.to_string()))?;
+        Ok((reply, fds))
+    }
+
+    /// All `count` fds of a `Sockets` reply: `first` came with the header,
+    /// the rest come in `MoreSockets` records. Each must be a datagram
+    /// socket.
+    fn collect_sockets(
+        &mut self,
+        count: usize,
+        first: Vec<OwnedFd>,
+    ) -> Result<Vec<OwnedFd>, HelperError> {
+        let malformed = |what: String| Err(HelperError::Malformed(what));
+        if first.len() != count.min(MAX_FDS_PER_MESSAGE) {
+            return malformed(format!("SOCKETS {count} came with {} fds", first.len()));
+        }
+        let mut all = first;
+        while all.len() < count {
+            let remaining = count - all.len();
+            match self.receive()? {
+                (Reply::MoreSockets { count: n }, more)
+                    if n == more.len() && n > 0 && n <= remaining =>
+                {
+                    all.extend(more);
+                }
+                (reply, more) => {
+                    return malformed(format!(
+                        "expected the next of {remaining} sockets, got {reply:?} with {} fds",
+                        more.len()
+                    ));
+                }
+            }
+        }
+        for fd in &all {
+            let kind = socket2::SockRef::from(fd).r#type();
+            if !matches!(kind, Ok(t) if t == socket2::Type::DGRAM) {
+                return malformed(format!("a passed fd is not a datagram socket ({kind:?})"));
+            }
+        }
+        Ok(all)
+    }
+}
+
+fn unexpected<T>(reply: Reply, fds: &[OwnedFd]) -> Result<T, HelperError> {
+    match reply {
+        Reply::Refused(reason) if fds.is_empty() => Err(HelperError::Refused(reason)),
+        other => Err(HelperError::Malformed(format!(
+            "unexpected reply {other:?} with {} fds",
+            fds.len()
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fdpass::pair;
+    use std::os::fd::AsFd;
+    use std::time::Instant;
+
+    #[test]
+    fn a_silent_helper_times_out_and_breaks_the_connection() {
+        let (daemon, helper) = pair().expect("pair");
+        let mut client =
+            HelperClient::with_timeout(daemon, Duration::from_millis(50)).expect("client");
+        let start = Instant::now();
+        let e = client.ping().expect_err("no answer");
+        assert!(matches!(e, HelperError::TimedOut(_)), "{e}");
+        assert!(start.elapsed() < Duration::from_secs(5));
+        // A late answer must not be taken for the next request's.
+        send_with_fds(&helper, b"PONG", &[]).expect("late pong");
+        let e = client.ping().expect_err("broken");
+        assert!(matches!(e, HelperError::Broken(_)), "{e}");
+    }
+
+    #[test]
+    fn a_dead_helper_is_closed() {
+        let (daemon, helper) = pair().expect("pair");
+        let mut client = HelperClient::new(daemon).expect("client");
+        drop(helper);
+        let e = client.reload().expect_err("closed");
+        assert!(matches!(e, HelperError::Closed), "{e}");
+    }
+
+    /// Answers one request with `reply` and `fds` from another thread.
+    fn scripted(replies: Vec<(Vec<u8>, Vec<UdpSocket>)>) -> HelperClient {
+        let (daemon, helper) = pair().expect("pair");
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 2048];
+            let _ = recv_with_fds(&helper, &mut buf, 0);
+            for (bytes, sockets) in replies {
+                let fds: Vec<_> = sockets.iter().map(AsFd::as_fd).collect();
+                let _ = send_with_fds(&helper, &bytes, &fds);
+            }
+            // Keep the connection open until the client is done.
+            let _ = recv_with_fds(&helper, &mut buf, 0);
+        });
+        HelperClient::with_timeout(daemon, Duration::from_secs(5)).expect("client")
+    }
+
+    fn udp() -> UdpSocket {
+        UdpSocket::bind("127.0.0.1:0").expect("bind")
+    }
+
+    #[test]
+    fn refusals_keep_the_connection_and_bad_replies_break_it() {
+        let mut c = scripted(vec![(b"REFUSED no flow named \"x\"".to_vec(), vec![])]);
+        let e = c.open_flow("x").expect_err("refused");
+        assert!(
+            matches!(e, HelperError::Refused(ref r) if r == "no flow named \"x\""),
+            "{e}"
+        );
+        assert!(c.broken.is_none());
+
+        let e = c.open_flow("bad\nname").expect_err("invalid");
+        assert!(matches!(e, HelperError::InvalidRequest(_)), "{e}");
+        assert!(c.broken.is_none());
+
+        for (text, fds) in [
+            ("SOCKETS 100 2", 1), // count and fds disagree
+            ("SOCKETS 100 0", 0), // no ingress
+            ("PONG", 0),          // wrong reply
+            ("SOCKETS x", 0),     // not the protocol
+            ("REFUSED no", 1),    // fds with a refusal
+        ] {
+            let bytes = text.as_bytes();
+            let sockets = (0..fds).map(|_| udp()).collect();
+            let mut c = scripted(vec![(bytes.to_vec(), sockets)]);
+            let e = c.open_flow("f").expect_err("malformed");
+            assert!(matches!(e, HelperError::Malformed(_)), "{bytes:?}: {e}");
+            assert!(matches!(c.ping(), Err(HelperError::Broken(_))));
+        }
+    }
+
+    #[test]
+    fn sockets_split_over_several_messages_are_collected() {
+        let total = MAX_FDS_PER_MESSAGE + 3;
+        let first: Vec<UdpSocket> = (0..MAX_FDS_PER_MESSAGE).map(|_| udp()).collect();
+        let rest: Vec<UdpSocket> = (0..3).map(|_| udp()).collect();
+        let ingress_addr = first[0].local_addr().expect("addr");
+        let last_addr = rest[2].local_addr().expect("addr");
+        let mut c = scripted(vec![
+            (format!("SOCKETS 4096 {total}").into_bytes(), first),
+            (b"MORE 3".to_vec(), rest),
+        ]);
+        let f = c.open_flow("big").expect("open");
+        assert_eq!(f.ingress_receive_buffer_bytes, 4096);
+        assert_eq!(f.ingress.local_addr().expect("addr"), ingress_addr);
+        assert_eq!(f.outputs.len(), total - 1);
+        assert_eq!(f.outputs[total - 2].local_addr().expect("addr"), last_addr);
+    }
+
+    #[test]
+    fn non_datagram_fds_are_rejected() {
+        let (daemon, helper) = pair().expect("pair");
+        let (x, _y) = pair().expect("pair");
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 64];
+            let _ = recv_with_fds(&helper, &mut buf, 0);
+            let _ = send_with_fds(&helper, b"SOCKETS 1 1", &[x.as_fd()]);
+            let _ = recv_with_fds(&helper, &mut buf, 0);
+        });
+        let mut c = HelperClient::new(daemon).expect("client");
+        let e = c.open_flow("f").expect_err("not udp");
+        assert!(e.to_string().contains("not a datagram socket"), "{e}");
+    }
+}

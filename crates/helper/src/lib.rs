@@ -1,0 +1,35 @@
+//! The privileged helper of mcrelay, and the daemon's side of talking to it.
+//!
+//! Where it sits: this is the only privileged process of mcrelay, and it never
+//! touches a packet. The daemon starts it ([`spawn_helper`]) before dropping
+//! to the service user with no capabilities ([`drop_to_user`],
+//! [`drop_all_capabilities`]); from then on, whenever the daemon starts a flow
+//! it asks the helper over a `SOCK_SEQPACKET` Unix socket ([`HelperClient`]).
+//! The helper ([`serve`]) opens, configures, binds and joins the sockets that
+//! flow needs ([`sockets`]) and passes them back with `SCM_RIGHTS`
+//! ([`fdpass`]). It checks every request against the configuration it loaded
+//! itself from the root-owned file it was started with ([`Policy`]) — a
+//! request names a flow, never an interface, group or port, and `Reload`
+//! re-reads that same file — so a compromised daemon can obtain exactly the
+//! sockets the configuration defines and nothing else: no raw sockets, no
+//! privileged ports, no other groups. Its code stays small on purpose: a
+//! text protocol of three requests ([`protocol`]), no threads, no async
+//! runtime, five dependencies.
+#![deny(unsafe_code)]
+
+pub mod client;
+pub mod fdpass;
+pub mod policy;
+pub mod privileges;
+pub mod protocol;
+pub mod server;
+pub mod sockets;
+
+pub use client::{HelperClient, HelperError, OpenedFlow};
+pub use policy::{FlowSockets, Policy, Refusal};
+pub use privileges::{
+    ProcStatus, User, drop_all_capabilities, drop_to_user, lookup_user, spawn_helper, status_of,
+};
+pub use protocol::{Reply, Request, fuzz_request};
+pub use server::{HELPER_FD, ServeError, run_helper, sanitize_process, serve};
+pub use sockets::{Ingress, interface_index, open_egress, open_ingress};

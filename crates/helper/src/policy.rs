@@ -1,0 +1,237 @@
+//! What the helper will open: exactly the sockets of the flows in the
+//! configuration it loaded itself, from the root-owned file it was started
+//! with. A request names a flow and nothing else — no interface, group,
+//! port or option — so a compromised daemon can only obtain the sockets the
+//! configuration already defines.
+
+use std::io;
+use std::net::UdpSocket;
+
+use mcrelay_config::{Config, Flow, IngressKind};
+
+use crate::sockets::{Ingress, interface_index, open_egress, open_ingress};
+
+/// The flows the helper may open sockets for.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    config: Config,
+}
+
+/// The sockets of one flow, as the configuration defines them.
+#[derive(Debug)]
+pub struct FlowSockets {
+    /// The input's socket, bound and joined.
+    pub ingress: Ingress,
+    /// One connected socket per output, in config order.
+    pub outputs: Vec<UdpSocket>,
+}
+
+/// Why the helper would not, or could not, open a flow's sockets. Each
+/// message names the flow and says what to change.
+#[derive(Debug, thiserror::Error)]
+pub enum Refusal {
+    /// No flow of that name in the helper's configuration.
+    #[error(
+        "no flow named {0:?} in the configuration the helper loaded; add it to the file and reload"
+    )]
+    UnknownFlow(String),
+    /// `ingress = "packet"` needs the AF_PACKET support still to come.
+    #[error(
+        "flow {0:?}: input.ingress = \"packet\" is not supported by the privileged helper yet; use ingress = \"socket\""
+    )]
+    PacketIngress(String),
+    /// An interface of the flow does not exist on this host.
+    #[error(
+        "flow {flow:?}: {field}: {source}; fix the name in the configuration or create the interface"
+    )]
+    Interface {
+        /// The flow.
+        flow: String,
+        /// `input.interface` or `outputs[i].interface`.
+        field: String,
+        /// From [`interface_index`]: names the interface.
+        source: io::Error,
+    },
+    /// Opening, binding or joining the ingress socket failed.
+    #[error("flow {flow:?}: cannot open the input socket ({input}): {source}")]
+    Ingress {
+        /// The flow.
+        flow: String,
+        /// The input, as `interface address:port`.
+        input: String,
+        /// What the kernel said.
+        source: io::Error,
+    },
+    /// Opening one output's socket failed.
+    #[error("flow {flow:?}: cannot open outputs[{index}] ({output}): {source}")]
+    Egress {
+        /// The flow.
+        flow: String,
+        /// The output's position in the flow.
+        index: usize,
+        /// The output, as `interface address:port`.
+        output: String,
+        /// What the kernel said.
+        source: io::Error,
+    },
+}
+
+impl Policy {
+    /// The policy of a loaded configuration.
+    pub fn new(config: Config) -> Self {
+        Policy { config }
+    }
+
+    /// The configuration it enforces.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The flow called `name`, if the helper may open it: it exists and its
+    /// ingress kind is supported. Pure: opens nothing, looks up nothing.
+    pub fn allowed(&self, name: &str) -> Result<&Flow, Refusal> {
+        let flow = self
+            .config
+            .flows
+            .by_name(name)
+            .ok_or_else(|| Refusal::UnknownFlow(name.to_owned()))?;
+        match flow.input.ingress {
+            IngressKind::Socket => Ok(flow),
+            IngressKind::Packet => Err(Refusal::PacketIngress(flow.name.clone())),
+        }
+    }
+
+    /// Open the ingress socket and every output socket of the flow called
+    /// `name`, exactly as the configuration defines them. Interfaces are
+    /// looked up first, so a missing one opens nothing.
+    pub fn open_flow(&self, name: &str) -> Result<FlowSockets, Refusal> {
+        let flow = self.allowed(name)?;
+        let interface = |field: String, name: &str| {
+            interface_index(name).map_err(|source| Refusal::Interface {
+                flow: flow.name.clone(),
+                field,
+                source,
+            })
+        };
+        let ingress_index = interface("input.interface".to_owned(), &flow.input.interface)?;
+        let output_indexes = flow
+            .outputs
+            .iter()
+            .enumerate()
+            .map(|(i, o)| interface(format!("outputs[{i}].interface"), &o.interface))
+            .collect::<Result<Vec<u32>, Refusal>>()?;
+        let ingress =
+            open_ingress(&flow.input, ingress_index).map_err(|source| Refusal::Ingress {
+                flow: flow.name.clone(),
+                input: flow.input.to_string(),
+                source,
+            })?;
+        let outputs = flow
+            .outputs
+            .iter()
+            .zip(output_indexes)
+            .enumerate()
+            .map(|(index, (output, ifindex))| {
+                open_egress(output, ifindex).map_err(|source| Refusal::Egress {
+                    flow: flow.name.clone(),
+                    index,
+                    output: output.to_string(),
+                    source,
+                })
+            })
+            .collect::<Result<Vec<UdpSocket>, Refusal>>()?;
+        Ok(FlowSockets { ingress, outputs })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The policy of [`FLOWS`], with a free port for `lo-flow`'s input.
+    fn policy() -> Policy {
+        let free = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+        let port = free.local_addr().expect("addr").port();
+        let text = FLOWS.replace("FREE_PORT", &port.to_string());
+        Policy::new(mcrelay_config::parse(&text, "test.toml").expect("valid config"))
+    }
+
+    const FLOWS: &str = r#"
+[[flow]]
+name = "lo-flow"
+input = { interface = "lo", address = "127.0.0.1", port = FREE_PORT }
+outputs = [
+  { interface = "lo", address = "127.0.0.1", port = 9 },
+  { interface = "lo", address = "127.0.0.1", port = 10, ttl = 3 },
+]
+
+[[flow]]
+name = "captured"
+input = { interface = "lo", address = "239.1.1.1", port = 5000, ingress = "packet" }
+outputs = [{ interface = "lo", address = "127.0.0.1", port = 9 }]
+
+[[flow]]
+name = "missing-if"
+input = { interface = "lo", address = "127.0.0.1", port = 9 }
+outputs = [{ interface = "nosuchif0", address = "127.0.0.1", port = 9 }]
+"#;
+
+    #[test]
+    fn unknown_flows_are_refused() {
+        let p = policy();
+        let e = p.open_flow("lo-flowX").expect_err("unknown");
+        assert!(matches!(e, Refusal::UnknownFlow(ref n) if n == "lo-flowX"));
+        assert!(e.to_string().contains("no flow named \"lo-flowX\""), "{e}");
+        // Names match exactly: no trimming, no case folding.
+        assert!(p.open_flow(" lo-flow").is_err());
+        assert!(p.open_flow("LO-FLOW").is_err());
+        assert!(p.open_flow("").is_err());
+    }
+
+    #[test]
+    fn packet_ingress_is_refused_for_now() {
+        let e = policy().open_flow("captured").expect_err("packet");
+        assert!(matches!(e, Refusal::PacketIngress(_)));
+        assert!(
+            e.to_string()
+                .contains("ingress = \"packet\" is not supported"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn missing_interface_is_refused_clearly() {
+        let e = policy().open_flow("missing-if").expect_err("no such if");
+        let text = e.to_string();
+        assert!(
+            text.starts_with(
+                "flow \"missing-if\": outputs[0].interface: interface \"nosuchif0\" does not exist"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn opens_exactly_the_configured_sockets() {
+        let p = policy();
+        let s = p.open_flow("lo-flow").expect("open");
+        assert_eq!(s.outputs.len(), 2);
+        let peers: Vec<u16> = s
+            .outputs
+            .iter()
+            .map(|o| o.peer_addr().expect("connected").port())
+            .collect();
+        assert_eq!(peers, [9, 10], "config order");
+        assert_eq!(s.outputs[1].ttl().expect("ttl"), 3);
+        assert!(
+            s.ingress
+                .socket
+                .local_addr()
+                .expect("bound")
+                .ip()
+                .is_loopback()
+        );
+        assert!(p.allowed("lo-flow").is_ok());
+        assert_eq!(p.config().flows.len(), 3);
+    }
+}

@@ -1,0 +1,509 @@
+//! Giving up privileges for good, and starting the helper that keeps them.
+//!
+//! The daemon, started as root or with capabilities, first starts the
+//! helper ([`spawn_helper`]), then drops to the service user
+//! ([`drop_to_user`], when started as root) and then drops every capability
+//! ([`drop_all_capabilities`]) — in that order: with no capabilities left,
+//! changing the user is no longer possible.
+//!
+//! These calls change credentials that Linux keeps per *thread*. glibc's
+//! `setgroups`/`setresgid`/`setresuid` wrappers apply the change to every
+//! thread, but `capset`, the ambient and bounding sets and
+//! `PR_SET_NO_NEW_PRIVS` apply to the calling thread only. So call them
+//! while the process is single-threaded — before any worker, logger or
+//! runtime thread starts; [`drop_all_capabilities`] checks and refuses
+//! otherwise, rather than leave another thread privileged.
+#![allow(unsafe_code)]
+
+use std::ffi::{CStr, CString};
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use tracing::debug;
+
+use crate::client::HelperClient;
+use crate::fdpass::pair;
+use crate::server::HELPER_FD;
+
+/// The ids and capability sets of a process, from `/proc/<pid>/status`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcStatus {
+    /// Real, effective, saved and filesystem uid.
+    pub uid: [u32; 4],
+    /// Real, effective, saved and filesystem gid.
+    pub gid: [u32; 4],
+    /// Supplementary groups.
+    pub groups: Vec<u32>,
+    /// Inheritable capabilities (bit n = capability n).
+    pub cap_inh: u64,
+    /// Permitted capabilities.
+    pub cap_prm: u64,
+    /// Effective capabilities.
+    pub cap_eff: u64,
+    /// Bounding set.
+    pub cap_bnd: u64,
+    /// Ambient capabilities (0 before Linux 4.3, which has none).
+    pub cap_amb: u64,
+    /// `PR_SET_NO_NEW_PRIVS` is set (false before Linux 4.10, which does
+    /// not report it).
+    pub no_new_privs: bool,
+    /// Threads in the process.
+    pub threads: u32,
+}
+
+fn invalid(what: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, what)
+}
+
+impl ProcStatus {
+    /// Parse the text of a `/proc/<pid>/status` file.
+    pub fn parse(text: &str) -> io::Result<Self> {
+        let field = |name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                .map(str::trim)
+        };
+        let required =
+            |name: &str| field(name).ok_or_else(|| invalid(format!("no {name}: line in status")));
+        let ids = |name: &str| -> io::Result<[u32; 4]> {
+            let v: Vec<u32> = required(name)?
+                .split_whitespace()
+                .map(str::parse)
+                .collect::<Result<_, _>>()
+                .map_err(|e| invalid(format!("{name}: {e}")))?;
+            v.try_into()
+                .map_err(|v: Vec<u32>| invalid(format!("{name}: {} ids, expected 4", v.len())))
+        };
+        let caps = |name: &str, value: Option<&str>| -> io::Result<u64> {
+            value.map_or(Ok(0), |v| {
+                u64::from_str_radix(v, 16).map_err(|e| invalid(format!("{name}: {e}")))
+            })
+        };
+        Ok(ProcStatus {
+            uid: ids("Uid")?,
+            gid: ids("Gid")?,
+            groups: field("Groups")
+                .unwrap_or_default()
+                .split_whitespace()
+                .map(str::parse)
+                .collect::<Result<_, _>>()
+                .map_err(|e| invalid(format!("Groups: {e}")))?,
+            cap_inh: caps("CapInh", Some(required("CapInh")?))?,
+            cap_prm: caps("CapPrm", Some(required("CapPrm")?))?,
+            cap_eff: caps("CapEff", Some(required("CapEff")?))?,
+            cap_bnd: caps("CapBnd", Some(required("CapBnd")?))?,
+            cap_amb: caps("CapAmb", field("CapAmb"))?,
+            no_new_privs: field("NoNewPrivs") == Some("1"),
+            threads: required("Threads")?
+                .parse()
+                .map_err(|e| invalid(format!("Threads: {e}")))?,
+        })
+    }
+}
+
+/// The status of process `pid` (`std::process::id()` for this one).
+pub fn status_of(pid: u32) -> io::Result<ProcStatus> {
+    let path = format!("/proc/{pid}/status");
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| io::Error::new(e.kind(), format!("cannot read {path}: {e}")))?;
+    ProcStatus::parse(&text)
+}
+
+/// A user account, from the system's user database.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct User {
+    /// The login name.
+    pub name: String,
+    /// Its uid.
+    pub uid: u32,
+    /// Its primary group.
+    pub gid: u32,
+}
+
+/// Look `name` up in the user database (`getpwnam_r`: `/etc/passwd`,
+/// or whatever NSS is configured with).
+pub fn lookup_user(name: &str) -> io::Result<User> {
+    let c_name = CString::new(name).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("user name {name:?} contains NUL"),
+        )
+    })?;
+    let mut buf_len = 1024usize;
+    loop {
+        let mut buf = vec![0u8; buf_len];
+        // SAFETY: `passwd` is plain data for which all-zero is valid.
+        let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
+        let mut result: *mut libc::passwd = std::ptr::null_mut();
+        // SAFETY: every pointer is to a live local of the right type; `buf`
+        // is writable for `buf.len()` bytes and outlives the use of `pwd`,
+        // whose string fields point into it.
+        let rc = unsafe {
+            libc::getpwnam_r(
+                c_name.as_ptr(),
+                &raw mut pwd,
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                &raw mut result,
+            )
+        };
+        if rc == libc::ERANGE && buf_len < (1 << 20) {
+            buf_len *= 4;
+            continue;
+        }
+        if rc != 0 {
+            let e = io::Error::from_raw_os_error(rc);
+            return Err(io::Error::new(
+                e.kind(),
+                format!("cannot look up user {name:?}: {e}"),
+            ));
+        }
+        if result.is_null() {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!(
+                    "user {name:?} does not exist; create it or set daemon.user to an existing user"
+                ),
+            ));
+        }
+        // SAFETY: on success `pw_name` points to a NUL-terminated string in
+        // `buf`, which is still alive.
+        let found = unsafe { CStr::from_ptr(pwd.pw_name) };
+        return Ok(User {
+            name: found.to_string_lossy().into_owned(),
+            uid: pwd.pw_uid,
+            gid: pwd.pw_gid,
+        });
+    }
+}
+
+/// `rc == 0` or the last OS error, labelled with the call.
+fn check(rc: libc::c_int, call: &str) -> io::Result<()> {
+    if rc == 0 {
+        Ok(())
+    } else {
+        let e = io::Error::last_os_error();
+        Err(io::Error::new(e.kind(), format!("{call}: {e}")))
+    }
+}
+
+/// Become `user` for good: supplementary groups = its primary group only,
+/// then real/effective/saved gid, then real/effective/saved uid (the order
+/// matters: changing groups needs the privilege the uid change gives up).
+/// Then checks that root cannot be regained (`setuid(0)` must fail) and
+/// that `/proc/self/status` shows the new ids.
+///
+/// For a process started as root; a process already running as exactly
+/// `user` returns `Ok` without changes. Refuses a user with uid 0.
+/// Changing uid away from 0 also empties the permitted, effective and
+/// ambient capability sets; call [`drop_all_capabilities`] after it for
+/// the rest. The calls go through glibc, which applies them to every thread;
+/// still, call it before starting threads (see the module docs).
+pub fn drop_to_user(user: &str) -> io::Result<()> {
+    let u = lookup_user(user)?;
+    if u.uid == 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("user {user:?} has uid 0; set daemon.user to an unprivileged user"),
+        ));
+    }
+    let before = status_of(std::process::id())?;
+    if before.uid == [u.uid; 4] && before.gid == [u.gid; 4] {
+        return Ok(());
+    }
+    let gid: libc::gid_t = u.gid;
+    // SAFETY: `&gid` points to one gid_t, the count passed.
+    check(unsafe { libc::setgroups(1, &raw const gid) }, "setgroups")?;
+    // SAFETY: setresgid takes plain ids and touches no memory of ours.
+    check(unsafe { libc::setresgid(gid, gid, gid) }, "setresgid")?;
+    // SAFETY: as above.
+    check(unsafe { libc::setresuid(u.uid, u.uid, u.uid) }, "setresuid")?;
+    // SAFETY: a plain syscall; it must fail now.
+    if unsafe { libc::setuid(0) } == 0 {
+        return Err(io::Error::other(format!(
+            "after switching to user {user:?} the process could become root again; refusing to continue"
+        )));
+    }
+    let after = status_of(std::process::id())?;
+    if after.uid != [u.uid; 4] || after.gid != [u.gid; 4] {
+        return Err(io::Error::other(format!(
+            "after switching to user {user:?} (uid {}, gid {}) the process has uids {:?} and gids {:?}",
+            u.uid, u.gid, after.uid, after.gid
+        )));
+    }
+    debug!(user, uid = u.uid, gid = u.gid, "switched user");
+    Ok(())
+}
+
+/// The highest capability number this kernel knows.
+fn last_capability() -> u32 {
+    std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(63)
+}
+
+fn prctl(option: libc::c_int, arg2: libc::c_ulong, arg3: libc::c_ulong) -> libc::c_int {
+    // SAFETY: the options used in this module (PR_CAP_AMBIENT,
+    // PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS) take integer arguments only and
+    // touch no memory of ours.
+    unsafe { libc::prctl(option, arg2, arg3, 0 as libc::c_ulong, 0 as libc::c_ulong) }
+}
+
+/// `struct __user_cap_header_struct`.
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+/// `struct __user_cap_data_struct`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+/// `_LINUX_CAPABILITY_VERSION_3`: 64-bit sets, as two [`CapData`].
+const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+
+/// Drop every capability, for good:
+/// 1. clear the ambient set (`PR_CAP_AMBIENT_CLEAR_ALL`);
+/// 2. empty the bounding set (`PR_CAPBSET_DROP` for each capability) — this
+///    needs `CAP_SETPCAP`; without it (e.g. after [`drop_to_user`]) it is
+///    skipped, which is harmless since step 4 already stops `execve` from
+///    granting capabilities;
+/// 3. empty the effective, permitted and inheritable sets (`capset`);
+/// 4. set `PR_SET_NO_NEW_PRIVS`: no `execve` can gain privileges again
+///    (setuid bits and file capabilities are ignored);
+/// 5. check `/proc/self/status`: effective, permitted, inheritable and
+///    ambient sets all empty, no-new-privs set.
+///
+/// Must run while the process is single-threaded: these are per-thread
+/// settings, so it refuses (an error) if there are other threads.
+pub fn drop_all_capabilities() -> io::Result<()> {
+    let threads = status_of(std::process::id())?.threads;
+    if threads != 1 {
+        return Err(io::Error::other(format!(
+            "drop_all_capabilities must run while the process is single-threaded (capabilities are per thread); it has {threads} threads"
+        )));
+    }
+    let clear_all = libc::c_ulong::try_from(libc::PR_CAP_AMBIENT_CLEAR_ALL).unwrap_or(4);
+    if prctl(libc::PR_CAP_AMBIENT, clear_all, 0) != 0 {
+        let e = io::Error::last_os_error();
+        // EINVAL: a kernel before 4.3, which has no ambient set.
+        if e.raw_os_error() != Some(libc::EINVAL) {
+            return Err(io::Error::new(
+                e.kind(),
+                format!("clearing the ambient capabilities: {e}"),
+            ));
+        }
+    }
+    for cap in 0..=last_capability() {
+        if prctl(libc::PR_CAPBSET_DROP, libc::c_ulong::from(cap), 0) != 0 {
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EINVAL) => break, // past the last capability
+                Some(libc::EPERM) => {
+                    debug!("no CAP_SETPCAP: bounding set left as is (no_new_privs covers execve)");
+                    break;
+                }
+                _ => {
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!("dropping capability {cap} from the bounding set: {e}"),
+                    ));
+                }
+            }
+        }
+    }
+    let mut header = CapHeader {
+        version: LINUX_CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let data = [CapData {
+        effective: 0,
+        permitted: 0,
+        inheritable: 0,
+    }; 2];
+    // SAFETY: `header` and `data` are live, correctly laid out
+    // (`#[repr(C)]`) and sized for version 3 (two data structs); the kernel
+    // reads `data` and may write `header.version`.
+    let rc = unsafe { libc::syscall(libc::SYS_capset, &raw mut header, data.as_ptr()) };
+    if rc != 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(e.kind(), format!("capset: {e}")));
+    }
+    if prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0) != 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(
+            e.kind(),
+            format!("PR_SET_NO_NEW_PRIVS: {e}"),
+        ));
+    }
+    let s = status_of(std::process::id())?;
+    if s.cap_eff != 0 || s.cap_prm != 0 || s.cap_inh != 0 || s.cap_amb != 0 || !s.no_new_privs {
+        return Err(io::Error::other(format!(
+            "capabilities remain after dropping them: {s:?}"
+        )));
+    }
+    debug!(
+        bounding = format_args!("{:#x}", s.cap_bnd),
+        "dropped all capabilities"
+    );
+    Ok(())
+}
+
+/// Start the helper: `exe args...` with its end of a new `SOCK_SEQPACKET`
+/// pair as fd 3 ([`HELPER_FD`]) and stdin on `/dev/null` (stdout and
+/// stderr inherited, for its logs); returns the child and a
+/// [`HelperClient`] on the daemon's end.
+///
+/// The child gets `PR_SET_PDEATHSIG SIGTERM` before `exec` (the helper sets
+/// it again in [`crate::sanitize_process`], as exec of a binary with file
+/// capabilities clears it). That signal follows the *thread* that called
+/// this function, so call it from the daemon's main thread, before other
+/// threads start (they could also close and reuse fds meanwhile).
+pub fn spawn_helper(exe: &Path, args: &[&str]) -> io::Result<(Child, HelperClient)> {
+    let (daemon_end, helper_end) = pair()?;
+    let mut helper_end = OwnedFd::from(helper_end);
+    if helper_end.as_raw_fd() < 3 {
+        // Stdio set-up in the child would overwrite fds 0-2; `try_clone`
+        // duplicates to the lowest free fd >= 3, close-on-exec.
+        helper_end = helper_end.try_clone()?;
+    }
+    let fd = helper_end.as_raw_fd();
+    let in_child = move || -> io::Result<()> {
+        if fd == HELPER_FD {
+            // dup2 onto itself would keep close-on-exec: clear it instead.
+            // SAFETY: fcntl is async-signal-safe; `fd` is open (the parent
+            // keeps `helper_end` until after spawn returns).
+            if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } < 0 {
+                return Err(io::Error::last_os_error());
+            }
+        } else {
+            // SAFETY: dup2 is async-signal-safe; `fd` is open (as above);
+            // the copy at HELPER_FD has close-on-exec clear.
+            if unsafe { libc::dup2(fd, HELPER_FD) } < 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        let sigterm = libc::c_ulong::try_from(libc::SIGTERM).unwrap_or(15);
+        // SAFETY: prctl is a plain, async-signal-safe syscall here.
+        let rc = unsafe {
+            libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                sigterm,
+                0 as libc::c_ulong,
+                0 as libc::c_ulong,
+                0 as libc::c_ulong,
+            )
+        };
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    };
+    let mut command = Command::new(exe);
+    command.args(args).stdin(Stdio::null());
+    // SAFETY: the closure runs in the forked child before exec, where only
+    // async-signal-safe calls are allowed: it makes only fcntl, dup2 and
+    // prctl syscalls, allocates nothing (a raw `io::Error` does not), takes
+    // no locks and touches only the `Copy` fd number it captured.
+    unsafe { command.pre_exec(in_child) };
+    let child = command.spawn()?;
+    drop(helper_end);
+    let client = HelperClient::new(daemon_end);
+    match client {
+        Ok(client) => Ok((child, client)),
+        Err(e) => {
+            let mut child = child;
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(e)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STATUS: &str = "Name:\tcat
+Umask:\t0022
+State:\tR (running)
+Uid:\t1000\t1001\t1002\t1003
+Gid:\t100\t101\t102\t103
+Groups:\t4 24 27 
+Threads:\t1
+CapInh:\t0000000000000000
+CapPrm:\t000001ffffffffff
+CapEff:\t0000000000003000
+CapBnd:\t000001ffffffffff
+CapAmb:\t0000000000000400
+NoNewPrivs:\t1
+Seccomp:\t0
+";
+
+    #[test]
+    fn parses_proc_status() {
+        let s = ProcStatus::parse(STATUS).expect("parse");
+        assert_eq!(s.uid, [1000, 1001, 1002, 1003]);
+        assert_eq!(s.gid, [100, 101, 102, 103]);
+        assert_eq!(s.groups, [4, 24, 27]);
+        assert_eq!(s.threads, 1);
+        assert_eq!(s.cap_inh, 0);
+        assert_eq!(s.cap_prm, 0x1ff_ffff_ffff);
+        assert_eq!(s.cap_eff, 0x3000);
+        assert_eq!(s.cap_bnd, 0x1ff_ffff_ffff);
+        assert_eq!(s.cap_amb, 0x400);
+        assert!(s.no_new_privs);
+    }
+
+    #[test]
+    fn old_kernels_and_broken_files() {
+        let old = STATUS
+            .replace("CapAmb:\t0000000000000400\n", "")
+            .replace("NoNewPrivs:\t1\n", "");
+        let s = ProcStatus::parse(&old).expect("parse");
+        assert_eq!((s.cap_amb, s.no_new_privs), (0, false));
+        for broken in [
+            STATUS.replace("Uid:\t1000\t1001\t1002\t1003", "Uid:\t1000\t1001"),
+            STATUS.replace("CapEff:\t0000000000003000", "CapEff:\tzz"),
+            STATUS.replace("Threads:\t1\n", ""),
+        ] {
+            assert!(ProcStatus::parse(&broken).is_err(), "{broken}");
+        }
+    }
+
+    #[test]
+    fn own_status_and_users() {
+        let s = status_of(std::process::id()).expect("status");
+        assert!(s.threads >= 1);
+        let root = lookup_user("root").expect("root");
+        assert_eq!((root.uid, root.gid), (0, 0));
+        let e = lookup_user("no-such-user-mcrelay").expect_err("missing");
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        assert!(e.to_string().contains("does not exist"), "{e}");
+        let e = drop_to_user("root").expect_err("uid 0");
+        assert!(e.to_string().contains("uid 0"), "{e}");
+    }
+
+    #[test]
+    fn capability_drop_refuses_a_multithreaded_process() {
+        // Tests run on a harness thread next to the main thread; if this
+        // harness ran it on the only thread it would really drop them, so
+        // check first.
+        if status_of(std::process::id()).expect("status").threads < 2 {
+            eprintln!("SKIPPED: single-threaded harness");
+            return;
+        }
+        let e = drop_all_capabilities().expect_err("threads");
+        assert!(e.to_string().contains("single-threaded"), "{e}");
+    }
+}

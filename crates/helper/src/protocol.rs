@@ -1,0 +1,472 @@
+//! The messages between the daemon and the helper: one short UTF-8 text
+//! record per message on the `SOCK_SEQPACKET` socket (the record is the
+//! framing, so there are no terminators or length prefixes), readable in
+//! `strace`. Pure: no sockets, so every rule here is unit-tested and fuzzed.
+//!
+//! Requests, daemon to helper, at most [`MAX_REQUEST_BYTES`]:
+//! - `PING` — is the helper alive?
+//! - `RELOAD` — re-read the configuration file the helper was started with
+//!   (never a configuration sent by the daemon: a compromised daemon must
+//!   not be able to widen what it may obtain);
+//! - `OPEN <flow>` — open the sockets of the flow with this exact name in the
+//!   helper's own configuration (the name is the rest of the record; it may
+//!   contain spaces but no control characters).
+//!
+//! Replies, helper to daemon, at most [`MAX_REPLY_BYTES`]:
+//! - `PONG`;
+//! - `RELOADED <flows>`;
+//! - `SOCKETS <ingress_receive_buffer_bytes> <count>` — with the first
+//!   `min(count, 253)` fds attached: the ingress socket, then each output's
+//!   socket in config order; when `count` exceeds what one message can
+//!   carry, `MORE <n>` records follow, each with the next `n` fds;
+//! - `REFUSED <reason>` — a request that was malformed or not allowed, or
+//!   that failed; the connection stays usable.
+
+use std::fmt;
+
+/// Largest request the helper reads; anything longer is refused.
+pub const MAX_REQUEST_BYTES: usize = 1024;
+/// Largest reply; longer refusal reasons are cut to fit.
+pub const MAX_REPLY_BYTES: usize = 4096;
+/// Longest flow name a request can carry.
+pub const MAX_FLOW_NAME_BYTES: usize = MAX_REQUEST_BYTES - OPEN.len();
+
+const PING: &str = "PING";
+const RELOAD: &str = "RELOAD";
+const OPEN: &str = "OPEN ";
+const PONG: &str = "PONG";
+const RELOADED: &str = "RELOADED ";
+const SOCKETS: &str = "SOCKETS ";
+const MORE: &str = "MORE ";
+const REFUSED: &str = "REFUSED ";
+
+/// What the daemon asks of the helper.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    /// Open the ingress socket and every output socket of the flow called
+    /// `flow` in the helper's configuration.
+    OpenFlow {
+        /// The flow's name, exactly as in the configuration file.
+        flow: String,
+    },
+    /// Re-read the configuration file the helper was started with.
+    Reload,
+    /// Answer `Pong`.
+    Ping,
+}
+
+/// What the helper answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    /// The flow's sockets: `count` fds (ingress first, then the outputs in
+    /// config order), the first batch attached to this message and the rest
+    /// to the [`Reply::MoreSockets`] messages that follow.
+    Sockets {
+        /// `SO_RCVBUF` the kernel granted the ingress socket.
+        ingress_receive_buffer_bytes: usize,
+        /// Total fds, over this message and its continuations.
+        count: usize,
+    },
+    /// A continuation of [`Reply::Sockets`] carrying the next `count` fds.
+    MoreSockets {
+        /// Fds attached to this message.
+        count: usize,
+    },
+    /// The configuration file was read again; it has `flows` flows.
+    Reloaded {
+        /// Flows in the newly loaded configuration.
+        flows: usize,
+    },
+    /// Answer to `Ping`.
+    Pong,
+    /// The request was malformed, not allowed by the configuration, or
+    /// failed; the reason says which and how to fix it.
+    Refused(String),
+}
+
+/// Why a message could not be decoded (or encoded).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProtocolError {
+    /// A zero-length message.
+    #[error("empty message")]
+    Empty,
+    /// Longer than the limit.
+    #[error("message is {len} bytes; the limit is {limit}")]
+    TooLong {
+        /// The message's length.
+        len: usize,
+        /// The limit for its direction.
+        limit: usize,
+    },
+    /// Not UTF-8 text.
+    #[error("message is not UTF-8 text")]
+    NotUtf8,
+    /// An unknown request or reply keyword.
+    #[error("unknown message {0}; expected {1}")]
+    Unknown(Shown, &'static str),
+    /// `PING`/`RELOAD`/`PONG` with something after it.
+    #[error("{0} takes no argument")]
+    UnexpectedArgument(&'static str),
+    /// `OPEN` without a name.
+    #[error("OPEN needs a flow name: OPEN <flow>")]
+    MissingFlowName,
+    /// A flow name longer than [`MAX_FLOW_NAME_BYTES`].
+    #[error("flow name is {0} bytes; the limit is {MAX_FLOW_NAME_BYTES}")]
+    FlowNameTooLong(usize),
+    /// A flow name with control characters (no configured flow has them).
+    #[error("flow name {0} contains control characters")]
+    ControlCharacters(Shown),
+    /// A reply number that is not a plain decimal.
+    #[error("{0} is not a decimal number")]
+    BadNumber(Shown),
+}
+
+/// Untrusted text for an error message: escaped (`{:?}`) and cut to 64
+/// characters, so a hostile peer cannot fill the log or forge lines.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shown(String);
+
+impl Shown {
+    fn new(text: &str) -> Self {
+        const MAX: usize = 64;
+        match text.char_indices().nth(MAX) {
+            Some((cut, _)) => Shown(format!("{:?}...", &text[..cut])),
+            None => Shown(format!("{text:?}")),
+        }
+    }
+}
+
+impl fmt::Display for Shown {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+fn text(bytes: &[u8], limit: usize) -> Result<&str, ProtocolError> {
+    if bytes.is_empty() {
+        return Err(ProtocolError::Empty);
+    }
+    if bytes.len() > limit {
+        return Err(ProtocolError::TooLong {
+            len: bytes.len(),
+            limit,
+        });
+    }
+    std::str::from_utf8(bytes).map_err(|_| ProtocolError::NotUtf8)
+}
+
+fn check_flow_name(name: &str) -> Result<(), ProtocolError> {
+    if name.is_empty() {
+        return Err(ProtocolError::MissingFlowName);
+    }
+    if name.len() > MAX_FLOW_NAME_BYTES {
+        return Err(ProtocolError::FlowNameTooLong(name.len()));
+    }
+    if name.chars().any(char::is_control) {
+        return Err(ProtocolError::ControlCharacters(Shown::new(name)));
+    }
+    Ok(())
+}
+
+/// A plain decimal (digits only: no sign, no spaces) that fits a usize.
+fn number(s: &str) -> Result<usize, ProtocolError> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(ProtocolError::BadNumber(Shown::new(s)));
+    }
+    s.parse()
+        .map_err(|_| ProtocolError::BadNumber(Shown::new(s)))
+}
+
+const REQUESTS: &str = "PING, RELOAD or OPEN <flow>";
+const REPLIES: &str = "PONG, RELOADED, SOCKETS, MORE or REFUSED";
+
+impl Request {
+    /// Decode one request record. Never panics; every malformed input is an
+    /// error the helper answers with `Refused`.
+    pub fn decode(bytes: &[u8]) -> Result<Self, ProtocolError> {
+        let s = text(bytes, MAX_REQUEST_BYTES)?;
+        if let Some(name) = s.strip_prefix(OPEN) {
+            check_flow_name(name)?;
+            return Ok(Request::OpenFlow {
+                flow: name.to_owned(),
+            });
+        }
+        match s.split_once(' ') {
+            None if s == PING => Ok(Request::Ping),
+            None if s == RELOAD => Ok(Request::Reload),
+            None if s == OPEN.trim_end() => Err(ProtocolError::MissingFlowName),
+            Some((PING, _)) => Err(ProtocolError::UnexpectedArgument(PING)),
+            Some((RELOAD, _)) => Err(ProtocolError::UnexpectedArgument(RELOAD)),
+            _ => Err(ProtocolError::Unknown(Shown::new(s), REQUESTS)),
+        }
+    }
+
+    /// Encode as one record; fails only for a flow name no request can
+    /// carry (empty, too long, or with control characters).
+    pub fn encode(&self) -> Result<Vec<u8>, ProtocolError> {
+        Ok(match self {
+            Request::Ping => PING.as_bytes().to_vec(),
+            Request::Reload => RELOAD.as_bytes().to_vec(),
+            Request::OpenFlow { flow } => {
+                check_flow_name(flow)?;
+                [OPEN.as_bytes(), flow.as_bytes()].concat()
+            }
+        })
+    }
+}
+
+impl fmt::Display for Request {
+    /// For logs: the flow name escaped and cut short.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Request::Ping => f.write_str("ping"),
+            Request::Reload => f.write_str("reload"),
+            Request::OpenFlow { flow } => write!(f, "open flow {}", Shown::new(flow)),
+        }
+    }
+}
+
+impl Reply {
+    /// Decode one reply record. Never panics.
+    pub fn decode(bytes: &[u8]) -> Result<Self, ProtocolError> {
+        let s = text(bytes, MAX_REPLY_BYTES)?;
+        if let Some(reason) = s.strip_prefix(REFUSED) {
+            return Ok(Reply::Refused(reason.to_owned()));
+        }
+        if s == PONG {
+            return Ok(Reply::Pong);
+        }
+        if let Some(n) = s.strip_prefix(RELOADED) {
+            return Ok(Reply::Reloaded { flows: number(n)? });
+        }
+        if let Some(n) = s.strip_prefix(MORE) {
+            return Ok(Reply::MoreSockets { count: number(n)? });
+        }
+        if let Some(rest) = s.strip_prefix(SOCKETS) {
+            let (bytes, count) = rest
+                .split_once(' ')
+                .ok_or_else(|| ProtocolError::Unknown(Shown::new(s), REPLIES))?;
+            return Ok(Reply::Sockets {
+                ingress_receive_buffer_bytes: number(bytes)?,
+                count: number(count)?,
+            });
+        }
+        if s.starts_with(PONG) {
+            return Err(ProtocolError::UnexpectedArgument(PONG));
+        }
+        Err(ProtocolError::Unknown(Shown::new(s), REPLIES))
+    }
+
+    /// Encode as one record of at most [`MAX_REPLY_BYTES`]; a longer
+    /// refusal reason is cut (at a character boundary) to fit.
+    pub fn encode(&self) -> Vec<u8> {
+        match self {
+            Reply::Pong => PONG.as_bytes().to_vec(),
+            Reply::Reloaded { flows } => format!("{RELOADED}{flows}").into_bytes(),
+            Reply::Sockets {
+                ingress_receive_buffer_bytes,
+                count,
+            } => format!("{SOCKETS}{ingress_receive_buffer_bytes} {count}").into_bytes(),
+            Reply::MoreSockets { count } => format!("{MORE}{count}").into_bytes(),
+            Reply::Refused(reason) => {
+                let room = MAX_REPLY_BYTES - REFUSED.len();
+                let mut cut = reason.len().min(room);
+                while !reason.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                [REFUSED.as_bytes(), &reason.as_bytes()[..cut]].concat()
+            }
+        }
+    }
+}
+
+/// Fuzz entry point for request decoding: decodes `data` as a request, and
+/// checks the codec's invariants — a decoded request re-encodes within the
+/// size limit and decodes to itself; a refusal of it encodes and decodes.
+/// Panics only when one of those invariants is broken (a bug for the
+/// fuzzer to find), never on any input by itself.
+pub fn fuzz_request(data: &[u8]) {
+    match Request::decode(data) {
+        Ok(request) => {
+            let bytes = request.encode();
+            assert!(bytes.is_ok(), "decoded {request:?} does not encode");
+            let bytes = bytes.unwrap_or_default();
+            assert!(bytes.len() <= MAX_REQUEST_BYTES);
+            assert_eq!(Request::decode(&bytes), Ok(request));
+        }
+        Err(e) => {
+            let reply = Reply::Refused(format!("malformed request: {e}"));
+            let bytes = reply.encode();
+            assert!(bytes.len() <= MAX_REPLY_BYTES);
+            assert!(matches!(Reply::decode(&bytes), Ok(Reply::Refused(_))));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn requests_round_trip() {
+        for (request, wire) in [
+            (Request::Ping, "PING"),
+            (Request::Reload, "RELOAD"),
+            (
+                Request::OpenFlow {
+                    flow: "camera-1".into(),
+                },
+                "OPEN camera-1",
+            ),
+            (
+                Request::OpenFlow {
+                    flow: "a flow with spaces ✓".into(),
+                },
+                "OPEN a flow with spaces ✓",
+            ),
+        ] {
+            assert_eq!(request.encode().expect("encode"), wire.as_bytes());
+            assert_eq!(Request::decode(wire.as_bytes()), Ok(request));
+        }
+    }
+
+    #[test]
+    fn replies_round_trip() {
+        for (reply, wire) in [
+            (Reply::Pong, "PONG"),
+            (Reply::Reloaded { flows: 3 }, "RELOADED 3"),
+            (
+                Reply::Sockets {
+                    ingress_receive_buffer_bytes: 4_194_304,
+                    count: 3,
+                },
+                "SOCKETS 4194304 3",
+            ),
+            (Reply::MoreSockets { count: 253 }, "MORE 253"),
+            (
+                Reply::Refused("no flow named \"x\"\nsecond line".into()),
+                "REFUSED no flow named \"x\"\nsecond line",
+            ),
+            (Reply::Refused(String::new()), "REFUSED "),
+        ] {
+            assert_eq!(reply.encode(), wire.as_bytes());
+            assert_eq!(Reply::decode(wire.as_bytes()), Ok(reply));
+        }
+    }
+
+    #[test]
+    fn malformed_requests_are_errors() {
+        let long = vec![b'a'; MAX_REQUEST_BYTES + 1];
+        let cases: [(&[u8], &str); 12] = [
+            (b"", "empty message"),
+            (&long, "1025 bytes; the limit is 1024"),
+            (b"PING\xff", "not UTF-8"),
+            (b"ping", "unknown message \"ping\""),
+            (b"PING ", "PING takes no argument"),
+            (b"RELOAD now", "RELOAD takes no argument"),
+            (b"OPEN", "OPEN needs a flow name"),
+            (b"OPEN ", "OPEN needs a flow name"),
+            (b"OPEN a\nb", "control characters"),
+            (b"OPEN a\0", "control characters"),
+            (b"OPENx", "unknown message"),
+            (b" PING", "unknown message"),
+        ];
+        for (bytes, message) in cases {
+            let e = Request::decode(bytes).expect_err("malformed");
+            assert!(e.to_string().contains(message), "{bytes:?}: {e}");
+        }
+        // The longest name fits exactly.
+        let name = "n".repeat(MAX_FLOW_NAME_BYTES);
+        let r = Request::OpenFlow { flow: name.clone() };
+        assert_eq!(r.encode().expect("fits").len(), MAX_REQUEST_BYTES);
+        let r = Request::OpenFlow { flow: name + "n" };
+        assert!(matches!(r.encode(), Err(ProtocolError::FlowNameTooLong(_))));
+    }
+
+    #[test]
+    fn malformed_replies_are_errors() {
+        for bytes in [
+            &b""[..],
+            b"PONG ",
+            b"RELOADED",
+            b"RELOADED -1",
+            b"RELOADED +1",
+            b"RELOADED 99999999999999999999999",
+            b"SOCKETS 1",
+            b"SOCKETS 1 2 3",
+            b"SOCKETS x 2",
+            b"MORE",
+            b"REFUSED",
+            b"\xc3",
+        ] {
+            assert!(Reply::decode(bytes).is_err(), "{bytes:?}");
+        }
+    }
+
+    #[test]
+    fn long_refusals_are_cut_at_a_char_boundary() {
+        let reason = "é".repeat(MAX_REPLY_BYTES);
+        let bytes = Reply::Refused(reason).encode();
+        assert!(bytes.len() <= MAX_REPLY_BYTES);
+        assert!(bytes.len() >= MAX_REPLY_BYTES - 1);
+        assert!(matches!(Reply::decode(&bytes), Ok(Reply::Refused(_))));
+    }
+
+    #[test]
+    fn errors_show_untrusted_text_escaped_and_short() {
+        let hostile = format!("X\n{}", "y".repeat(500));
+        let e = Request::decode(hostile.as_bytes()).expect_err("unknown");
+        let shown = e.to_string();
+        assert!(!shown.contains('\n'), "{shown}");
+        assert!(shown.len() < 160, "{shown}");
+    }
+
+    fn request() -> impl Strategy<Value = Request> {
+        prop_oneof![
+            Just(Request::Ping),
+            Just(Request::Reload),
+            "[^\\p{Cc}]{1,200}".prop_map(|flow| Request::OpenFlow { flow }),
+        ]
+    }
+
+    fn reply() -> impl Strategy<Value = Reply> {
+        prop_oneof![
+            Just(Reply::Pong),
+            any::<usize>().prop_map(|flows| Reply::Reloaded { flows }),
+            (any::<usize>(), any::<usize>()).prop_map(|(b, count)| Reply::Sockets {
+                ingress_receive_buffer_bytes: b,
+                count
+            }),
+            any::<usize>().prop_map(|count| Reply::MoreSockets { count }),
+            ".{0,300}".prop_map(Reply::Refused),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn any_bytes_never_panic(data in proptest::collection::vec(any::<u8>(), 0..1100)) {
+            fuzz_request(&data);
+            let _ = Reply::decode(&data);
+        }
+
+        #[test]
+        fn keyword_prefixed_bytes_never_panic(
+            head in prop_oneof![Just("OPEN "), Just("PING"), Just("RELOAD"), Just("")],
+            tail in ".{0,64}",
+        ) {
+            fuzz_request(format!("{head}{tail}").as_bytes());
+        }
+
+        #[test]
+        fn valid_requests_round_trip(r in request()) {
+            let bytes = r.encode().expect("valid");
+            prop_assert_eq!(Request::decode(&bytes), Ok(r));
+        }
+
+        #[test]
+        fn valid_replies_round_trip(r in reply()) {
+            prop_assert_eq!(Reply::decode(&r.encode()), Ok(r));
+        }
+    }
+}
