@@ -53,6 +53,9 @@ pub struct FlowCounters {
     /// The worker's provided receive buffers ran out; the kernel kept the
     /// datagrams in the socket buffer until the receive was re-armed.
     pub receive_rearms: Counter,
+    /// Receives resumed after every output had been backed up (the
+    /// socket buffer held, or dropped and counted, what came meanwhile).
+    pub receive_resumes: Counter,
 }
 
 /// Counters of one output of a flow.

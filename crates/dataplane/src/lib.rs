@@ -9,6 +9,7 @@
 //! `unsafe` lives in the modules that talk to the kernel: `bufring`
 //! (receive buffer memory shared with the kernel), `submit` (the SQE push),
 //! [`sockets`] and [`affinity`] (socket options and CPU masks via libc).
+//! Sockets arrive open: the privileged helper (`mcrelay-helper`) opens them.
 #![deny(unsafe_code)]
 
 pub mod affinity;

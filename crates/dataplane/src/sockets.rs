@@ -1,58 +1,14 @@
-//! Opening the sockets a flow needs, before the flow starts (never on the
-//! packet path): the ingress socket that joins the group, and one connected
-//! egress socket per output. The privileged-helper issue moves the calls
-//! into the helper process; the functions stay the same.
+//! What the data plane asks of sockets it was given (it never opens one:
+//! the privileged helper, `mcrelay-helper`, does): whether an output takes
+//! UDP GSO, and how many datagrams the kernel dropped on an ingress socket.
 #![allow(unsafe_code)]
 
-use std::ffi::CString;
 use std::io;
 use std::mem::size_of;
-use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::net::UdpSocket;
 use std::os::fd::AsRawFd;
 
-use mcrelay_config::{Input, Output};
-use socket2::{Domain, Protocol, Socket, Type};
-
-/// `SO_SNDBUF` requested for egress sockets.
-pub const EGRESS_SEND_BUFFER_BYTES: usize = 4 << 20;
-
-/// An ingress socket and the receive buffer the kernel actually granted.
-#[derive(Debug)]
-pub struct Ingress {
-    pub socket: UdpSocket,
-    /// `SO_RCVBUF` as granted; below the request when `rmem_max` clamps it.
-    pub receive_buffer_bytes: usize,
-}
-
-/// The index of a network interface, or a clear error when it is missing.
-pub fn interface_index(name: &str) -> io::Result<u32> {
-    let c = CString::new(name).map_err(|_| {
-        io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("interface name {name:?} contains NUL"),
-        )
-    })?;
-    // SAFETY: `c` is a valid NUL-terminated string that outlives the call.
-    let index = unsafe { libc::if_nametoindex(c.as_ptr()) };
-    if index == 0 {
-        return Err(io::Error::new(
-            io::ErrorKind::NotFound,
-            format!(
-                "interface {name:?} does not exist: {}",
-                io::Error::last_os_error()
-            ),
-        ));
-    }
-    Ok(index)
-}
-
-fn domain(addr: IpAddr) -> Domain {
-    if addr.is_ipv4() {
-        Domain::IPV4
-    } else {
-        Domain::IPV6
-    }
-}
+use socket2::Socket;
 
 /// `setsockopt` with a plain-data value.
 fn setsockopt<T>(
@@ -79,119 +35,6 @@ fn setsockopt<T>(
     } else {
         Err(io::Error::last_os_error())
     }
-}
-
-fn sockaddr_storage(addr: IpAddr) -> libc::sockaddr_storage {
-    let sa = socket2::SockAddr::from(SocketAddr::new(addr, 0));
-    // SAFETY: `sockaddr_storage` is plain data for which all-zero is valid.
-    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let n = (sa.len() as usize).min(size_of::<libc::sockaddr_storage>());
-    // SAFETY: `sa.as_ptr()` points to `sa.len()` initialised bytes, the
-    // destination has room for `n <= size_of::<sockaddr_storage>()` bytes,
-    // and the two don't overlap.
-    unsafe {
-        std::ptr::copy_nonoverlapping(sa.as_ptr().cast::<u8>(), (&raw mut storage).cast::<u8>(), n)
-    };
-    storage
-}
-
-/// Join `group` from `source` on interface `ifindex` (IPv4 or IPv6):
-/// `MCAST_JOIN_SOURCE_GROUP`, which, unlike `IP_ADD_SOURCE_MEMBERSHIP`,
-/// names the interface by index.
-fn join_source_group(
-    socket: &Socket,
-    group: IpAddr,
-    source: IpAddr,
-    ifindex: u32,
-) -> io::Result<()> {
-    let req = libc::group_source_req {
-        gsr_interface: ifindex,
-        gsr_group: sockaddr_storage(group),
-        gsr_source: sockaddr_storage(source),
-    };
-    let level = if group.is_ipv4() {
-        libc::IPPROTO_IP
-    } else {
-        libc::IPPROTO_IPV6
-    };
-    setsockopt(socket, level, libc::MCAST_JOIN_SOURCE_GROUP, &req)
-}
-
-/// Open, bind and join the ingress socket of a flow.
-pub fn open_ingress(input: &Input, ifindex: u32) -> io::Result<Ingress> {
-    let socket = Socket::new(domain(input.address), Type::DGRAM, Some(Protocol::UDP))?;
-    socket.set_reuse_address(true)?;
-    if input.address.is_ipv6() {
-        socket.set_only_v6(true)?;
-    }
-    let requested = usize::try_from(input.receive_buffer_bytes).unwrap_or(usize::MAX);
-    socket.set_recv_buffer_size(requested)?;
-    // Linux reports double the usable size it set.
-    let granted = socket.recv_buffer_size()? / 2;
-    socket.bind(&SocketAddr::new(input.address, input.port).into())?;
-    if input.address.is_multicast() {
-        match input.address {
-            IpAddr::V4(group) => {
-                // Only this group's datagrams, even if another socket on the
-                // host joins a different group on the same port.
-                socket.set_multicast_all_v4(false)?;
-                match input.source {
-                    Some(source) => join_source_group(&socket, input.address, source, ifindex)?,
-                    None => socket.join_multicast_v4_n(
-                        &group,
-                        &socket2::InterfaceIndexOrAddress::Index(ifindex),
-                    )?,
-                }
-            }
-            IpAddr::V6(group) => {
-                socket.set_multicast_all_v6(false)?;
-                match input.source {
-                    Some(source) => join_source_group(&socket, input.address, source, ifindex)?,
-                    None => socket.join_multicast_v6(&group, ifindex)?,
-                }
-            }
-        }
-    }
-    Ok(Ingress {
-        socket: socket.into(),
-        receive_buffer_bytes: granted,
-    })
-}
-
-/// Open one output's egress socket: multicast interface by index, TTL or
-/// hop limit from the config, loopback off, optional source address, and
-/// connected to the destination so a plain send needs no address.
-pub fn open_egress(output: &Output, ifindex: u32) -> io::Result<UdpSocket> {
-    let socket = Socket::new(domain(output.address), Type::DGRAM, Some(Protocol::UDP))?;
-    // Room for a full queue of jumbo datagrams, so a send waits on the
-    // output's queue depth (counted) rather than on socket memory.
-    let _ = socket.set_send_buffer_size(EGRESS_SEND_BUFFER_BYTES);
-    let ttl = u32::from(output.ttl);
-    if let Some(source) = output.source_address {
-        socket.bind(&SocketAddr::new(source, 0).into())?;
-    }
-    match output.address {
-        IpAddr::V4(addr) if addr.is_multicast() => {
-            let req = libc::ip_mreqn {
-                imr_multiaddr: libc::in_addr { s_addr: 0 },
-                imr_address: libc::in_addr { s_addr: 0 },
-                imr_ifindex: libc::c_int::try_from(ifindex)
-                    .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?,
-            };
-            setsockopt(&socket, libc::IPPROTO_IP, libc::IP_MULTICAST_IF, &req)?;
-            socket.set_multicast_ttl_v4(ttl)?;
-            socket.set_multicast_loop_v4(false)?;
-        }
-        IpAddr::V4(_) => socket.set_ttl_v4(ttl)?,
-        IpAddr::V6(addr) if addr.is_multicast() => {
-            socket.set_multicast_if_v6(ifindex)?;
-            socket.set_multicast_hops_v6(ttl)?;
-            socket.set_multicast_loop_v6(false)?;
-        }
-        IpAddr::V6(_) => socket.set_unicast_hops_v6(ttl)?,
-    }
-    socket.connect(&SocketAddr::new(output.address, output.port).into())?;
-    Ok(socket.into())
 }
 
 /// Whether the kernel takes UDP GSO (`UDP_SEGMENT`) on this socket: setting
@@ -248,16 +91,5 @@ mod tests {
     fn loopback_udp_sockets_take_gso() {
         let s = UdpSocket::bind("127.0.0.1:0").expect("bind");
         assert!(supports_gso(&s), "Linux >= 4.18 has UDP_SEGMENT");
-    }
-
-    #[test]
-    fn missing_interface_is_a_clear_error() {
-        let e = interface_index("nosuchif0").expect_err("missing");
-        assert_eq!(e.kind(), io::ErrorKind::NotFound);
-        assert!(
-            e.to_string().contains("\"nosuchif0\" does not exist"),
-            "{e}"
-        );
-        assert!(interface_index("lo").is_ok());
     }
 }

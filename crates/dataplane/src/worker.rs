@@ -307,6 +307,10 @@ struct Flow {
     /// A remove is under way: no more receives; the flow goes once its
     /// receive is cancelled and its sends have completed.
     removing: bool,
+    /// Every output was backed up: the receive was cancelled so the socket
+    /// buffer, not this worker, takes (and counts) the excess. Re-armed
+    /// once an output has drained to half its depth.
+    paused: bool,
     /// Closed when the flow goes (which leaves its group), after the ring
     /// no longer names its fd.
     _ingress: UdpSocket,
@@ -339,8 +343,14 @@ impl Flow {
             armed: false,
             error_logged: false,
             removing: false,
+            paused: false,
             _ingress: f.ingress,
         }
+    }
+
+    /// Whether a paused flow may receive again.
+    fn drained(&self) -> bool {
+        self.outputs.iter().any(|o| o.in_flight <= o.depth / 2)
     }
 
     /// Nothing of this flow is left in the kernel.
@@ -579,12 +589,20 @@ impl Worker {
             if stopping.is_none() {
                 self.take_commands();
                 for f in 0..self.flows.len() {
-                    if self.flows[f]
-                        .as_ref()
-                        .is_some_and(|f| !f.armed && !f.removing)
-                    {
-                        self.arm_receive(f);
+                    let Some(flow) = self.flows[f].as_mut() else {
+                        continue;
+                    };
+                    if flow.armed || flow.removing {
+                        continue;
                     }
+                    if flow.paused {
+                        if !flow.drained() {
+                            continue;
+                        }
+                        flow.paused = false;
+                        flow.counters.receive_resumes.inc();
+                    }
+                    self.arm_receive(f);
                 }
             }
             self.finish_removals();
@@ -839,7 +857,13 @@ impl Worker {
             }
         }
         if accepted == 0 {
-            // Every output is backed up: don't spend a copy on it.
+            // Every output is backed up: don't spend a copy on this one, and
+            // stop receiving until they drain — the kernel drops the excess
+            // at the socket for less than a receive costs, and counts it.
+            if !flow.paused {
+                flow.paused = true;
+                self.cancel_receive(f);
+            }
             return;
         }
         let Some(payload) = self.bufs.filled(id, len) else {

@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use mcrelay_config::{IngressKind, Input, Output};
-use mcrelay_dataplane::sockets::{interface_index, open_egress, open_ingress};
 use mcrelay_dataplane::{FlowSockets, OutputSocket, ReceiveMode, WorkerConfig};
+use mcrelay_helper::{interface_index, open_egress, open_ingress};
 use mcrelay_pool::PoolConfig;
 
 struct Counting;

@@ -9,10 +9,10 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use mcrelay_config::{IngressKind, Input, Output};
-use mcrelay_dataplane::sockets::{interface_index, open_egress, open_ingress};
 use mcrelay_dataplane::{
     Command, Event, FlowSockets, OutputSocket, ReceiveMode, WorkerConfig, WorkerHandle,
 };
+use mcrelay_helper::{interface_index, open_egress, open_ingress};
 use mcrelay_pool::PoolConfig;
 
 const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);

@@ -32,4 +32,4 @@ pub use privileges::{
 };
 pub use protocol::{Reply, Request, fuzz_request};
 pub use server::{HELPER_FD, ServeError, run_helper, sanitize_process, serve};
-pub use sockets::{Ingress, interface_index, open_egress, open_ingress};
+pub use sockets::{EGRESS_SEND_BUFFER_BYTES, Ingress, interface_index, open_egress, open_ingress};

@@ -133,6 +133,17 @@ fn set_receive_buffer(socket: &Socket, bytes: u32) -> io::Result<()> {
     }
 }
 
+/// Request a send buffer of `bytes`, the same way: `SO_SNDBUFFORCE` with
+/// `CAP_NET_ADMIN`, else `SO_SNDBUF` (clamped to `net.core.wmem_max`).
+fn set_send_buffer(socket: &Socket, bytes: usize) -> io::Result<()> {
+    let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    match setsockopt(socket, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, &value) {
+        Ok(()) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => socket.set_send_buffer_size(bytes),
+        Err(e) => Err(e),
+    }
+}
+
 /// Open, bind and join the ingress socket of a flow.
 ///
 /// The receive buffer is `input.receive_buffer_bytes`, beyond
@@ -183,8 +194,10 @@ pub fn open_ingress(input: &Input, ifindex: u32) -> io::Result<Ingress> {
 pub fn open_egress(output: &Output, ifindex: u32) -> io::Result<UdpSocket> {
     let socket = Socket::new(domain(output.address), Type::DGRAM, Some(Protocol::UDP))?;
     // Room for a full queue of jumbo datagrams, so a send waits on the
-    // output's queue depth (counted) rather than on socket memory.
-    let _ = socket.set_send_buffer_size(EGRESS_SEND_BUFFER_BYTES);
+    // output's queue depth (counted) rather than on socket memory. This
+    // also keeps sends in order: a send the socket can't take at once is
+    // retried by io_uring when there is room, and later ones could pass it.
+    let _ = set_send_buffer(&socket, EGRESS_SEND_BUFFER_BYTES);
     let ttl = u32::from(output.ttl);
     if let Some(source) = output.source_address {
         socket.bind(&SocketAddr::new(source, 0).into())?;

@@ -6,7 +6,13 @@
 //! loadgen recv --group 239.2.2.2:6000 --interface vB --expect 500000 --json
 //! loadgen relay --input 239.1.1.1:5000 --input-interface vRA \
 //!               --output 239.2.2.2:6000 --output-interface vRB
+//! loadgen relay --input 239.1.1.1:5000 --input-interface vRA \
+//!               --output 239.2.2.2:6000 --output-interface vRB1 \
+//!               --output 239.2.2.2:6000 --output-interface vRB2
 //! ```
+//!
+//! The relay's `--output-interface` (or `--output-interface-addr`) is given
+//! once for every output, or once per `--output`, in the same order.
 
 use std::io::ErrorKind;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
@@ -146,10 +152,14 @@ struct RelayArgs {
     /// Destination (repeatable): every input datagram goes to each.
     #[arg(long, required = true)]
     output: Vec<SocketAddr>,
+    /// Multicast output interface, by name: once for every output, or once
+    /// per `--output`, in the same order.
     #[arg(long, conflicts_with = "output_interface_addr")]
-    output_interface: Option<String>,
+    output_interface: Vec<String>,
+    /// Multicast output interface, by address: once for every output, or
+    /// once per `--output`, in the same order.
     #[arg(long)]
-    output_interface_addr: Option<IpAddr>,
+    output_interface_addr: Vec<IpAddr>,
     /// TTL / hop limit of the outputs.
     #[arg(long, default_value_t = 16)]
     ttl: u32,
@@ -414,7 +424,7 @@ const RELAY_STRIDE: usize = 9216;
 
 fn relay(a: &RelayArgs) -> anyhow::Result<()> {
     let in_iface = Iface::from_options(a.input_interface.as_deref(), a.input_interface_addr)?;
-    let out_iface = Iface::from_options(a.output_interface.as_deref(), a.output_interface_addr)?;
+    let out_ifaces = output_ifaces(a)?;
     let (rx_sock, _) = sock::receiver(&sock::ReceiverOptions {
         addr: a.input,
         iface: in_iface,
@@ -427,10 +437,11 @@ fn relay(a: &RelayArgs) -> anyhow::Result<()> {
     let txs = a
         .output
         .iter()
-        .map(|&dest| {
+        .zip(out_ifaces)
+        .map(|(&dest, iface)| {
             sock::sender(&sock::SenderOptions {
                 dest,
-                iface: out_iface,
+                iface,
                 source: None,
                 ttl: a.ttl,
                 multicast_loop: a.multicast_loop,
@@ -462,6 +473,36 @@ fn relay(a: &RelayArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// The interface of each `--output`, in order: `--output-interface` (or
+/// `--output-interface-addr`) given once applies to every output, given
+/// once per output pairs up with them; none lets the kernel choose.
+fn output_ifaces(a: &RelayArgs) -> anyhow::Result<Vec<Iface>> {
+    let outputs = a.output.len();
+    let given = a.output_interface.len().max(a.output_interface_addr.len());
+    if given > 1 && given != outputs {
+        bail!(
+            "{given} output interfaces for {outputs} --output: give --output-interface \
+             (or --output-interface-addr) once for every output, or once per --output, in order"
+        );
+    }
+    let ifaces: Vec<Iface> = if a.output_interface.is_empty() {
+        a.output_interface_addr
+            .iter()
+            .map(|&addr| Iface::from_options(None, Some(addr)))
+            .collect::<std::io::Result<_>>()?
+    } else {
+        a.output_interface
+            .iter()
+            .map(|name| Iface::from_options(Some(name), None))
+            .collect::<std::io::Result<_>>()?
+    };
+    Ok(match ifaces.as_slice() {
+        [] => vec![Iface::Any; outputs],
+        [one] => vec![*one; outputs],
+        _ => ifaces,
+    })
 }
 
 #[derive(Debug, Default)]

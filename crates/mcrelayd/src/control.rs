@@ -36,13 +36,17 @@ pub enum ToSupervisor {
     Reload(mpsc::Sender<ReloadOutcome>),
 }
 
-/// Bind the socket (replacing a stale one), mode 0660, and serve it on a
-/// thread for the life of the process.
-pub fn start(
-    path: &Path,
-    shared: SharedHandle,
-    supervisor: mpsc::Sender<ToSupervisor>,
-) -> anyhow::Result<()> {
+/// The bound control socket, not yet served.
+#[derive(Debug)]
+pub struct Bound {
+    listener: UnixListener,
+    path: std::path::PathBuf,
+}
+
+/// Bind the socket (replacing a stale one), mode 0660; when `owner` is
+/// given (uid, gid: the service user, when started as root), hand it over
+/// so the unprivileged daemon and its group keep access.
+pub fn bind(path: &Path, owner: Option<(u32, u32)>) -> anyhow::Result<Bound> {
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         use std::os::unix::fs::FileTypeExt;
         anyhow::ensure!(
@@ -62,14 +66,34 @@ pub fn start(
             .mode(0o750)
             .create(dir)
             .with_context(|| format!("creating {} for the control socket", dir.display()))?;
+        if let Some((uid, gid)) = owner {
+            std::os::unix::fs::chown(dir, Some(uid), Some(gid))
+                .with_context(|| format!("chown {}", dir.display()))?;
+        }
     }
     let listener = UnixListener::bind(path)
         .with_context(|| format!("binding the control socket {}", path.display()))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
         .with_context(|| format!("chmod 0660 {}", path.display()))?;
-    let policy = Policy::for_socket(path);
+    if let Some((uid, gid)) = owner {
+        std::os::unix::fs::chown(path, Some(uid), Some(gid))
+            .with_context(|| format!("chown {}", path.display()))?;
+    }
+    Ok(Bound {
+        listener,
+        path: path.to_owned(),
+    })
+}
+
+/// Serve the bound socket on a thread for the life of the process.
+pub fn start(
+    bound: Bound,
+    shared: SharedHandle,
+    supervisor: mpsc::Sender<ToSupervisor>,
+) -> anyhow::Result<()> {
+    let Bound { listener, path } = bound;
+    let policy = Policy::for_socket(&path);
     tracing::info!(path = %path.display(), "control socket listening");
-    let path = path.to_owned();
     std::thread::Builder::new()
         .name("mcrelay-control".into())
         .spawn(move || serve(&listener, &path, &policy, &shared, &supervisor))

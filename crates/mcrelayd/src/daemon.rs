@@ -4,7 +4,6 @@
 //! report) see. It runs on the main thread; workers only ever see commands
 //! on their queues, and readers only ever lock [`Shared`], never a worker.
 
-use std::collections::HashMap;
 use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,7 +22,7 @@ use mcrelay_dataplane::{
 };
 use mcrelay_pool::PoolConfig;
 
-use crate::sockets::open_flow;
+use crate::sockets::Opener;
 
 /// How long a reload waits for a worker to answer a command.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
@@ -170,20 +169,29 @@ pub struct Daemon {
     /// The flows running now, as configured, and their worker.
     running: Vec<(Flow, usize)>,
     shared: SharedHandle,
-    ifindex: HashMap<String, u32>,
+    opener: Opener,
+    /// Why the helper is not what it was at start, if it isn't.
+    helper_problem: Option<String>,
 }
 
 impl Daemon {
-    /// Open every flow's sockets, then start one worker per CPU. A flow that
-    /// can't open fails the start, before any worker runs.
-    pub fn start(path: &Path, config: Config, options: RunOptions) -> anyhow::Result<Self> {
+    /// Open every flow's sockets, run `before_workers` (the privilege
+    /// drop: the process is still single-threaded), then start one worker
+    /// per CPU. A flow that can't open fails the start, before any worker
+    /// runs.
+    pub fn start(
+        path: &Path,
+        config: Config,
+        options: RunOptions,
+        mut opener: Opener,
+        before_workers: impl FnOnce() -> anyhow::Result<()>,
+    ) -> anyhow::Result<Self> {
         let cpus = worker_cpus(&config)?;
         let pools = PoolConfig {
             small: config.pools.small,
             standard: config.pools.standard,
             jumbo: config.pools.jumbo,
         };
-        let mut ifindex = HashMap::new();
         let mut per_worker: Vec<Vec<FlowSockets>> = (0..cpus.len()).map(|_| Vec::new()).collect();
         let mut entries = Vec::with_capacity(config.flows.len());
         let mut running = Vec::with_capacity(config.flows.len());
@@ -193,11 +201,12 @@ impl Daemon {
         for flow in pinned.into_iter().chain(free) {
             let w = pick_worker(flow, &cpus, &load)?;
             load[w] += flow.outputs.len() + 1;
-            let opened = open_flow(flow, &mut ifindex)?;
+            let opened = opener.open(flow)?;
             entries.push(entry(flow, w, &opened)?);
             per_worker[w].push(opened);
             running.push((flow.clone(), w));
         }
+        before_workers()?;
         let stop = Arc::new(AtomicBool::new(false));
         let (events_tx, events) = mpsc::channel();
         let mut workers: Vec<WorkerHandle> = Vec::with_capacity(cpus.len());
@@ -241,7 +250,8 @@ impl Daemon {
             stop,
             running,
             shared,
-            ifindex,
+            opener,
+            helper_problem: None,
         })
     }
 
@@ -255,6 +265,30 @@ impl Daemon {
 
     pub fn worker_count(&self) -> usize {
         self.workers.len()
+    }
+
+    /// Notice a dead helper: running flows go on (their sockets are open),
+    /// but new ones can't get sockets with the helper's privileges. It is
+    /// started again — without privileges, as the daemon has none left —
+    /// and the daemon reports itself degraded until it restarts.
+    pub fn check_helper(&mut self) {
+        let Some(why) = self.opener.helper_exited() else {
+            return;
+        };
+        tracing::error!("{why}; running flows continue; restarting it");
+        let state = match Opener::spawn_helper(&self.path) {
+            Ok(opener) => {
+                self.opener = opener;
+                format!("{why}; restarted without privileges (restart the service to restore them)")
+            }
+            Err(e) => {
+                self.opener = Opener::direct();
+                format!("{why}; could not restart it ({e:#}); opening sockets directly")
+            }
+        };
+        tracing::warn!("{state}");
+        self.set_state(DaemonState::Degraded(state.clone()));
+        self.helper_problem = Some(state);
     }
 
     /// Whether every worker thread is still running.
@@ -283,6 +317,8 @@ impl Daemon {
         let state = if !outcome.applied {
             // Rejected: the running config stays, and so does its state.
             before
+        } else if let Some(why) = &self.helper_problem {
+            DaemonState::Degraded(why.clone())
         } else if outcome.errors.is_empty() {
             DaemonState::Running
         } else {
@@ -336,6 +372,11 @@ impl Daemon {
                 outcome.errors.push(format!("flow {name:?}: {e:#}"));
             }
         }
+        if !starting.is_empty()
+            && let Err(e) = self.opener.reload()
+        {
+            outcome.errors.push(format!("{e:#}"));
+        }
         for flow in starting {
             if let Err(e) = self.start_flow(&flow) {
                 tracing::error!(flow = %flow.name, "not started: {e:#}");
@@ -378,7 +419,7 @@ impl Daemon {
             load[*w] += f.outputs.len() + 1;
         }
         let w = pick_worker(flow, &self.cpus, &load)?;
-        let opened = open_flow(flow, &mut self.ifindex)?;
+        let opened = self.opener.open(flow)?;
         let entry = entry(flow, w, &opened)?;
         let handle = self.workers.get(w).context("no such worker")?;
         if handle.command(Command::AddFlow(opened)).is_err() {

@@ -59,6 +59,13 @@ enum Gso {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// The privileged helper (started by mcrelayd itself, its connection
+    /// on fd 3): opens the sockets the config allows, nothing else.
+    #[command(hide = true)]
+    Helper {
+        #[arg(long, value_name = "FILE")]
+        config: PathBuf,
+    },
     /// Validate a configuration file: print a one-line summary and exit 0,
     /// or print every error (file:line:column: message) and exit 1.
     Check {
@@ -72,6 +79,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Some(Command::Check { config }) => check::run(&config),
+        Some(Command::Helper { config }) => helper(&config),
         None => {
             let receive = match cli.receive {
                 Receive::Auto => mcrelay_dataplane::ReceiveMode::Auto,
@@ -79,6 +87,29 @@ fn main() -> ExitCode {
             };
             let gso = cli.gso == Gso::On;
             run::run(&cli.config, daemon::RunOptions { receive, gso })
+        }
+    }
+}
+
+/// The helper process's whole life.
+#[allow(unsafe_code)]
+fn helper(config: &std::path::Path) -> ExitCode {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
+    // SAFETY: called first thing in a process that owns no fds but the
+    // standard three and the connection `spawn_helper` put on fd 3; the
+    // tracing subscriber holds none. Closing every other fd is exactly what
+    // is wanted.
+    match unsafe { mcrelay_helper::run_helper(mcrelay_helper::HELPER_FD, config) } {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("mcrelayd helper: {e}");
+            ExitCode::from(1)
         }
     }
 }

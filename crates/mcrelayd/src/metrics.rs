@@ -19,9 +19,14 @@ const TIMEOUT: Duration = Duration::from_secs(5);
 /// Request line and headers together; a scraper sends a few hundred bytes.
 const MAX_REQUEST: usize = 8192;
 
-pub fn start(listen: SocketAddr, shared: SharedHandle) -> anyhow::Result<SocketAddr> {
-    let listener = TcpListener::bind(listen)
-        .with_context(|| format!("binding the metrics endpoint {listen}"))?;
+/// Bind the endpoint (before privileges are dropped: the port may be
+/// below 1024).
+pub fn bind(listen: SocketAddr) -> anyhow::Result<TcpListener> {
+    TcpListener::bind(listen).with_context(|| format!("binding the metrics endpoint {listen}"))
+}
+
+/// Serve the bound endpoint on a thread for the life of the process.
+pub fn start(listener: TcpListener, shared: SharedHandle) -> anyhow::Result<SocketAddr> {
     let bound = listener.local_addr().context("metrics endpoint address")?;
     tracing::info!(%bound, "metrics endpoint listening on /metrics");
     std::thread::Builder::new()

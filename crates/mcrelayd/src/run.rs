@@ -17,6 +17,7 @@ use signal_hook::iterator::Signals;
 use crate::control::{self, ToSupervisor};
 use crate::daemon::{Daemon, RunOptions, lock};
 use crate::notify::Notifier;
+use crate::sockets::Opener;
 
 pub fn run(path: &Path, options: RunOptions) -> ExitCode {
     let config = match mcrelay_config::load(path) {
@@ -65,7 +66,20 @@ fn supervise(
     let notifier = Notifier::from_env();
     let control_path = config.daemon.control_socket.clone();
     let metrics_listen = config.daemon.metrics_listen;
-    let mut daemon = Daemon::start(path, config, options)?;
+    // Everything that needs privileges happens now, while this is the only
+    // thread: start the helper (it keeps them), bind the control socket and
+    // the metrics port, open every flow's sockets, then drop to the
+    // service user with no capabilities before the first worker starts.
+    let privileges = Privileges::of_this_process(&config.daemon.user)?;
+    let opener = if privileges.any() {
+        Opener::spawn_helper(path)?
+    } else {
+        tracing::info!("started without privileges: opening sockets in this process, no helper");
+        Opener::direct()
+    };
+    let control_bound = control::bind(&control_path, privileges.socket_owner())?;
+    let metrics_bound = metrics_listen.map(crate::metrics::bind).transpose()?;
+    let mut daemon = Daemon::start(path, config, options, opener, || privileges.drop())?;
     let (wake_tx, wake) = mpsc::channel();
     let mut signals =
         Signals::new([SIGTERM, SIGINT, SIGHUP]).context("installing signal handlers")?;
@@ -81,7 +95,7 @@ fn supervise(
         })
         .context("starting the signal thread")?;
     let (control_tx, control_rx) = mpsc::channel();
-    control::start(&control_path, daemon.shared(), control_tx)?;
+    control::start(control_bound, daemon.shared(), control_tx)?;
     let forward = wake_tx.clone();
     std::thread::Builder::new()
         .name("mcrelay-ctl-fwd".into())
@@ -93,8 +107,8 @@ fn supervise(
             }
         })
         .context("starting the control forwarder")?;
-    if let Some(listen) = metrics_listen {
-        crate::metrics::start(listen, daemon.shared())?;
+    if let Some(listener) = metrics_bound {
+        crate::metrics::start(listener, daemon.shared())?;
     }
     tracing::info!(
         flows = daemon.flow_count(),
@@ -129,6 +143,7 @@ fn supervise(
             continue;
         }
         last_check = Instant::now();
+        daemon.check_helper();
         // A worker whose loop turns is alive: each turns at least every
         // 100 ms tick. Only then is the watchdog fed.
         let now = daemon.turns();
@@ -194,4 +209,69 @@ fn status_line(daemon: &Daemon) -> String {
         t.packets_out,
         t.ingress_drops.total() + t.drops_backlog + t.drops_send_error
     )
+}
+
+/// What this process may do, as started, and how it gives it up.
+struct Privileges {
+    root: bool,
+    capabilities: bool,
+    /// The service user, looked up when started as root.
+    user: Option<mcrelay_helper::User>,
+}
+
+impl Privileges {
+    fn of_this_process(user: &str) -> anyhow::Result<Self> {
+        let me =
+            mcrelay_helper::status_of(std::process::id()).context("reading /proc/self/status")?;
+        let root = me.uid[1] == 0;
+        let capabilities = me.cap_prm != 0 || me.cap_eff != 0 || me.cap_amb != 0;
+        let user = if root {
+            Some(mcrelay_helper::lookup_user(user).with_context(|| {
+                format!(
+                    "daemon.user {user:?}: started as root, mcrelayd switches to this user; \
+                     create it (systemd-sysusers deploy/mcrelay.sysusers) or name another"
+                )
+            })?)
+        } else {
+            None
+        };
+        Ok(Self {
+            root,
+            capabilities,
+            user,
+        })
+    }
+
+    fn any(&self) -> bool {
+        self.root || self.capabilities
+    }
+
+    /// Who should own the control socket: the service user, when we are
+    /// about to become it.
+    fn socket_owner(&self) -> Option<(u32, u32)> {
+        self.user.as_ref().map(|u| (u.uid, u.gid))
+    }
+
+    /// Switch to the service user (when root) and drop every capability.
+    /// Only while single-threaded: both act on the calling thread.
+    fn drop(&self) -> anyhow::Result<()> {
+        if let Some(user) = &self.user {
+            mcrelay_helper::drop_to_user(&user.name)
+                .with_context(|| format!("switching to user {:?}", user.name))?;
+        }
+        if self.any() {
+            mcrelay_helper::drop_all_capabilities().context("dropping capabilities")?;
+            let me = mcrelay_helper::status_of(std::process::id())
+                .context("reading /proc/self/status")?;
+            tracing::info!(
+                uid = me.uid[1],
+                gid = me.gid[1],
+                cap_eff = me.cap_eff,
+                cap_prm = me.cap_prm,
+                cap_amb = me.cap_amb,
+                "privileges dropped; only the helper keeps any"
+            );
+        }
+        Ok(())
+    }
 }

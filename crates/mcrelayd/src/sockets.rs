@@ -1,19 +1,143 @@
-//! Opening a flow's sockets before it starts (at start-up or on a reload),
-//! with the warnings an operator needs when the kernel grants less buffer
-//! than asked.
+//! Where a flow's sockets come from, before it starts (at start-up or on a
+//! reload): the privileged helper process when the daemon started with
+//! privileges (it keeps them; the daemon drops its own), or the daemon
+//! itself when it never had any (a developer's unprivileged run). Both
+//! warn when the kernel grants less buffer than asked.
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::Child;
 
 use anyhow::{Context, bail};
 use mcrelay_config::Flow;
-use mcrelay_dataplane::sockets::{
-    EGRESS_SEND_BUFFER_BYTES, interface_index, open_egress, open_ingress,
-};
 use mcrelay_dataplane::{FlowSockets, OutputSocket};
+use mcrelay_helper::{
+    EGRESS_SEND_BUFFER_BYTES, HelperClient, interface_index, open_egress, open_ingress,
+};
 
-/// Open `flow`'s ingress and output sockets; interface indexes are cached
-/// in `ifindex`.
-pub fn open_flow(flow: &Flow, ifindex: &mut HashMap<String, u32>) -> anyhow::Result<FlowSockets> {
+/// The source of sockets.
+#[derive(Debug)]
+pub enum Opener {
+    /// Open them in this process (no privileges to separate).
+    Direct { ifindex: HashMap<String, u32> },
+    /// Ask the privileged helper, which checks every request against the
+    /// config file it read itself.
+    Helper { client: HelperClient, child: Child },
+}
+
+impl Opener {
+    /// Start the helper (`mcrelayd helper --config FILE`, fd 3 its end of
+    /// the connection). Call it from the main thread before any other
+    /// thread starts: the helper's parent-death signal follows this thread.
+    pub fn spawn_helper(config: &Path) -> anyhow::Result<Self> {
+        let exe = std::env::current_exe().context("finding mcrelayd's own executable")?;
+        let config = config
+            .to_str()
+            .context("the config path is not UTF-8")?
+            .to_owned();
+        let (child, mut client) =
+            mcrelay_helper::spawn_helper(&exe, &["helper", "--config", &config])
+                .context("starting the privileged helper")?;
+        client
+            .ping()
+            .context("the privileged helper did not answer")?;
+        tracing::info!(pid = child.id(), "privileged helper started");
+        Ok(Opener::Helper { client, child })
+    }
+
+    pub fn direct() -> Self {
+        Opener::Direct {
+            ifindex: HashMap::new(),
+        }
+    }
+
+    /// Tell the helper to re-read the config file (a reload may only add
+    /// flows the file now defines).
+    pub fn reload(&mut self) -> anyhow::Result<()> {
+        if let Opener::Helper { client, .. } = self {
+            client
+                .reload()
+                .context("the privileged helper could not reload the config")?;
+        }
+        Ok(())
+    }
+
+    /// Why the helper is gone, if it is.
+    pub fn helper_exited(&mut self) -> Option<String> {
+        match self {
+            Opener::Helper { child, .. } => match child.try_wait() {
+                Ok(Some(status)) => Some(format!("privileged helper exited ({status})")),
+                Ok(None) => None,
+                Err(e) => Some(format!("privileged helper: {e}")),
+            },
+            Opener::Direct { .. } => None,
+        }
+    }
+
+    /// `flow`'s ingress and output sockets, in config order.
+    pub fn open(&mut self, flow: &Flow) -> anyhow::Result<FlowSockets> {
+        let (ingress, granted, outputs) = match self {
+            Opener::Direct { ifindex } => open_here(flow, ifindex)?,
+            Opener::Helper { client, .. } => {
+                let opened = client
+                    .open_flow(&flow.name)
+                    .with_context(|| format!("flow {:?}: the privileged helper", flow.name))?;
+                if opened.outputs.len() != flow.outputs.len() {
+                    bail!(
+                        "flow {:?}: the helper opened {} outputs, the config has {} (do the daemon and the helper read the same file?)",
+                        flow.name,
+                        opened.outputs.len(),
+                        flow.outputs.len()
+                    );
+                }
+                (
+                    opened.ingress,
+                    opened.ingress_receive_buffer_bytes,
+                    opened.outputs,
+                )
+            }
+        };
+        let requested = usize::try_from(flow.input.receive_buffer_bytes).unwrap_or(usize::MAX);
+        if granted < requested {
+            tracing::warn!(
+                flow = %flow.name,
+                requested,
+                granted,
+                "receive buffer clamped by net.core.rmem_max; raise it (sysctl -w net.core.rmem_max={requested}) to absorb bursts"
+            );
+        }
+        let outputs = flow
+            .outputs
+            .iter()
+            .zip(outputs)
+            .map(|(o, socket)| {
+                // Unique within a flow: two outputs may send the same
+                // group out of different interfaces.
+                let label = format!("{}@{}", SocketAddr::new(o.address, o.port), o.interface);
+                // Linux reports double the usable size it set.
+                let granted = socket2::SockRef::from(&socket)
+                    .send_buffer_size()
+                    .unwrap_or(0)
+                    / 2;
+                if granted < EGRESS_SEND_BUFFER_BYTES {
+                    tracing::warn!(
+                        flow = %flow.name,
+                        output = %label,
+                        granted,
+                        "send buffer clamped by net.core.wmem_max; raise it (sysctl -w net.core.wmem_max={EGRESS_SEND_BUFFER_BYTES}) so fan-out bursts queue instead of dropping"
+                    );
+                }
+                OutputSocket::new(label, socket, o.queue_depth)
+            })
+            .collect();
+        Ok(FlowSockets::new(flow.name.clone(), ingress, outputs))
+    }
+}
+
+type Opened = (std::net::UdpSocket, usize, Vec<std::net::UdpSocket>);
+
+fn open_here(flow: &Flow, ifindex: &mut HashMap<String, u32>) -> anyhow::Result<Opened> {
     let mut index_of = |name: &str| -> anyhow::Result<u32> {
         if let Some(&i) = ifindex.get(name) {
             return Ok(i);
@@ -36,38 +160,15 @@ pub fn open_flow(flow: &Flow, ifindex: &mut HashMap<String, u32>) -> anyhow::Res
             flow.name, input.address, input.port, input.interface
         )
     })?;
-    let requested = usize::try_from(input.receive_buffer_bytes).unwrap_or(usize::MAX);
-    if ingress.receive_buffer_bytes < requested {
-        tracing::warn!(
-            flow = %flow.name,
-            requested,
-            granted = ingress.receive_buffer_bytes,
-            "receive buffer clamped by net.core.rmem_max; raise it (sysctl -w net.core.rmem_max={requested}) to absorb bursts"
-        );
-    }
     let mut outputs = Vec::with_capacity(flow.outputs.len());
     for o in &flow.outputs {
-        let label = format!("{}", std::net::SocketAddr::new(o.address, o.port));
         let socket = open_egress(o, index_of(&o.interface)?).with_context(|| {
             format!(
-                "flow {:?}: opening output {label} on {}",
-                flow.name, o.interface
+                "flow {:?}: opening output {}:{} on {}",
+                flow.name, o.address, o.port, o.interface
             )
         })?;
-        // Linux reports double the usable size it set.
-        let granted = socket2::SockRef::from(&socket)
-            .send_buffer_size()
-            .unwrap_or(0)
-            / 2;
-        if granted < EGRESS_SEND_BUFFER_BYTES {
-            tracing::warn!(
-                flow = %flow.name,
-                output = %label,
-                granted,
-                "send buffer clamped by net.core.wmem_max; raise it (sysctl -w net.core.wmem_max={EGRESS_SEND_BUFFER_BYTES}) so fan-out bursts queue instead of dropping"
-            );
-        }
-        outputs.push(OutputSocket::new(label, socket, o.queue_depth));
+        outputs.push(socket);
     }
-    Ok(FlowSockets::new(flow.name.clone(), ingress.socket, outputs))
+    Ok((ingress.socket, ingress.receive_buffer_bytes, outputs))
 }

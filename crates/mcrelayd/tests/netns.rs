@@ -175,7 +175,7 @@ impl Topology {
             config.to_owned()
         } else {
             format!(
-                "[daemon]\ncontrol_socket = \"{}\"\n{config}",
+                "[daemon]\nuser = \"nobody\"\ncontrol_socket = \"{}\"\n{config}",
                 self.dir.join("control.sock").display()
             )
         };
@@ -615,12 +615,13 @@ standard = 1
 jumbo = 1
 [[flow]]
 name = "tiny"
-input = { interface = "vRA", address = "239.1.1.1", port = 5000 }
+input = { interface = "vRA", address = "239.1.1.1", port = 5000, receive_buffer_bytes = 65536 }
 outputs = [ { interface = "vRB", address = "239.2.2.2", port = 6000 } ]
 "#,
         &[],
     );
-    // An unpaced burst of 20 000 overruns 16 buffers; then a slow stream
+    // An unpaced burst of 20 000 overruns 16 buffers (and a 64 KiB socket
+    // buffer, so the burst is dropped rather than queued); then a slow stream
     // (run 2), one datagram every 0.5 ms so 16 buffers absorb a scheduling
     // hiccup of up to ~8 ms on this shared machine, must arrive whole: the
     // pool recovered.
@@ -744,6 +745,7 @@ fn control_socket_and_metrics_report_traffic_and_shrug_off_bad_clients() {
         &format!(
             r#"
 [daemon]
+user = "nobody"
 control_socket = "{}"
 metrics_listen = "127.0.0.1:9464"
 [[flow]]
@@ -802,7 +804,7 @@ outputs = [ {{ interface = "vRB", address = "239.2.2.2", port = 6000 }} ]
     );
     assert!(
         metrics.contains(
-            "mcrelay_output_sent_packets_total{flow=\"one\",output=\"239.2.2.2:6000\"} 3000"
+            "mcrelay_output_sent_packets_total{flow=\"one\",output=\"239.2.2.2:6000@vRB\"} 3000"
         ),
         "{metrics}"
     );
@@ -815,10 +817,11 @@ outputs = [ {{ interface = "vRB", address = "239.2.2.2", port = 6000 }} ]
     std::io::BufRead::read_line(&mut std::io::BufReader::new(&bad), &mut reply).expect("reply");
     assert!(reply.contains("\"ok\":false"), "{reply}");
 
-    // Another user is refused, even when the socket's mode lets it in.
+    // Another user (the daemon runs as nobody) is refused, even when the
+    // socket's mode lets it in.
     sh(&["chmod", "0666", &socket.display().to_string()]);
     let out = Command::new("setpriv")
-        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
+        .args(["--reuid=12345", "--regid=12345", "--clear-groups"])
         .arg(mcrelayctl())
         .arg("--socket")
         .arg(&socket)
@@ -846,6 +849,7 @@ fn reload_adds_and_removes_flows_without_touching_the_others() {
         format!(
             r#"
 [daemon]
+user = "nobody"
 control_socket = "{}"
 [[flow]]
 name = "steady"
@@ -956,6 +960,7 @@ fn an_overloaded_flow_does_not_starve_a_light_one_on_the_same_worker() {
         &format!(
             r#"
 [daemon]
+user = "nobody"
 cores = [1]
 control_socket = "{}"
 [[flow]]
