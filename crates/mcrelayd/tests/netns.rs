@@ -169,6 +169,18 @@ impl Topology {
 
     /// Start mcrelayd in R with `config`; returns once it is relaying.
     fn relay(&self, config: &str, extra: &[&str]) -> Relay {
+        self.relay_with(config, extra, &[], &[])
+    }
+
+    /// `relay`, with mcrelayd started through `wrapper` (e.g. `setpriv
+    /// ...`) and with `env` added to its environment.
+    fn relay_with(
+        &self,
+        config: &str,
+        extra: &[&str],
+        wrapper: &[&str],
+        env: &[(&str, String)],
+    ) -> Relay {
         let path = self.dir.join("mcrelay.toml");
         // Each topology's daemon gets its own control socket.
         let config = if config.contains("[daemon]") {
@@ -181,11 +193,16 @@ impl Topology {
         };
         fs::write(&path, config).expect("write config");
         let log = self.dir.join("mcrelayd.log");
-        let child = self
-            .command(&self.r, Path::new(MCRELAYD))
+        let mut command = Command::new("ip");
+        command
+            .args(["netns", "exec", &self.r])
+            .args(wrapper)
+            .arg(MCRELAYD);
+        let child = command
             .arg("--config")
             .arg(&path)
             .args(extra)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .env("RUST_LOG", "info")
             .stderr(fs::File::create(&log).expect("log file"))
             .spawn()
@@ -1029,4 +1046,209 @@ outputs = [ {{ interface = "vRB", address = "239.2.2.9", port = 6009 }} ]
         (6000, 0),
         "the light flow is lossless next to an overloaded one (heavy in {heavy_in}, kernel drops {heavy_kernel}, backlog drops {heavy_backlog}): {out}\n{log}"
     );
+}
+
+/// `/proc/<pid>/status` as (uids, CapEff, CapPrm, CapAmb).
+fn proc_status(pid: u32) -> (String, u64, u64, u64) {
+    let text = fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    let line = |key: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .map(str::trim)
+            .unwrap_or_else(|| panic!("{key} missing"))
+            .to_owned()
+    };
+    let cap = |key: &str| u64::from_str_radix(&line(key), 16).expect("hex");
+    (line("Uid:"), cap("CapEff:"), cap("CapPrm:"), cap("CapAmb:"))
+}
+
+/// The helper: mcrelayd's child process.
+fn helper_of(pid: u32) -> u32 {
+    let children =
+        fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).expect("children");
+    children
+        .split_whitespace()
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("mcrelayd has a helper child")
+}
+
+const CAP_NET_ADMIN: u64 = 1 << 12;
+
+#[test]
+fn root_start_drops_to_the_user_and_survives_its_helper_dying() {
+    let Some(t) = Topology::new() else { return };
+    let relay = t.relay(
+        r#"
+[[flow]]
+name = "one"
+input = { interface = "vRA", address = "239.1.1.1", port = 5000 }
+outputs = [ { interface = "vRB", address = "239.2.2.2", port = 6000 } ]
+"#,
+        &[],
+    );
+    let pid = relay.child.id();
+    let (uid, eff, prm, amb) = proc_status(pid);
+    assert_eq!(
+        uid.split_whitespace().collect::<Vec<_>>(),
+        ["65534"; 4],
+        "runs as nobody"
+    );
+    assert_eq!((eff, prm, amb), (0, 0, 0), "no capabilities left");
+    let helper = helper_of(pid);
+    let (helper_uid, helper_eff, _, _) = proc_status(helper);
+    assert!(
+        helper_uid.starts_with('0'),
+        "the helper stays root: {helper_uid}"
+    );
+    assert_ne!(
+        helper_eff & CAP_NET_ADMIN,
+        0,
+        "the helper keeps CAP_NET_ADMIN"
+    );
+
+    let rx = t.receiver("239.2.2.2:6000", 20_000, &[]);
+    let sender = t
+        .command(&t.a, &loadgen())
+        .args([
+            "send",
+            "--dest",
+            "239.1.1.1:5000",
+            "--interface",
+            "vA",
+            "--count",
+            "20000",
+            "--rate",
+            "10000",
+            "--size",
+            "1316",
+        ])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("sender");
+    std::thread::sleep(Duration::from_millis(500));
+    sh(&["kill", "-KILL", &helper.to_string()]);
+    let _ = sender.wait_with_output();
+    let out = finish(rx);
+    assert_eq!(
+        (field(&out, "valid"), field(&out, "lost")),
+        (20_000, 0),
+        "running flows keep running when the helper dies: {out}\n{}",
+        relay.log()
+    );
+    let (code, status) = ctl(&t.dir.join("control.sock"), &["status"]);
+    assert_eq!(code, 0, "{status}");
+    assert!(
+        status.contains("degraded") && status.contains("helper"),
+        "{status}"
+    );
+    let log = relay.stop();
+    assert!(log.contains("privileged helper exited"), "{log}");
+}
+
+#[test]
+fn ambient_capabilities_stay_with_the_helper() {
+    let Some(t) = Topology::new() else { return };
+    // Like systemd's User=mcrelay + AmbientCapabilities=: an ordinary user
+    // holding network capabilities; the socket directory is its own.
+    let run = t.dir.join("run");
+    fs::create_dir(&run).expect("run dir");
+    sh(&["chown", "nobody", &run.display().to_string()]);
+    let relay = t.relay_with(
+        &format!(
+            r#"
+[daemon]
+control_socket = "{}"
+[[flow]]
+name = "one"
+input = {{ interface = "vRA", address = "239.1.1.1", port = 5000 }}
+outputs = [ {{ interface = "vRB", address = "239.2.2.2", port = 6000 }} ]
+"#,
+            run.join("control.sock").display()
+        ),
+        &[],
+        &[
+            "setpriv",
+            "--reuid=nobody",
+            "--regid=nogroup",
+            "--clear-groups",
+            "--inh-caps=+net_admin,+net_raw,+net_bind_service",
+            "--ambient-caps=+net_admin,+net_raw,+net_bind_service",
+        ],
+        &[],
+    );
+    let pid = relay.child.id();
+    let (uid, eff, prm, amb) = proc_status(pid);
+    assert!(uid.starts_with("65534"), "{uid}");
+    assert_eq!(
+        (eff, prm, amb),
+        (0, 0, 0),
+        "the daemon dropped its capabilities"
+    );
+    let (_, helper_eff, _, helper_amb) = proc_status(helper_of(pid));
+    assert_ne!(
+        helper_eff & CAP_NET_ADMIN,
+        0,
+        "the helper kept CAP_NET_ADMIN"
+    );
+    assert_ne!(helper_amb & CAP_NET_ADMIN, 0, "as an ambient capability");
+    let rx = t.receiver("239.2.2.2:6000", 1000, &[]);
+    t.send("239.1.1.1:5000", &["--count", "1000", "--rate", "10000"]);
+    let out = finish(rx);
+    assert_eq!(field(&out, "valid"), 1000, "{out}");
+    relay.stop();
+}
+
+#[test]
+fn systemd_hears_ready_status_watchdog_reloading_and_stopping() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::net::UnixDatagram;
+    let Some(t) = Topology::new() else { return };
+    let path = t.dir.join("notify.sock");
+    let notify = UnixDatagram::bind(&path).expect("bind notify socket");
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o666)).expect("chmod");
+    notify
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let relay = t.relay_with(
+        r#"
+[[flow]]
+name = "one"
+input = { interface = "vRA", address = "239.1.1.1", port = 5000 }
+outputs = [ { interface = "vRB", address = "239.2.2.2", port = 6000 } ]
+"#,
+        &[],
+        &[],
+        &[
+            ("NOTIFY_SOCKET", path.display().to_string()),
+            ("WATCHDOG_USEC", "2000000".into()),
+        ],
+    );
+    let mut seen: Vec<String> = Vec::new();
+    let mut wait_for = |want: &str| {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            let mut buf = [0u8; 4096];
+            let Ok(n) = notify.recv(&mut buf) else { break };
+            let msg = String::from_utf8_lossy(&buf[..n]).into_owned();
+            seen.push(msg.clone());
+            if msg.starts_with(want) {
+                return msg;
+            }
+        }
+        panic!("no {want} from mcrelayd; saw {seen:?}");
+    };
+    wait_for("READY=1");
+    let status = wait_for("STATUS=");
+    assert!(
+        status.contains("running") && status.contains("1 flows"),
+        "{status}"
+    );
+    wait_for("WATCHDOG=1");
+    sh(&["kill", "-HUP", &relay.child.id().to_string()]);
+    let reloading = wait_for("RELOADING=1");
+    assert!(reloading.contains("MONOTONIC_USEC="), "{reloading}");
+    wait_for("READY=1");
+    sh(&["kill", "-TERM", &relay.child.id().to_string()]);
+    wait_for("STOPPING=1");
 }
