@@ -777,6 +777,16 @@ outputs = [ {{ interface = "vRB", address = "239.2.2.2", port = 6000 }} ]
     // A client that connects and never reads, and one that sends 1 MB
     // without a newline: neither may stall the daemon.
     let _silent = UnixStream::connect(&socket).expect("connect");
+    // And one that asks for a lot and never reads a reply.
+    let mut greedy = UnixStream::connect(&socket).expect("connect");
+    greedy
+        .set_write_timeout(Some(Duration::from_secs(3)))
+        .expect("timeout");
+    for _ in 0..2000 {
+        if greedy.write_all(b"{\"v\":1,\"cmd\":\"stats\"}\n").is_err() {
+            break;
+        }
+    }
     let mut flood = UnixStream::connect(&socket).expect("connect");
     let _ = flood.write_all(&vec![b'x'; 1 << 20]);
     let rx = t.receiver("239.2.2.2:6000", 3000, &[]);
