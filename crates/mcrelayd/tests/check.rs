@@ -17,7 +17,8 @@ fn example() -> PathBuf {
 
 fn temp_file(name: &str, text: &str) -> PathBuf {
     // Under target/, which cargo cleans, not /tmp.
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("mcrelayd-check-{}", std::process::id()));
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("mcrelayd-check-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(name);
     std::fs::write(&path, text).unwrap();
