@@ -790,10 +790,38 @@ outputs = [ {{ interface = "vRB", address = "239.2.2.2", port = 6000 }} ]
     let mut flood = UnixStream::connect(&socket).expect("connect");
     let _ = flood.write_all(&vec![b'x'; 1 << 20]);
     let rx = t.receiver("239.2.2.2:6000", 3000, &[]);
-    t.send(
-        "239.1.1.1:5000",
-        &["--count", "3000", "--rate", "20000", "--size", "1316"],
+    // 3000 datagrams over 1.5 s, scraped half-way: the endpoint answers
+    // during traffic with a count that is under way.
+    let sender = t
+        .command(&t.a, &loadgen())
+        .args([
+            "send",
+            "--dest",
+            "239.1.1.1:5000",
+            "--interface",
+            "vA",
+            "--count",
+            "3000",
+            "--rate",
+            "2000",
+            "--size",
+            "1316",
+        ])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("sender");
+    std::thread::sleep(Duration::from_millis(700));
+    let during = http_get(&t.r, "http://127.0.0.1:9464/metrics");
+    let so_far: u64 = during
+        .lines()
+        .find_map(|l| l.strip_prefix("mcrelay_flow_received_packets_total{flow=\"one\"} "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no received counter while relaying:\n{during}"));
+    assert!(
+        (1..3000).contains(&so_far),
+        "mid-stream scrape shows traffic under way: {so_far}"
     );
+    assert!(sender.wait_with_output().expect("sender").status.success());
     let out = finish(rx);
     assert_eq!(field(&out, "valid"), 3000, "{out}");
 
