@@ -59,9 +59,14 @@ enum Cmd {
     /// Re-read the configuration file and apply it; waits until done.
     /// Exits 1 (printing the errors) if the daemon rejected the file.
     Reload {
+        /// Print the daemon's reply (outcome and any errors) as JSON.
         #[arg(long)]
         json: bool,
     },
+    /// Print this program's manual page, mcrelayctl(8), in roff
+    /// (generated from the same definitions as --help).
+    #[command(hide = true)]
+    Man,
     /// A live view of flows, rates, drops and pool occupancy per core.
     Top {
         /// Seconds between refreshes.
@@ -100,6 +105,11 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
+    if let Cmd::Man = cli.command {
+        use clap::CommandFactory;
+        write_man_page(&Cli::command(), &mut std::io::stdout().lock())?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let timeout = Duration::try_from_secs_f64(cli.timeout).context("bad --timeout")?;
     let client = Client {
         socket: &cli.socket,
@@ -122,6 +132,7 @@ fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
                 ExitCode::from(1)
             })
         }
+        Cmd::Man => Ok(ExitCode::SUCCESS),
         Cmd::Top {
             interval,
             iterations,
@@ -239,5 +250,42 @@ impl Client<'_> {
             bail!("the daemon closed the connection without answering");
         }
         Ok(parse_response(&line)?.into_result()?)
+    }
+}
+
+/// mcrelayctl(8): clap_mangen's page, plus a section per subcommand with
+/// its own options (clap_mangen lists subcommands but not their flags).
+fn write_man_page(cmd: &clap::Command, out: &mut impl Write) -> std::io::Result<()> {
+    clap_mangen::Man::new(cmd.clone())
+        .section("8")
+        .manual("mcrelay")
+        .render(out)?;
+    writeln!(out, ".SH \"SUBCOMMAND OPTIONS\"")?;
+    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+        let args: Vec<_> = sub
+            .get_arguments()
+            .filter(|a| !a.is_hide_set() && a.get_long().is_some_and(|l| l != "help"))
+            .collect();
+        if args.is_empty() {
+            continue;
+        }
+        writeln!(out, ".SS \"mcrelayctl {}\"", sub.get_name())?;
+        for arg in args {
+            let long = arg.get_long().unwrap_or_default();
+            writeln!(out, ".TP\n\\fB\\-\\-{}\\fR", roff_escape(long))?;
+            if let Some(help) = arg.get_help() {
+                writeln!(out, "{}", roff_escape(&help.to_string()))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Escapes text for a roff body line.
+fn roff_escape(text: &str) -> String {
+    let text = text.replace('\\', "\\e").replace('-', "\\-");
+    match text.starts_with(['.', '\'']) {
+        true => format!("\\&{text}"),
+        false => text,
     }
 }

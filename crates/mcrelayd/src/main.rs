@@ -8,6 +8,7 @@
 mod check;
 mod control;
 mod daemon;
+mod manpage;
 mod metrics;
 mod notify;
 mod peercred;
@@ -73,6 +74,14 @@ enum Command {
         #[arg(long, value_name = "FILE", default_value = DEFAULT_CONFIG)]
         config: PathBuf,
     },
+    /// Print a manual page in roff: mcrelayd(8) (generated from the same
+    /// definitions as --help) or, with `--config-file`, mcrelay.toml(5)
+    /// (from docs/configuration.md).
+    #[command(hide = true)]
+    Man {
+        #[arg(long)]
+        config_file: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -80,6 +89,7 @@ fn main() -> ExitCode {
     match cli.command {
         Some(Command::Check { config }) => check::run(&config),
         Some(Command::Helper { config }) => helper(&config),
+        Some(Command::Man { config_file }) => man(config_file),
         None => {
             let receive = match cli.receive {
                 Receive::Auto => mcrelay_dataplane::ReceiveMode::Auto,
@@ -109,6 +119,27 @@ fn helper(config: &std::path::Path) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("mcrelayd helper: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// mcrelayd(8), or mcrelay.toml(5), on stdout.
+fn man(config_file: bool) -> ExitCode {
+    use clap::CommandFactory;
+    let out = &mut std::io::stdout().lock();
+    let written = if config_file {
+        manpage::config_page(out)
+    } else {
+        clap_mangen::Man::new(Cli::command())
+            .section("8")
+            .manual("mcrelay")
+            .render(out)
+    };
+    match written {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("mcrelayd man: {e}");
             ExitCode::from(1)
         }
     }

@@ -5,6 +5,8 @@
 
 use mcrelay_pool::{Class, PoolConfig, PoolSet, Released, SharedBuffer};
 use proptest::prelude::*;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -168,13 +170,13 @@ fn reader_thread_sees_consistent_counters() {
     })
     .expect("pool");
     let stats = pool.stats();
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
+    let reads = Arc::new(AtomicU64::new(0));
     let reader = {
-        let stop = stop.clone();
+        let (stop, reads) = (stop.clone(), reads.clone());
         std::thread::spawn(move || {
-            let mut reads = 0u64;
             let mut last = stats.snapshot().classes[0];
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            while !stop.load(Ordering::Relaxed) {
                 let c = *stats.snapshot().class(Class::Small);
                 assert!(c.given <= c.taken, "given never overtakes taken: {c:?}");
                 assert!(
@@ -184,23 +186,30 @@ fn reader_thread_sees_consistent_counters() {
                 last = c;
                 assert!(c.in_use <= c.capacity, "in use within capacity: {c:?}");
                 assert!(c.high_water <= c.capacity);
-                reads += 1;
+                reads.fetch_add(1, Ordering::Relaxed);
             }
-            reads
         })
     };
-    for _ in 0..200_000 {
+    // The writer keeps going until the reader has overlapped it for a while:
+    // under valgrind (which serialises threads) the reader may not be
+    // scheduled at all during a fixed number of iterations.
+    let mut turns = 0u64;
+    while turns < 200_000 || reads.load(Ordering::Relaxed) < 1_000 {
         let a = pool.take(100).expect("a");
         let b = pool.take(100).expect("b");
         pool.give(a).expect("give a");
         pool.give(b).expect("give b");
         pool.publish_stats(); // once per "loop turn"
+        turns += 1;
+        if turns % 1024 == 0 {
+            std::thread::yield_now();
+        }
     }
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    assert!(reader.join().expect("reader") > 0);
+    stop.store(true, Ordering::Relaxed);
+    reader.join().expect("reader saw consistent counters");
     let c = *pool.stats().snapshot().class(Class::Small);
     assert_eq!(
         (c.taken, c.given, c.in_use, c.high_water),
-        (400_000, 400_000, 0, 2)
+        (2 * turns, 2 * turns, 0, 2)
     );
 }
