@@ -1,0 +1,364 @@
+//! Scaffolding shared by the namespace tests: a three-namespace topology
+//! (sender A, relay R, receivers B) removed on drop, the daemon under test,
+//! the load generator, and readers for their output.
+//!
+//! ```text
+//!  ns A (sender)          ns R (mcrelayd)                 ns B (receivers)
+//!  vA 10.10.1.1 <--veth--> vRA 10.10.1.2 | vRB 10.10.2.1 <--veth--> vB 10.10.2.2
+//!     fd01::1                 fd01::2    |    fd02::1                  fd02::2
+//! ```
+#![allow(dead_code)] // each test binary uses a different part
+
+use std::fs;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+pub const MCRELAYD: &str = env!("CARGO_BIN_EXE_mcrelayd");
+
+pub fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.starts_with(b"0\n"))
+}
+
+/// A binary of another package of the workspace, next to `mcrelayd`,
+/// built if missing.
+pub fn sibling(package: &str, bin: &str) -> PathBuf {
+    let path = Path::new(MCRELAYD).with_file_name(bin);
+    if !path.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "-p", package, "--bin", bin])
+            .status()
+            .expect("cargo build");
+        assert!(status.success(), "building {bin}");
+    }
+    path
+}
+
+pub fn loadgen() -> PathBuf {
+    sibling("mcrelay-loadgen", "loadgen")
+}
+
+pub fn mcrelayctl() -> PathBuf {
+    sibling("mcrelayctl", "mcrelayctl")
+}
+
+pub fn sh(args: &[&str]) {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .expect("run command");
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Three namespaces and two veth pairs, removed on drop.
+pub struct Topology {
+    pub a: String,
+    pub r: String,
+    pub b: String,
+    pub dir: PathBuf,
+    /// One topology at a time: these tests measure delivery, and on a
+    /// 2-core machine parallel relays would starve each other.
+    _serial: std::sync::MutexGuard<'static, ()>,
+}
+
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+impl Topology {
+    pub fn new() -> Option<Self> {
+        if !is_root() {
+            eprintln!("SKIPPED: namespace tests need root (CI runs them as root)");
+            return None;
+        }
+        let serial = SERIAL
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let id = format!(
+            "{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let t = Topology {
+            _serial: serial,
+            a: format!("mcr-a-{id}"),
+            r: format!("mcr-r-{id}"),
+            b: format!("mcr-b-{id}"),
+            dir: std::env::temp_dir().join(format!("mcrelay-test-{id}")),
+        };
+        fs::create_dir_all(&t.dir).expect("temp dir");
+        for ns in [&t.a, &t.r, &t.b] {
+            sh(&["ip", "netns", "add", ns]);
+            t.ip(ns, &["link", "set", "lo", "up"]);
+        }
+        sh(&[
+            "ip", "link", "add", "vA", "netns", &t.a, "mtu", "9200", "type", "veth", "peer",
+            "name", "vRA", "netns", &t.r, "mtu", "9200",
+        ]);
+        sh(&[
+            "ip", "link", "add", "vRB", "netns", &t.r, "mtu", "9200", "type", "veth", "peer",
+            "name", "vB", "netns", &t.b, "mtu", "9200",
+        ]);
+        for (ns, dev, v4, v6) in [
+            (&t.a, "vA", "10.10.1.1/24", "fd01::1/64"),
+            (&t.r, "vRA", "10.10.1.2/24", "fd01::2/64"),
+            (&t.r, "vRB", "10.10.2.1/24", "fd02::1/64"),
+            (&t.b, "vB", "10.10.2.2/24", "fd02::2/64"),
+        ] {
+            t.ip(ns, &["addr", "add", v4, "dev", dev]);
+            t.ip(ns, &["-6", "addr", "add", v6, "dev", dev, "nodad"]);
+            t.ip(ns, &["link", "set", dev, "up"]);
+        }
+        t.ip(&t.a, &["route", "add", "224.0.0.0/4", "dev", "vA"]);
+        t.ip(&t.b, &["route", "add", "224.0.0.0/4", "dev", "vB"]);
+        t.ip(&t.a, &["route", "add", "10.10.2.0/24", "via", "10.10.1.2"]);
+        // IPv6 takes multicast only once addrconf has added the ff00::/8
+        // route, a moment after the link comes up.
+        for (ns, dev) in [(&t.a, "vA"), (&t.r, "vRA"), (&t.r, "vRB"), (&t.b, "vB")] {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                let out = Command::new("ip")
+                    .args([
+                        "-n", ns, "-6", "route", "show", "table", "local", "dev", dev,
+                    ])
+                    .output()
+                    .expect("ip route");
+                if String::from_utf8_lossy(&out.stdout).contains("ff00::/8") {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "IPv6 multicast route on {dev} never appeared"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        for key in ["all", "default", "vRA", "vRB"] {
+            sh(&[
+                "ip",
+                "netns",
+                "exec",
+                &t.r,
+                "sysctl",
+                "-qw",
+                &format!("net.ipv4.conf.{key}.rp_filter=0"),
+            ]);
+        }
+        Some(t)
+    }
+
+    pub fn ip(&self, ns: &str, args: &[&str]) {
+        let mut v = vec!["ip", "-n", ns];
+        v.extend_from_slice(args);
+        sh(&v);
+    }
+
+    pub fn command(&self, ns: &str, program: &Path) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", ns]).arg(program);
+        c
+    }
+
+    /// Start mcrelayd in R with `config`; returns once it is relaying.
+    pub fn relay(&self, config: &str, extra: &[&str]) -> Relay {
+        self.relay_with(config, extra, &[], &[])
+    }
+
+    /// `relay`, with mcrelayd started through `wrapper` (e.g. `setpriv
+    /// ...`) and with `env` added to its environment.
+    pub fn relay_with(
+        &self,
+        config: &str,
+        extra: &[&str],
+        wrapper: &[&str],
+        env: &[(&str, String)],
+    ) -> Relay {
+        let path = self.dir.join("mcrelay.toml");
+        // Each topology's daemon gets its own control socket.
+        let config = if config.contains("[daemon]") {
+            config.to_owned()
+        } else {
+            format!(
+                "[daemon]\nuser = \"nobody\"\ncontrol_socket = \"{}\"\n{config}",
+                self.dir.join("control.sock").display()
+            )
+        };
+        fs::write(&path, config).expect("write config");
+        let log = self.dir.join("mcrelayd.log");
+        let mut command = Command::new("ip");
+        command
+            .args(["netns", "exec", &self.r])
+            .args(wrapper)
+            .arg(MCRELAYD);
+        let child = command
+            .arg("--config")
+            .arg(&path)
+            .args(extra)
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .env("RUST_LOG", "info")
+            .stderr(fs::File::create(&log).expect("log file"))
+            .spawn()
+            .expect("spawn mcrelayd");
+        let relay = Relay { child, log };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !relay.log().contains("relaying;") {
+            assert!(
+                Instant::now() < deadline,
+                "mcrelayd did not start:\n{}",
+                relay.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        relay
+    }
+
+    /// Start a validating receiver in B; returns once it has joined.
+    pub fn receiver(&self, group: &str, expect: u64, extra: &[&str]) -> Child {
+        let idle = if extra.contains(&"--idle-exit") {
+            &[][..]
+        } else {
+            &["--idle-exit", "2"][..]
+        };
+        let ready = self
+            .dir
+            .join(format!("ready-{}", group.replace([':', '[', ']'], "_")));
+        let child = self
+            .command(&self.b, &loadgen())
+            .args(["recv", "--group", group, "--interface", "vB", "--json"])
+            .args(if extra.contains(&"--duration") {
+                &[][..]
+            } else {
+                &["--duration", "30"][..]
+            })
+            .args(idle)
+            .args(["--expect", &expect.to_string(), "--ready-file"])
+            .arg(&ready)
+            .args(extra)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn receiver");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !ready.exists() {
+            assert!(
+                Instant::now() < deadline,
+                "receiver for {group} never joined"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // Let the IGMP/MLD join settle on the veth.
+        std::thread::sleep(Duration::from_millis(50));
+        child
+    }
+
+    /// Send from A and wait for the sender to finish.
+    pub fn send(&self, dest: &str, args: &[&str]) {
+        let status = self
+            .command(&self.a, &loadgen())
+            .args(["send", "--dest", dest, "--interface", "vA"])
+            .args(args)
+            .stdout(Stdio::null())
+            .status()
+            .expect("sender");
+        assert!(status.success(), "sender failed");
+    }
+}
+
+impl Drop for Topology {
+    fn drop(&mut self) {
+        for ns in [&self.a, &self.r, &self.b] {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+pub struct Relay {
+    pub child: Child,
+    pub log: PathBuf,
+}
+
+impl Relay {
+    pub fn log(&self) -> String {
+        let mut s = String::new();
+        let _ = fs::File::open(&self.log).and_then(|mut f| f.read_to_string(&mut s));
+        s
+    }
+
+    /// SIGTERM; asserts a clean exit within a second; the final counters.
+    pub fn stop(mut self) -> String {
+        let start = Instant::now();
+        sh(&["kill", "-TERM", &self.child.id().to_string()]);
+        let status = loop {
+            if let Some(s) = self.child.try_wait().expect("wait") {
+                break s;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "mcrelayd ignored SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        let took = start.elapsed();
+        let log = self.log();
+        assert!(status.success(), "mcrelayd exit status {status}:\n{log}");
+        assert!(
+            took < Duration::from_secs(1),
+            "SIGTERM to exit took {took:?}:\n{log}"
+        );
+        log
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A number from a receiver's JSON line.
+pub fn field(json: &str, key: &str) -> i64 {
+    let at = json
+        .find(&format!("\"{key}\":"))
+        .unwrap_or_else(|| panic!("{key} missing in {json}"));
+    json[at + key.len() + 3..]
+        .split([',', '}'])
+        .next()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(-1)
+}
+
+pub fn finish(rx: Child) -> String {
+    String::from_utf8(rx.wait_with_output().expect("receiver").stdout).expect("utf-8")
+}
+
+/// A counter from mcrelayd's `final ...` lines: the line containing every
+/// `selector` word, then `key=value`.
+pub fn counter(log: &str, selectors: &[&str], key: &str) -> u64 {
+    let line = log
+        .lines()
+        .find(|l| l.starts_with("final") && selectors.iter().all(|s| l.contains(s)))
+        .unwrap_or_else(|| panic!("no final line with {selectors:?} in:\n{log}"));
+    line.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{key} missing in {line}"))
+}
+
+pub fn clean(out: &str) {
+    assert_eq!(field(out, "corrupt"), 0, "no corrupt payloads: {out}");
+    assert_eq!(field(out, "duplicates"), 0, "no duplicates: {out}");
+    assert_eq!(field(out, "reordered"), 0, "no reordering: {out}");
+}
