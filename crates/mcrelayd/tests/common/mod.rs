@@ -68,7 +68,7 @@ pub struct Topology {
     pub dir: PathBuf,
     /// One topology at a time: these tests measure delivery, and on a
     /// 2-core machine parallel relays would starve each other.
-    _serial: std::sync::MutexGuard<'static, ()>,
+    _serial: (std::sync::MutexGuard<'static, ()>, fs::File),
 }
 
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -84,6 +84,12 @@ impl Topology {
         let serial = SERIAL
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // And one at a time across test binaries and checkouts: an flock
+        // that the kernel releases when the holder exits, even by a crash.
+        let machine = fs::File::create(std::env::temp_dir().join("mcrelay-netns-tests.lock"))
+            .expect("lock file");
+        lock_exclusive(&machine);
+        let serial = (serial, machine);
         let id = format!(
             "{}-{}",
             std::process::id(),
@@ -361,4 +367,14 @@ pub fn clean(out: &str) {
     assert_eq!(field(out, "corrupt"), 0, "no corrupt payloads: {out}");
     assert_eq!(field(out, "duplicates"), 0, "no duplicates: {out}");
     assert_eq!(field(out, "reordered"), 0, "no reordering: {out}");
+}
+
+/// `flock(LOCK_EX)` (std's `File::lock` is newer than this workspace's MSRV).
+#[allow(unsafe_code)]
+fn lock_exclusive(file: &fs::File) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock on a descriptor this function borrows; no memory is
+    // passed to the kernel.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
+    assert_eq!(rc, 0, "flock: {}", std::io::Error::last_os_error());
 }
