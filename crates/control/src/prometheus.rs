@@ -91,14 +91,12 @@ fn flow_families(m: &mut Exposition, s: &Snapshot) {
         name,
         Kind::Counter,
         "Datagrams of the flow not relayed, by reason: oversize (above the largest \
-         buffer), pool_exhausted (no free buffer), kernel (socket buffer overflow).",
+         buffer), pool_exhausted (no free buffer), kernel (socket buffer overflow); \
+         packet ingress only: truncated, malformed, fragment, bad_checksum, \
+         not_this_flow (frames that carried no datagram for the flow).",
     );
     for f in &s.flows {
-        for (reason, n) in [
-            ("oversize", f.drops.oversize),
-            ("pool_exhausted", f.drops.pool_exhausted),
-            ("kernel", f.drops.kernel),
-        ] {
+        for (reason, n) in f.drops.by_reason() {
             m.sample(name, &[("flow", &f.name), ("reason", reason)], n);
         }
     }

@@ -36,7 +36,7 @@ pub fn render_status(s: &Snapshot) -> String {
          flows:    {flows} with {outputs} outputs\n\
          received: {pin} packets, {bin}\n\
          sent:     {pout} packets, {bout}\n\
-         dropped:  ingress {din} (oversize {over}, pool exhausted {pool}, kernel {kern}), \
+         dropped:  ingress {din} (oversize {over}, pool exhausted {pool}, kernel {kern}, bad frames {frames}), \
          receive errors {rx}, output {dout} (backlog {backlog}, send error {senderr})\n",
         version = s.version,
         pid = s.pid,
@@ -54,6 +54,7 @@ pub fn render_status(s: &Snapshot) -> String {
         over = human_count(d.oversize),
         pool = human_count(d.pool_exhausted),
         kern = human_count(d.kernel),
+        frames = human_count(d.frames()),
         rx = human_count(t.receive_errors),
         dout = human_count(t.drops_backlog.saturating_add(t.drops_send_error)),
         backlog = human_count(t.drops_backlog),
@@ -255,10 +256,16 @@ fn dash() -> String {
 }
 
 fn ingress_drops(flow: &FlowSnapshot, rates: Option<&FlowRates>) -> String {
+    let d = flow.drops.by_reason();
     let reasons = [
-        ("oversize", flow.drops.oversize),
-        ("pool_exhausted", flow.drops.pool_exhausted),
-        ("kernel", flow.drops.kernel),
+        d[0],
+        d[1],
+        d[2],
+        d[3],
+        d[4],
+        d[5],
+        d[6],
+        d[7],
         ("receive_errors", flow.receive_errors),
     ];
     drops_text(&reasons, None, rates.map(|r| r.drops_per_second))
@@ -406,7 +413,7 @@ mod tests {
             "812 packets",
             "1.05 MB",
             "1.60k packets",
-            "ingress 6 (oversize 1, pool exhausted 2, kernel 3)",
+            "ingress 6 (oversize 1, pool exhausted 2, kernel 3, bad frames 0)",
             "receive errors 4",
             "output 13 (backlog 6, send error 7)",
         ] {

@@ -108,14 +108,63 @@ pub struct IngressDropsSnapshot {
     pub pool_exhausted: u64,
     /// Socket receive buffer overflow, counted by the kernel.
     pub kernel: u64,
+    /// Packet ingress: frames shorter than their headers say.
+    #[serde(default)]
+    pub truncated: u64,
+    /// Packet ingress: frames with self-contradicting headers.
+    #[serde(default)]
+    pub malformed: u64,
+    /// Packet ingress: IP fragments (not reassembled).
+    #[serde(default)]
+    pub fragment: u64,
+    /// Packet ingress: UDP or IPv4 header checksum mismatch.
+    #[serde(default)]
+    pub bad_checksum: u64,
+    /// Packet ingress: frames past the kernel filter that weren't the
+    /// flow's after all.
+    #[serde(default)]
+    pub not_this_flow: u64,
 }
 
 impl IngressDropsSnapshot {
+    /// Every reason with its count, in a fixed order (the names used in
+    /// tables and metrics).
+    pub fn by_reason(&self) -> [(&'static str, u64); 8] {
+        [
+            ("oversize", self.oversize),
+            ("pool_exhausted", self.pool_exhausted),
+            ("kernel", self.kernel),
+            ("truncated", self.truncated),
+            ("malformed", self.malformed),
+            ("fragment", self.fragment),
+            ("bad_checksum", self.bad_checksum),
+            ("not_this_flow", self.not_this_flow),
+        ]
+    }
+
     /// All reasons together.
     pub fn total(&self) -> u64 {
-        self.oversize
-            .saturating_add(self.pool_exhausted)
-            .saturating_add(self.kernel)
+        self.by_reason()
+            .iter()
+            .fold(0u64, |t, (_, n)| t.saturating_add(*n))
+    }
+
+    /// Frames packet ingress couldn't parse as the flow's datagrams.
+    pub fn frames(&self) -> u64 {
+        self.by_reason()[3..]
+            .iter()
+            .fold(0u64, |t, (_, n)| t.saturating_add(*n))
+    }
+
+    fn add(&mut self, other: &Self) {
+        self.oversize = self.oversize.saturating_add(other.oversize);
+        self.pool_exhausted = self.pool_exhausted.saturating_add(other.pool_exhausted);
+        self.kernel = self.kernel.saturating_add(other.kernel);
+        self.truncated = self.truncated.saturating_add(other.truncated);
+        self.malformed = self.malformed.saturating_add(other.malformed);
+        self.fragment = self.fragment.saturating_add(other.fragment);
+        self.bad_checksum = self.bad_checksum.saturating_add(other.bad_checksum);
+        self.not_this_flow = self.not_this_flow.saturating_add(other.not_this_flow);
     }
 }
 
@@ -175,10 +224,7 @@ impl Snapshot {
         for flow in &self.flows {
             t.packets_in = t.packets_in.saturating_add(flow.packets_in);
             t.bytes_in = t.bytes_in.saturating_add(flow.bytes_in);
-            let d = &mut t.ingress_drops;
-            d.oversize = d.oversize.saturating_add(flow.drops.oversize);
-            d.pool_exhausted = d.pool_exhausted.saturating_add(flow.drops.pool_exhausted);
-            d.kernel = d.kernel.saturating_add(flow.drops.kernel);
+            t.ingress_drops.add(&flow.drops);
             t.receive_errors = t.receive_errors.saturating_add(flow.receive_errors);
             t.outputs += flow.outputs.len();
             for out in &flow.outputs {
@@ -239,6 +285,7 @@ pub(crate) fn sample() -> Snapshot {
                 oversize: 1,
                 pool_exhausted: 2,
                 kernel: 3,
+                ..IngressDropsSnapshot::default()
             },
             receive_errors: 4,
             receive_rearms: 5,

@@ -42,12 +42,55 @@ pub struct IngressDrops {
     pub pool_exhausted: Counter,
 }
 
+/// Frames a packet-ingress flow received but could not relay, by reason
+/// (see [`mcrelay_wire::Reject`]). Always zero for socket ingress.
+#[derive(Debug, Default)]
+pub struct FrameDrops {
+    /// Shorter than its headers say (UDP length past the frame, ...).
+    pub truncated: Counter,
+    /// Self-contradicting headers (IPv4 IHL < 5, ...).
+    pub malformed: Counter,
+    /// IP fragments (not reassembled).
+    pub fragment: Counter,
+    /// UDP or IPv4 header checksum mismatch.
+    pub bad_checksum: Counter,
+    /// Passed the kernel filter but not this flow's (e.g. an IPv6
+    /// extension chain ending elsewhere).
+    pub not_this_flow: Counter,
+}
+
+impl FrameDrops {
+    pub(crate) fn count(&self, reason: mcrelay_wire::Reject) {
+        use mcrelay_wire::Reject;
+        match reason {
+            Reject::Truncated => self.truncated.inc(),
+            Reject::Malformed => self.malformed.inc(),
+            Reject::Fragment => self.fragment.inc(),
+            Reject::BadChecksum => self.bad_checksum.inc(),
+            Reject::NotThisFlow => self.not_this_flow.inc(),
+        }
+    }
+
+    /// Every reason's count, named as in [`mcrelay_wire::Reject::as_str`].
+    pub fn by_reason(&self) -> [(&'static str, u64); 5] {
+        [
+            ("truncated", self.truncated.get()),
+            ("malformed", self.malformed.get()),
+            ("fragment", self.fragment.get()),
+            ("bad_checksum", self.bad_checksum.get()),
+            ("not_this_flow", self.not_this_flow.get()),
+        ]
+    }
+}
+
 /// Counters of one flow's input.
 #[derive(Debug, Default)]
 pub struct FlowCounters {
     pub packets_in: Counter,
     pub bytes_in: Counter,
     pub drops: IngressDrops,
+    /// Packet ingress only: frames not relayed, by reason.
+    pub frames: FrameDrops,
     /// Receive completions that failed (the kernel's error, not a packet).
     pub receive_errors: Counter,
     /// The worker's provided receive buffers ran out; the kernel kept the

@@ -6,6 +6,10 @@
 //! send's completion gives the buffer back. Counters ([`counters`]) are
 //! written by the worker alone and read by anyone without locks.
 //!
+//! A flow's datagrams come from a UDP socket or, with `ingress = "packet"`,
+//! as frames from an AF_PACKET socket ([`ingress`]) parsed by
+//! [`mcrelay_wire`] — the same copy and sends follow.
+//!
 //! `unsafe` lives in the modules that talk to the kernel: `bufring`
 //! (receive buffer memory shared with the kernel), `submit` (the SQE push),
 //! [`sockets`] and [`affinity`] (socket options and CPU masks via libc).
@@ -17,6 +21,7 @@ mod bufring;
 pub mod counters;
 mod egress;
 mod inflight;
+pub mod ingress;
 pub mod sockets;
 mod submit;
 pub mod worker;
@@ -30,6 +35,7 @@ pub mod bench_support {
     pub use crate::inflight::InFlight;
     pub use crate::submit::UserData;
 }
+pub use ingress::IngressSocket;
 pub use worker::{
     Command, Event, FlowSockets, OutputSocket, ReceiveMode, WorkerConfig, WorkerError,
     WorkerHandle, WorkerStats, spawn,

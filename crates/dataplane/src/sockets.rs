@@ -58,7 +58,7 @@ const SO_MEMINFO: libc::c_int = 55;
 /// Datagrams the kernel dropped on this socket because its receive buffer
 /// was full (`SK_MEMINFO_DROPS` from `SO_MEMINFO`); `None` if the kernel
 /// doesn't say.
-pub fn receive_drops(socket: &UdpSocket) -> Option<u64> {
+pub fn receive_drops(socket: &impl AsRawFd) -> Option<u64> {
     let mut info = [0u32; 9];
     let mut len = libc::socklen_t::try_from(size_of_val(&info)).ok()?;
     // SAFETY: `info` is a writable buffer of `len` bytes and `len` a valid

@@ -29,6 +29,7 @@ use crate::bufring::{BUFFER_LEN, ProvidedBuffers};
 use crate::counters::{FlowCounters, FlowStats, LoopCounters, OutputCounters};
 use crate::egress::{GsoTable, Pending, PendingSends};
 use crate::inflight::InFlight;
+use crate::ingress::{IngressSocket, PacketReceive};
 use crate::submit::{MAX_FLOWS, Submit, UserData};
 
 /// How ingress is received.
@@ -70,14 +71,14 @@ impl OutputSocket {
 #[derive(Debug)]
 pub struct FlowSockets {
     pub name: String,
-    pub ingress: UdpSocket,
+    pub ingress: IngressSocket,
     pub outputs: Vec<OutputSocket>,
     /// Written by the worker, read by anyone.
     pub counters: Arc<FlowCounters>,
 }
 
 impl FlowSockets {
-    pub fn new(name: String, ingress: UdpSocket, outputs: Vec<OutputSocket>) -> Self {
+    pub fn new(name: String, ingress: IngressSocket, outputs: Vec<OutputSocket>) -> Self {
         Self {
             name,
             ingress,
@@ -311,9 +312,11 @@ struct Flow {
     /// buffer, not this worker, takes (and counts) the excess. Re-armed
     /// once an output has drained to half its depth.
     paused: bool,
+    /// Packet ingress: the frames' filter, checked again per frame.
+    packet: Option<mcrelay_wire::FlowMatch>,
     /// Closed when the flow goes (which leaves its group), after the ring
     /// no longer names its fd.
-    _ingress: UdpSocket,
+    _ingress: IngressSocket,
 }
 
 impl Flow {
@@ -337,7 +340,8 @@ impl Flow {
             .collect();
         Self {
             name: f.name,
-            fd: f.ingress.as_raw_fd(),
+            fd: f.ingress.fd(),
+            packet: f.ingress.packet_filter(),
             outputs,
             counters: f.counters,
             armed: false,
@@ -391,6 +395,8 @@ struct Worker {
     flows: Vec<Option<Flow>>,
     /// Outputs with queued sends, each once: (flow, output).
     dirty: Vec<(u16, u16)>,
+    /// The `msghdr` of packet-ingress receives.
+    packet_receive: PacketReceive,
     multishot: bool,
     gso_enabled: bool,
     index: usize,
@@ -509,6 +515,7 @@ impl Worker {
             // in flight holds a pool buffer.
             gso: GsoTable::with_capacity(capacity / 2 + 1),
             dirty: Vec::with_capacity(output_count.max(64)),
+            packet_receive: PacketReceive::new(),
             flows,
             multishot,
             gso_enabled,
@@ -737,7 +744,26 @@ impl Worker {
             flow: u32::try_from(f).unwrap_or(u32::MAX),
         }
         .encode();
-        let entry = if self.multishot {
+        let entry = if flow.packet.is_some() {
+            if !self.multishot {
+                // Frames arrive with a header and control data that only
+                // multishot recvmsg lays out in a provided buffer.
+                if !flow.error_logged {
+                    flow.counters.receive_errors.inc();
+                    tracing::error!(
+                        worker = self.index,
+                        flow = %flow.name,
+                        "ingress = \"packet\" needs multishot receive with provided buffers (Linux 6.0+; not with --receive single): this flow receives nothing"
+                    );
+                }
+                if let Some(flow) = self.flows[f].as_mut() {
+                    flow.error_logged = true;
+                }
+                return;
+            }
+            opcode::RecvMsgMulti::new(Fd(flow.fd), self.packet_receive.header(), self.bufs.group())
+                .build()
+        } else if self.multishot {
             opcode::RecvMulti::new(Fd(flow.fd), self.bufs.group()).build()
         } else {
             // One receive buffer per flow, its index the flow's number: the
@@ -830,7 +856,18 @@ impl Worker {
             return;
         };
         let len = result.unsigned_abs() as usize;
-        self.relay(f, id, len);
+        let payload = match flow.packet {
+            None => Some(0..len),
+            Some(filter) => match self.bufs.filled(id, len) {
+                Some(buffer) => self
+                    .packet_receive
+                    .payload(buffer, &filter, &flow.counters.frames),
+                None => None,
+            },
+        };
+        if let Some(payload) = payload {
+            self.relay(f, id, payload);
+        }
         if self.multishot {
             self.bufs.recycle(id);
         }
@@ -838,7 +875,8 @@ impl Worker {
 
     /// The packet path: classify, take, copy, queue the datagram on every
     /// output that has room.
-    fn relay(&mut self, f: usize, id: u16, len: usize) {
+    fn relay(&mut self, f: usize, id: u16, payload: std::ops::Range<usize>) {
+        let len = payload.len();
         let Some(flow) = self.flows.get_mut(f).and_then(Option::as_mut) else {
             return;
         };
@@ -866,7 +904,11 @@ impl Worker {
             }
             return;
         }
-        let Some(payload) = self.bufs.filled(id, len) else {
+        let Some(payload) = self
+            .bufs
+            .filled(id, payload.end)
+            .and_then(|b| b.get(payload))
+        else {
             return;
         };
         let Some(buf) = self.pool.take_filled(payload) else {
@@ -1128,7 +1170,7 @@ mod tests {
         let sock = || UdpSocket::bind("127.0.0.1:0").expect("bind");
         FlowSockets::new(
             "f".into(),
-            sock(),
+            IngressSocket::Udp(sock()),
             depths
                 .iter()
                 .map(|&queue_depth| OutputSocket::new("o".into(), sock(), queue_depth))

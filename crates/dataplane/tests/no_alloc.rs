@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use mcrelay_config::{IngressKind, Input, Output};
-use mcrelay_dataplane::{FlowSockets, OutputSocket, ReceiveMode, WorkerConfig};
+use mcrelay_dataplane::{FlowSockets, IngressSocket, OutputSocket, ReceiveMode, WorkerConfig};
 use mcrelay_helper::{interface_index, open_egress, open_ingress};
 use mcrelay_pool::PoolConfig;
 
@@ -92,7 +92,7 @@ fn relay_and_count(mode: ReceiveMode, gso: bool, same_size: bool) {
     }
     let flow = FlowSockets::new(
         "lo".into(),
-        open_ingress(&input, lo).expect("ingress").socket,
+        IngressSocket::Udp(open_ingress(&input, lo).expect("ingress").socket.into()),
         outputs,
     );
     let stats = flow.stats();

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use mcrelay_config::{IngressKind, Input, Output};
 use mcrelay_dataplane::{
-    Command, Event, FlowSockets, OutputSocket, ReceiveMode, WorkerConfig, WorkerHandle,
+    Command, Event, FlowSockets, IngressSocket, OutputSocket, ReceiveMode, WorkerConfig,
+    WorkerHandle,
 };
 use mcrelay_helper::{interface_index, open_egress, open_ingress};
 use mcrelay_pool::PoolConfig;
@@ -61,7 +62,7 @@ fn flow(name: &str) -> Loop {
     Loop {
         sockets: Some(FlowSockets::new(
             name.into(),
-            open_ingress(&input, lo).expect("ingress").socket,
+            IngressSocket::Udp(open_ingress(&input, lo).expect("ingress").socket.into()),
             outputs,
         )),
         ingress: SocketAddr::new(LOCALHOST, port),

@@ -27,11 +27,13 @@ pub struct HelperClient {
 /// The sockets of one flow, received from the helper.
 #[derive(Debug)]
 pub struct OpenedFlow {
-    /// Bound to the flow's input and joined to its group.
-    pub ingress: UdpSocket,
+    /// The flow's ingress: a UDP socket bound to its input and joined to
+    /// its group, or (`ingress = "packet"`) a filtered AF_PACKET socket.
+    pub ingress: OwnedFd,
     /// `SO_RCVBUF` the kernel granted the ingress socket.
     pub ingress_receive_buffer_bytes: usize,
-    /// One connected socket per output, in config order.
+    /// One connected socket per output, in config order; for a packet
+    /// flow on a group, followed by the socket holding its membership.
     pub outputs: Vec<UdpSocket>,
 }
 
@@ -112,14 +114,14 @@ impl HelperClient {
                 count,
             } => {
                 let sockets = client.collect_sockets(count, fds)?;
-                let mut sockets = sockets.into_iter().map(UdpSocket::from);
+                let mut sockets = sockets.into_iter();
                 let ingress = sockets.next().ok_or_else(|| {
                     HelperError::Malformed("a flow with no ingress socket".into())
                 })?;
                 Ok(OpenedFlow {
                     ingress,
                     ingress_receive_buffer_bytes,
-                    outputs: sockets.collect(),
+                    outputs: sockets.map(UdpSocket::from).collect(),
                 })
             }
             other => unexpected(other, &fds),
@@ -227,9 +229,12 @@ impl HelperClient {
                 }
             }
         }
-        for fd in &all {
+        for (i, fd) in all.iter().enumerate() {
             let kind = socket2::SockRef::from(fd).r#type();
-            if !matches!(kind, Ok(t) if t == socket2::Type::DGRAM) {
+            // The ingress of an `ingress = "packet"` flow is a raw packet
+            // socket; every other fd is a UDP socket.
+            let raw_ingress = i == 0 && matches!(kind, Ok(t) if t == socket2::Type::RAW);
+            if !raw_ingress && !matches!(kind, Ok(t) if t == socket2::Type::DGRAM) {
                 return malformed(format!("a passed fd is not a datagram socket ({kind:?})"));
             }
         }
@@ -341,7 +346,8 @@ mod tests {
         ]);
         let f = c.open_flow("big").expect("open");
         assert_eq!(f.ingress_receive_buffer_bytes, 4096);
-        assert_eq!(f.ingress.local_addr().expect("addr"), ingress_addr);
+        let ingress = UdpSocket::from(f.ingress);
+        assert_eq!(ingress.local_addr().expect("addr"), ingress_addr);
         assert_eq!(f.outputs.len(), total - 1);
         assert_eq!(f.outputs[total - 2].local_addr().expect("addr"), last_addr);
     }

@@ -11,14 +11,16 @@
 //! itself from the root-owned file it was started with ([`Policy`]) — a
 //! request names a flow, never an interface, group or port, and `Reload`
 //! re-reads that same file — so a compromised daemon can obtain exactly the
-//! sockets the configuration defines and nothing else: no raw sockets, no
-//! privileged ports, no other groups. Its code stays small on purpose: a
+//! sockets the configuration defines and nothing else: no raw sockets but
+//! the filtered packet socket of an `ingress = "packet"` flow ([`packet`]),
+//! no privileged ports, no other groups. Its code stays small on purpose: a
 //! text protocol of three requests ([`protocol`]), no threads, no async
 //! runtime, five dependencies.
 #![deny(unsafe_code)]
 
 pub mod client;
 pub mod fdpass;
+pub mod packet;
 pub mod policy;
 pub mod privileges;
 pub mod protocol;

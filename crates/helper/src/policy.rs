@@ -9,6 +9,7 @@ use std::net::UdpSocket;
 
 use mcrelay_config::{Config, Flow, IngressKind};
 
+use crate::packet::open_packet_ingress;
 use crate::sockets::{Ingress, interface_index, open_egress, open_ingress};
 
 /// The flows the helper may open sockets for.
@@ -20,7 +21,8 @@ pub struct Policy {
 /// The sockets of one flow, as the configuration defines them.
 #[derive(Debug)]
 pub struct FlowSockets {
-    /// The input's socket, bound and joined.
+    /// The input's socket, bound and joined (UDP), or bound to the
+    /// interface with the flow's filter (AF_PACKET).
     pub ingress: Ingress,
     /// One connected socket per output, in config order.
     pub outputs: Vec<UdpSocket>,
@@ -35,11 +37,6 @@ pub enum Refusal {
         "no flow named {0:?} in the configuration the helper loaded; add it to the file and reload"
     )]
     UnknownFlow(String),
-    /// `ingress = "packet"` needs the AF_PACKET support still to come.
-    #[error(
-        "flow {0:?}: input.ingress = \"packet\" is not supported by the privileged helper yet; use ingress = \"socket\""
-    )]
-    PacketIngress(String),
     /// An interface of the flow does not exist on this host.
     #[error(
         "flow {flow:?}: {field}: {source}; fix the name in the configuration or create the interface"
@@ -95,10 +92,7 @@ impl Policy {
             .flows
             .by_name(name)
             .ok_or_else(|| Refusal::UnknownFlow(name.to_owned()))?;
-        match flow.input.ingress {
-            IngressKind::Socket => Ok(flow),
-            IngressKind::Packet => Err(Refusal::PacketIngress(flow.name.clone())),
-        }
+        Ok(flow)
     }
 
     /// Open the ingress socket and every output socket of the flow called
@@ -120,12 +114,15 @@ impl Policy {
             .enumerate()
             .map(|(i, o)| interface(format!("outputs[{i}].interface"), &o.interface))
             .collect::<Result<Vec<u32>, Refusal>>()?;
-        let ingress =
-            open_ingress(&flow.input, ingress_index).map_err(|source| Refusal::Ingress {
-                flow: flow.name.clone(),
-                input: flow.input.to_string(),
-                source,
-            })?;
+        let open = match flow.input.ingress {
+            IngressKind::Socket => open_ingress,
+            IngressKind::Packet => open_packet_ingress,
+        };
+        let ingress = open(&flow.input, ingress_index).map_err(|source| Refusal::Ingress {
+            flow: flow.name.clone(),
+            input: flow.input.to_string(),
+            source,
+        })?;
         let outputs = flow
             .outputs
             .iter()
@@ -189,14 +186,9 @@ outputs = [{ interface = "nosuchif0", address = "127.0.0.1", port = 9 }]
     }
 
     #[test]
-    fn packet_ingress_is_refused_for_now() {
-        let e = policy().open_flow("captured").expect_err("packet");
-        assert!(matches!(e, Refusal::PacketIngress(_)));
-        assert!(
-            e.to_string()
-                .contains("ingress = \"packet\" is not supported"),
-            "{e}"
-        );
+    fn packet_ingress_flows_are_allowed_like_any_other() {
+        let p = policy();
+        assert_eq!(p.allowed("captured").expect("allowed").name, "captured");
     }
 
     #[test]
@@ -223,14 +215,8 @@ outputs = [{ interface = "nosuchif0", address = "127.0.0.1", port = 9 }]
             .collect();
         assert_eq!(peers, [9, 10], "config order");
         assert_eq!(s.outputs[1].ttl().expect("ttl"), 3);
-        assert!(
-            s.ingress
-                .socket
-                .local_addr()
-                .expect("bound")
-                .ip()
-                .is_loopback()
-        );
+        let ingress = UdpSocket::from(s.ingress.socket);
+        assert!(ingress.local_addr().expect("bound").ip().is_loopback());
         assert!(p.allowed("lo-flow").is_ok());
         assert_eq!(p.config().flows.len(), 3);
     }

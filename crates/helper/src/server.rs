@@ -119,6 +119,7 @@ fn refuse(reason: String) -> Reply {
 fn send_sockets(conn: &UnixStream, sockets: &FlowSockets) -> io::Result<()> {
     let fds: Vec<BorrowedFd<'_>> = std::iter::once(sockets.ingress.socket.as_fd())
         .chain(sockets.outputs.iter().map(AsFd::as_fd))
+        .chain(sockets.ingress.membership.iter().map(AsFd::as_fd))
         .collect();
     let mut chunks = fds.chunks(MAX_FDS_PER_MESSAGE);
     let first = chunks.next().unwrap_or_default();

@@ -8,7 +8,7 @@ use std::ffi::CString;
 use std::io;
 use std::mem::size_of;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 
 use mcrelay_config::{Input, Output};
 use socket2::{Domain, Protocol, Socket, Type};
@@ -19,11 +19,15 @@ pub const EGRESS_SEND_BUFFER_BYTES: usize = 4 << 20;
 /// An ingress socket and the receive buffer the kernel actually granted.
 #[derive(Debug)]
 pub struct Ingress {
-    /// Bound to the input's address and port, joined to its group.
-    pub socket: UdpSocket,
+    /// `ingress = "socket"`: a UDP socket bound to the input's address and
+    /// port, joined to its group. `ingress = "packet"`: an AF_PACKET socket
+    /// on the input interface ([`crate::packet`]).
+    pub socket: OwnedFd,
     /// `SO_RCVBUF` as granted: the request with `CAP_NET_ADMIN`
     /// (`SO_RCVBUFFORCE`); without it, at most `net.core.rmem_max`.
     pub receive_buffer_bytes: usize,
+    /// Packet ingress of a group: the UDP socket holding the membership.
+    pub membership: Option<UdpSocket>,
 }
 
 /// The index of a network interface, or a clear error when it is missing.
@@ -57,7 +61,7 @@ fn domain(addr: IpAddr) -> Domain {
 }
 
 /// `setsockopt` with a plain-data value.
-fn setsockopt<T>(
+pub(crate) fn setsockopt<T>(
     socket: &Socket,
     level: libc::c_int,
     name: libc::c_int,
@@ -122,7 +126,7 @@ fn join_source_group(
 /// Request a receive buffer of `bytes`: `SO_RCVBUFFORCE` first, which with
 /// `CAP_NET_ADMIN` is not clamped to `net.core.rmem_max`; on `EPERM` (no
 /// `CAP_NET_ADMIN`) plain `SO_RCVBUF`, which the kernel clamps.
-fn set_receive_buffer(socket: &Socket, bytes: u32) -> io::Result<()> {
+pub(crate) fn set_receive_buffer(socket: &Socket, bytes: u32) -> io::Result<()> {
     let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
     match setsockopt(socket, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &value) {
         Ok(()) => Ok(()),
@@ -160,32 +164,35 @@ pub fn open_ingress(input: &Input, ifindex: u32) -> io::Result<Ingress> {
     let granted = socket.recv_buffer_size()? / 2;
     socket.bind(&SocketAddr::new(input.address, input.port).into())?;
     if input.address.is_multicast() {
+        // Only this group's datagrams, even if another socket on the host
+        // joins a different group on the same port.
         match input.address {
-            IpAddr::V4(group) => {
-                // Only this group's datagrams, even if another socket on the
-                // host joins a different group on the same port.
-                socket.set_multicast_all_v4(false)?;
-                match input.source {
-                    Some(source) => join_source_group(&socket, input.address, source, ifindex)?,
-                    None => socket.join_multicast_v4_n(
-                        &group,
-                        &socket2::InterfaceIndexOrAddress::Index(ifindex),
-                    )?,
-                }
-            }
-            IpAddr::V6(group) => {
-                socket.set_multicast_all_v6(false)?;
-                match input.source {
-                    Some(source) => join_source_group(&socket, input.address, source, ifindex)?,
-                    None => socket.join_multicast_v6(&group, ifindex)?,
-                }
-            }
+            IpAddr::V4(_) => socket.set_multicast_all_v4(false)?,
+            IpAddr::V6(_) => socket.set_multicast_all_v6(false)?,
         }
+        join_group(&socket, input.address, input.source, ifindex)?;
     }
     Ok(Ingress {
-        socket: socket.into(),
+        socket: OwnedFd::from(socket),
         receive_buffer_bytes: granted,
+        membership: None,
     })
+}
+
+/// Join `group` on interface `ifindex`, from `source` only if given.
+pub(crate) fn join_group(
+    socket: &Socket,
+    group: IpAddr,
+    source: Option<IpAddr>,
+    ifindex: u32,
+) -> io::Result<()> {
+    match (group, source) {
+        (_, Some(source)) => join_source_group(socket, group, source, ifindex),
+        (IpAddr::V4(g), None) => {
+            socket.join_multicast_v4_n(&g, &socket2::InterfaceIndexOrAddress::Index(ifindex))
+        }
+        (IpAddr::V6(g), None) => socket.join_multicast_v6(&g, ifindex),
+    }
 }
 
 /// Open one output's egress socket: multicast interface by index, TTL or
@@ -288,7 +295,8 @@ mod tests {
     #[test]
     fn unicast_ingress_receives_and_egress_sends() {
         let ingress = open_ingress(&unicast_input(0, 1 << 20), 1).expect("open");
-        let addr = ingress.socket.local_addr().expect("addr");
+        let ingress_socket = UdpSocket::from(ingress.socket);
+        let addr = ingress_socket.local_addr().expect("addr");
         let listener = UdpSocket::bind("127.0.0.1:0").expect("bind");
         let out = Output {
             interface: "lo".to_owned(),
@@ -307,8 +315,8 @@ mod tests {
         assert_eq!(&buf[..n], b"out");
         assert_eq!(from, egress.local_addr().expect("addr"));
         egress.send_to(b"in", addr).expect("send to ingress");
-        ingress.socket.set_read_timeout(t).expect("timeout");
-        let n = ingress.socket.recv(&mut buf).expect("recv");
+        ingress_socket.set_read_timeout(t).expect("timeout");
+        let n = ingress_socket.recv(&mut buf).expect("recv");
         assert_eq!(&buf[..n], b"in");
     }
 }

@@ -74,11 +74,9 @@ fn check_flow(client: &mut HelperClient, name: &str, ingress_port: u16, out: &Ud
     let flow = client.open_flow(name).expect("open_flow");
     assert_eq!(flow.outputs.len(), 1);
     assert!(flow.ingress_receive_buffer_bytes > 0);
-    assert_eq!(
-        flow.ingress.local_addr().expect("addr").port(),
-        ingress_port
-    );
-    flow.ingress
+    let ingress = UdpSocket::from(flow.ingress);
+    assert_eq!(ingress.local_addr().expect("addr").port(), ingress_port);
+    ingress
         .set_read_timeout(Some(Duration::from_secs(5)))
         .expect("timeout");
     let probe = UdpSocket::bind("127.0.0.1:0").expect("bind");
@@ -86,7 +84,7 @@ fn check_flow(client: &mut HelperClient, name: &str, ingress_port: u16, out: &Ud
         .send_to(name.as_bytes(), ("127.0.0.1", ingress_port))
         .expect("send to ingress");
     let mut buf = [0u8; 64];
-    let n = flow.ingress.recv(&mut buf).expect("ingress receives");
+    let n = ingress.recv(&mut buf).expect("ingress receives");
     assert_eq!(&buf[..n], name.as_bytes());
     flow.outputs[0].send(b"relayed").expect("send on output");
     let (n, from) = out.recv_from(&mut buf).expect("listener receives");

@@ -183,12 +183,10 @@ fn helper_child(mode: &str) -> Outcome {
         probe
             .send_to(b"in", ("127.0.0.1", ingress_port))
             .map_err(|e| e.to_string())?;
-        flow.ingress
-            .set_read_timeout(t)
-            .map_err(|e| e.to_string())?;
+        let ingress = UdpSocket::from(flow.ingress);
+        ingress.set_read_timeout(t).map_err(|e| e.to_string())?;
         let mut buf = [0u8; 16];
-        let n = flow
-            .ingress
+        let n = ingress
             .recv(&mut buf)
             .map_err(|e| format!("ingress recv: {e}"))?;
         if &buf[..n] != b"in" {

@@ -4,7 +4,6 @@
 //! report) see. It runs on the main thread; workers only ever see commands
 //! on their queues, and readers only ever lock [`Shared`], never a worker.
 
-use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
@@ -43,7 +42,7 @@ struct FlowEntry {
     stats: FlowStats,
     /// A second handle on the ingress socket, to read the kernel's drop
     /// count; dropped with the flow (so its group is left).
-    ingress: UdpSocket,
+    ingress: std::os::fd::OwnedFd,
 }
 
 /// What the control socket, the metrics endpoint and the final report
@@ -129,6 +128,11 @@ fn flow_snapshot(f: &FlowEntry) -> FlowSnapshot {
             oversize: c.drops.oversize.get(),
             pool_exhausted: c.drops.pool_exhausted.get(),
             kernel: mcrelay_dataplane::sockets::receive_drops(&f.ingress).unwrap_or(0),
+            truncated: c.frames.truncated.get(),
+            malformed: c.frames.malformed.get(),
+            fragment: c.frames.fragment.get(),
+            bad_checksum: c.frames.bad_checksum.get(),
+            not_this_flow: c.frames.not_this_flow.get(),
         },
         receive_errors: c.receive_errors.get(),
         receive_rearms: c.receive_rearms.get(),
@@ -493,7 +497,7 @@ fn entry(flow: &Flow, worker: usize, opened: &FlowSockets) -> anyhow::Result<Flo
         stats: opened.stats(),
         ingress: opened
             .ingress
-            .try_clone()
+            .try_clone_fd()
             .context("duplicating the ingress socket for its drop counter")?,
     })
 }
@@ -539,7 +543,7 @@ fn print_final(shared: &Shared) {
     let snapshot = shared.snapshot();
     for flow in &snapshot.flows {
         eprintln!(
-            "final flow={} worker={} packets_in={} bytes_in={} drop_oversize={} drop_pool_exhausted={} drop_kernel={} receive_errors={}",
+            "final flow={} worker={} packets_in={} bytes_in={} drop_oversize={} drop_pool_exhausted={} drop_kernel={} drop_truncated={} drop_malformed={} drop_fragment={} drop_bad_checksum={} drop_not_this_flow={} receive_errors={}",
             flow.name,
             flow.worker,
             flow.packets_in,
@@ -547,6 +551,11 @@ fn print_final(shared: &Shared) {
             flow.drops.oversize,
             flow.drops.pool_exhausted,
             flow.drops.kernel,
+            flow.drops.truncated,
+            flow.drops.malformed,
+            flow.drops.fragment,
+            flow.drops.bad_checksum,
+            flow.drops.not_this_flow,
             flow.receive_errors,
         );
         for o in &flow.outputs {

@@ -11,7 +11,9 @@ use std::process::Child;
 
 use anyhow::{Context, bail};
 use mcrelay_config::Flow;
-use mcrelay_dataplane::{FlowSockets, OutputSocket};
+use mcrelay_config::IngressKind;
+use mcrelay_dataplane::{FlowSockets, IngressSocket, OutputSocket};
+use mcrelay_helper::packet::{flow_match, open_packet_ingress};
 use mcrelay_helper::{
     EGRESS_SEND_BUFFER_BYTES, HelperClient, interface_index, open_egress, open_ingress,
 };
@@ -77,12 +79,18 @@ impl Opener {
 
     /// `flow`'s ingress and output sockets, in config order.
     pub fn open(&mut self, flow: &Flow) -> anyhow::Result<FlowSockets> {
-        let (ingress, granted, outputs) = match self {
+        let opened = match self {
             Opener::Direct { ifindex } => open_here(flow, ifindex)?,
             Opener::Helper { client, .. } => {
-                let opened = client
+                let mut opened = client
                     .open_flow(&flow.name)
                     .with_context(|| format!("flow {:?}: the privileged helper", flow.name))?;
+                // A packet flow on a group: the membership socket comes last.
+                let membership = (flow.input.ingress == IngressKind::Packet
+                    && flow.input.address.is_multicast()
+                    && opened.outputs.len() == flow.outputs.len() + 1)
+                    .then(|| opened.outputs.pop())
+                    .flatten();
                 if opened.outputs.len() != flow.outputs.len() {
                     bail!(
                         "flow {:?}: the helper opened {} outputs, the config has {} (do the daemon and the helper read the same file?)",
@@ -91,12 +99,27 @@ impl Opener {
                         flow.outputs.len()
                     );
                 }
-                (
-                    opened.ingress,
-                    opened.ingress_receive_buffer_bytes,
-                    opened.outputs,
-                )
+                Opened {
+                    ingress: opened.ingress,
+                    membership,
+                    granted: opened.ingress_receive_buffer_bytes,
+                    outputs: opened.outputs,
+                }
             }
+        };
+        let Opened {
+            ingress,
+            membership,
+            granted,
+            outputs,
+        } = opened;
+        let ingress = match flow.input.ingress {
+            IngressKind::Socket => IngressSocket::Udp(ingress.into()),
+            IngressKind::Packet => IngressSocket::Packet {
+                socket: ingress,
+                filter: flow_match(&flow.input),
+                membership,
+            },
         };
         let requested = usize::try_from(flow.input.receive_buffer_bytes).unwrap_or(usize::MAX);
         if granted < requested {
@@ -135,7 +158,13 @@ impl Opener {
     }
 }
 
-type Opened = (std::net::UdpSocket, usize, Vec<std::net::UdpSocket>);
+/// A flow's sockets, from the helper or opened here.
+struct Opened {
+    ingress: std::os::fd::OwnedFd,
+    membership: Option<std::net::UdpSocket>,
+    granted: usize,
+    outputs: Vec<std::net::UdpSocket>,
+}
 
 fn open_here(flow: &Flow, ifindex: &mut HashMap<String, u32>) -> anyhow::Result<Opened> {
     let mut index_of = |name: &str| -> anyhow::Result<u32> {
@@ -147,17 +176,15 @@ fn open_here(flow: &Flow, ifindex: &mut HashMap<String, u32>) -> anyhow::Result<
         Ok(i)
     };
     let input = &flow.input;
-    if input.ingress == mcrelay_config::IngressKind::Packet {
-        bail!(
-            "flow {:?}: ingress = \"packet\" (AF_PACKET) is not supported by this build yet; \
-             use ingress = \"socket\"",
-            flow.name
-        );
-    }
-    let ingress = open_ingress(input, index_of(&input.interface)?).with_context(|| {
+    let open = match input.ingress {
+        IngressKind::Socket => open_ingress,
+        // Needs CAP_NET_RAW, which an unprivileged run lacks: EPERM, said.
+        IngressKind::Packet => open_packet_ingress,
+    };
+    let ingress = open(input, index_of(&input.interface)?).with_context(|| {
         format!(
-            "flow {:?}: opening input {}:{} on {}",
-            flow.name, input.address, input.port, input.interface
+            "flow {:?}: opening {} input {}:{} on {}",
+            flow.name, input.ingress, input.address, input.port, input.interface
         )
     })?;
     let mut outputs = Vec::with_capacity(flow.outputs.len());
@@ -170,5 +197,10 @@ fn open_here(flow: &Flow, ifindex: &mut HashMap<String, u32>) -> anyhow::Result<
         })?;
         outputs.push(socket);
     }
-    Ok((ingress.socket, ingress.receive_buffer_bytes, outputs))
+    Ok(Opened {
+        ingress: ingress.socket,
+        membership: ingress.membership,
+        granted: ingress.receive_buffer_bytes,
+        outputs,
+    })
 }
