@@ -29,8 +29,8 @@ pub fn flow_match(input: &Input) -> FlowMatch {
     }
 }
 
-/// Open the packet socket of a flow: filter attached before it is bound
-/// (so no other frame is ever queued), auxdata on (the worker learns
+/// Open the packet socket of a flow: filter attached and locked before it
+/// is bound (so no other frame is ever queued), auxdata on (the worker learns
 /// whether a checksum still needs checking), frames this host sends
 /// ignored, receive buffer as configured, bound to the input interface.
 /// For a multicast input, also a UDP socket joined to the group there.
@@ -44,6 +44,14 @@ pub fn open_packet_ingress(input: &Input, ifindex: u32) -> io::Result<Ingress> {
     // SAFETY: `fd` is a new descriptor that nothing else owns.
     let socket = Socket::from(unsafe { OwnedFd::from_raw_fd(fd) });
     attach_filter(&socket, &flow_filter(&flow_match(input)))?;
+    // The unprivileged daemon gets this socket: it must not be able to
+    // replace the filter with one that reads the whole interface.
+    setsockopt(
+        &socket,
+        libc::SOL_SOCKET,
+        libc::SO_LOCK_FILTER,
+        &1 as &libc::c_int,
+    )?;
     setsockopt(
         &socket,
         libc::SOL_PACKET,
@@ -174,6 +182,14 @@ mod tests {
         let d = mcrelay_wire::parse(&frame, &flow, false).expect("the flow's datagram");
         assert_eq!(&frame[d.payload], b"for the flow");
         let _ = packet.as_fd();
+        // The filter is locked: whoever holds the socket can't remove it.
+        let detach = setsockopt(
+            &packet,
+            libc::SOL_SOCKET,
+            libc::SO_DETACH_FILTER,
+            &0 as &libc::c_int,
+        );
+        assert_eq!(detach.map_err(|e| e.raw_os_error()), Err(Some(libc::EPERM)));
     }
 
     #[test]
