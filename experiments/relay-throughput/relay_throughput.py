@@ -333,6 +333,7 @@ class Relay:
 
 class Mcrelay(Relay):
     name = "mcrelay"
+    ingress = "socket"
 
     def start(self) -> None:
         outs = ",\n".join(
@@ -350,7 +351,8 @@ class Mcrelay(Relay):
             f'control_socket = "{sock}"\n\n'
             "[[flow]]\n"
             'name = "bench"\n'
-            f'input = {{ interface = "vRA", address = "{IN_GROUP}", port = {IN_PORT} }}\n'
+            f'input = {{ interface = "vRA", address = "{IN_GROUP}", port = {IN_PORT}, '
+            f'ingress = "{self.ingress}" }}\n'
             f"outputs = [\n{outs},\n]\n"
         )
         path = self.rdir / "mcrelay.toml"
@@ -388,6 +390,13 @@ class Mcrelay(Relay):
             "gso_fallbacks": sum(o.get("gso_fallbacks", 0) for o in outs),
         }
         return r
+
+
+class McrelayPacket(Mcrelay):
+    """mcrelay with ingress = "packet": AF_PACKET frames parsed in user
+    space instead of a UDP socket (the cost of bypassing rp_filter)."""
+    name = "mcrelay-packet"
+    ingress = "packet"
 
 
 class Baseline(Relay):
@@ -446,7 +455,8 @@ class Kernel(Relay):
         return {"ip_mr_cache": read_proc_file(pid, "ip_mr_cache"), "ip_mr_vif": read_proc_file(pid, "ip_mr_vif")}
 
 
-CONTENDERS = {"mcrelay": Mcrelay, "baseline": Baseline, "kernel": Kernel}
+CONTENDERS = {"mcrelay": Mcrelay, "mcrelay-packet": McrelayPacket, "baseline": Baseline,
+              "kernel": Kernel}
 
 
 # ---------------------------------------------------------------- the bench
@@ -822,7 +832,7 @@ def summarize(searches: list[dict]) -> list[dict]:
         k = (s["contender"], s["size"], s["fanout"])
         if k not in keys:
             keys.append(k)
-    for k in sorted(keys, key=lambda k: (-k[1], k[2], ["mcrelay", "baseline", "kernel"].index(k[0]))):
+    for k in sorted(keys, key=lambda k: (-k[1], k[2], list(CONTENDERS).index(k[0]))):
         ss = [s for s in searches if (s["contender"], s["size"], s["fanout"]) == k]
         rates = [s["max_lossless_pps"] for s in ss]
         nsd = [s["ns_per_delivered"] for s in ss if s["ns_per_delivered"] is not None]
