@@ -50,9 +50,15 @@ dpkg -i "$deb"
 /usr/bin/mcrelayd check --config /etc/mcrelay/mcrelay.toml
 /usr/bin/mcrelayctl --version
 getent passwd mcrelay >/dev/null || { echo "postinst did not create the mcrelay user"; exit 1; }
-for page in mcrelayd mcrelayctl mcrelay.toml; do
-    man -w "$page"
-done
+if grep -rqs '^path-exclude=*/usr/share/man' /etc/dpkg/dpkg.cfg.d/; then
+    # Minimal container images tell dpkg to drop man pages; dpkg-deb -c above
+    # has shown they are in the package.
+    echo "dpkg excludes /usr/share/man on this machine: man -w skipped"
+else
+    for page in mcrelayd mcrelayctl mcrelay.toml; do
+        man -w "$page"
+    done
+fi
 if command -v systemctl >/dev/null; then
     # Installed, not enabled: the operator edits the config first.
     state=$(systemctl is-enabled mcrelay.service 2>/dev/null || true)
