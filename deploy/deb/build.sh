@@ -6,7 +6,8 @@
 #   deploy/deb/build.sh [OUTDIR]     # default OUTDIR: target/deb
 #
 # Prints the path of the .deb on stdout (progress goes to stderr). Needs
-# dpkg-dev (dpkg-shlibdeps computes Depends from the binaries' libraries).
+# dpkg-dev (dpkg-shlibdeps computes Depends from the binaries' libraries)
+# and python3 (third_party.py collects the crates' licence files).
 # MCRELAY_DEB_NO_BUILD=1 packages the binaries already in target/release.
 set -euo pipefail
 umask 022
@@ -60,6 +61,9 @@ for f in README.md docs/operations.md docs/configuration.md docs/security.md doc
     install -m 0644 "$f" "$doc/$(basename "$f")"
 done
 install -m 0644 "$here/copyright" "$doc/copyright"
+# The notices of the crates compiled into the binaries.
+python3 "$here/third_party.py" | gzip -9n >"$doc/third-party-licenses.gz"
+chmod 0644 "$doc/third-party-licenses.gz"
 printf 'mcrelay (%s) unstable; urgency=medium\n\n  * Built from the mcrelay repository; see its git history.\n\n -- mcrelay developers <mcrelay@example.invalid>  %s\n' \
     "$version" "$(date -u -R -d "@$SOURCE_DATE_EPOCH")" | gzip -9n >"$doc/changelog.gz"
 chmod 0644 "$doc/changelog.gz"
