@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The Debian package: build it (deploy/deb/build.sh), check that it holds
+# every file it promises, install it, validate the installed example config
+# with the installed daemon, find the man pages, and purge it again. Needs
+# root (dpkg -i); refuses to touch a machine where mcrelay is installed.
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+need() { command -v "$1" >/dev/null || { apt-get update -qq && apt-get install -y -qq "$2" >/dev/null; }; }
+need dpkg-shlibdeps dpkg-dev
+need man man-db
+
+if dpkg-query -W -f '${Status}' mcrelay 2>/dev/null | grep -q 'installed'; then
+    echo "mcrelay is installed on this machine; not replacing it (dpkg --purge mcrelay first)"
+    exit 1
+fi
+
+deb=$(deploy/deb/build.sh)
+echo "built $deb"
+
+listing=$(dpkg-deb -c "$deb" | awk '{print $NF}')
+missing=0
+for path in \
+    ./usr/bin/mcrelayd ./usr/bin/mcrelayctl \
+    ./usr/lib/systemd/system/mcrelay.service \
+    ./usr/lib/sysusers.d/mcrelay.conf ./usr/lib/tmpfiles.d/mcrelay.conf \
+    ./etc/mcrelay/mcrelay.toml \
+    ./usr/share/man/man8/mcrelayd.8.gz ./usr/share/man/man8/mcrelayctl.8.gz \
+    ./usr/share/man/man5/mcrelay.toml.5.gz \
+    ./usr/share/doc/mcrelay/copyright ./usr/share/doc/mcrelay/operations.md \
+    ./usr/share/doc/mcrelay/configuration.md; do
+    grep -qxF "$path" <<<"$listing" || { echo "MISSING from the package: $path"; missing=1; }
+done
+[ "$missing" = 0 ] || exit 1
+[ "$(dpkg-deb --ctrl-tarfile "$deb" | tar -xOf - ./conffiles)" = /etc/mcrelay/mcrelay.toml ] \
+    || { echo "conffiles must list /etc/mcrelay/mcrelay.toml"; exit 1; }
+dpkg-deb -f "$deb" Package Version Architecture Depends
+
+# Leave the machine as found: the package keeps the mcrelay user on purge
+# (Debian's rule for system users), so remove it here if this step made it.
+had_user=$(getent passwd mcrelay >/dev/null && echo 1 || echo 0)
+had_run=$([ -e /run/mcrelay ] && echo 1 || echo 0)
+cleanup() {
+    dpkg --purge mcrelay >/dev/null 2>&1 || true
+    [ "$had_user" = 1 ] || userdel mcrelay 2>/dev/null || true
+    [ "$had_run" = 1 ] || rmdir /run/mcrelay 2>/dev/null || true
+}
+trap cleanup EXIT
+
+dpkg -i "$deb"
+/usr/bin/mcrelayd check --config /etc/mcrelay/mcrelay.toml
+/usr/bin/mcrelayctl --version
+getent passwd mcrelay >/dev/null || { echo "postinst did not create the mcrelay user"; exit 1; }
+if grep -rqs '^path-exclude=*/usr/share/man' /etc/dpkg/dpkg.cfg.d/; then
+    # Minimal container images tell dpkg to drop man pages; dpkg-deb -c above
+    # has shown they are in the package.
+    echo "dpkg excludes /usr/share/man on this machine: man -w skipped"
+else
+    for page in mcrelayd mcrelayctl mcrelay.toml; do
+        man -w "$page"
+    done
+fi
+if command -v systemctl >/dev/null; then
+    # Installed, not enabled: the operator edits the config first.
+    state=$(systemctl is-enabled mcrelay.service 2>/dev/null || true)
+    [ "$state" = disabled ] || { echo "mcrelay.service is '$state' after install, want disabled"; exit 1; }
+fi
+
+dpkg --purge mcrelay
+for gone in /usr/bin/mcrelayd /usr/bin/mcrelayctl /etc/mcrelay /usr/lib/systemd/system/mcrelay.service; do
+    [ ! -e "$gone" ] || { echo "$gone is still there after purge"; exit 1; }
+done
+echo "package installs, checks its config and purges cleanly"

@@ -1,0 +1,78 @@
+//! Off the packet path: renders the benchmarks' committed results (the
+//! end-to-end relay run's JSON in `experiments/relay-throughput/results/`,
+//! the pool's instruction counts in `benches/results/`) as the SVG plots in
+//! `docs/plots/`. The plots are a pure function of those files, so a test
+//! can regenerate them and fail when the committed SVGs have drifted.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+
+pub mod chart;
+pub mod pool;
+pub mod relay;
+
+/// Where the plots go, relative to the workspace root.
+pub const OUT_DIR: &str = "docs/plots";
+
+/// One rendered plot.
+#[derive(Debug, Clone)]
+pub struct Figure {
+    /// File name inside the output directory.
+    pub file_name: &'static str,
+    /// The data file it was drawn from.
+    pub source: PathBuf,
+    /// The SVG document.
+    pub svg: String,
+}
+
+/// The inputs of [`render_all`].
+#[derive(Debug, Clone)]
+pub struct Inputs {
+    /// An end-to-end results file of `experiments/relay-throughput`.
+    pub relay: PathBuf,
+    /// The pool's instruction counts (`benches/results/pool_instructions.json`).
+    pub pool: PathBuf,
+}
+
+impl Inputs {
+    /// The committed inputs under the workspace root `root`: the newest
+    /// complete full relay run (see [`relay::latest_full_run`]) and the
+    /// pool's instruction counts.
+    pub fn committed(root: &Path) -> Result<Self> {
+        Ok(Self {
+            relay: relay::latest_full_run(&root.join(relay::RESULTS_DIR))?,
+            pool: root.join(pool::RESULTS_FILE),
+        })
+    }
+}
+
+/// Renders every plot from `inputs`. `root` is the workspace root; the
+/// captions name the data files relative to it.
+pub fn render_all(root: &Path, inputs: &Inputs) -> Result<Vec<Figure>> {
+    let relay_name = display_path(root, &inputs.relay);
+    let pool_name = display_path(root, &inputs.pool);
+    Ok(vec![
+        Figure {
+            file_name: relay::FILE_NAME,
+            source: inputs.relay.clone(),
+            svg: relay::render(&relay::load(&inputs.relay)?, &relay_name)?,
+        },
+        Figure {
+            file_name: pool::FILE_NAME,
+            source: inputs.pool.clone(),
+            svg: pool::render(&pool::load(&inputs.pool)?, &pool_name)?,
+        },
+    ])
+}
+
+/// `path` relative to `root` when it is under it, with `/` separators, so a
+/// caption reads the same on every checkout.
+fn display_path(root: &Path, path: &Path) -> String {
+    let shown = path.strip_prefix(root).unwrap_or(path);
+    shown
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy())
+        .collect::<Vec<_>>()
+        .join("/")
+}
