@@ -21,15 +21,7 @@ const SOURCE: &str = "192.168.77.1";
 fn unroutable(t: &Topology) {
     t.ip(&t.a, &["addr", "add", &format!("{SOURCE}/32"), "dev", "vA"]);
     for key in ["all", "vRA"] {
-        sh(&[
-            "ip",
-            "netns",
-            "exec",
-            &t.r,
-            "sysctl",
-            "-qw",
-            &format!("net.ipv4.conf.{key}.rp_filter=1"),
-        ]);
+        t.rp_filter(key, 1);
     }
 }
 
@@ -68,6 +60,21 @@ fn in_namespace<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'sta
     })
     .join()
     .expect("namespace thread")
+}
+
+/// A socket in B joined to the flow's output group 239.2.2.2:6000.
+fn output_receiver(t: &Topology) -> UdpSocket {
+    let receiver = in_namespace(&t.b, || {
+        let s = UdpSocket::bind("0.0.0.0:6000").expect("bind");
+        s.join_multicast_v4(&"239.2.2.2".parse().unwrap(), &"10.10.2.2".parse().unwrap())
+            .expect("join");
+        s.set_read_timeout(Some(std::time::Duration::from_secs(3)))
+            .expect("timeout");
+        s
+    });
+    // Let the IGMP join settle on the veth.
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    receiver
 }
 
 const FLOW: &str = r#"
@@ -151,15 +158,7 @@ fn zero_length_payloads_are_relayed_and_fragments_counted() {
     let Some(t) = Topology::new() else { return };
     unroutable(&t);
     let relay = t.relay(&FLOW.replace("INGRESS", "packet"), &[]);
-    let receiver = in_namespace(&t.b, || {
-        let s = UdpSocket::bind("0.0.0.0:6000").expect("bind");
-        s.join_multicast_v4(&"239.2.2.2".parse().unwrap(), &"10.10.2.2".parse().unwrap())
-            .expect("join");
-        s.set_read_timeout(Some(std::time::Duration::from_secs(3)))
-            .expect("timeout");
-        s
-    });
-    std::thread::sleep(std::time::Duration::from_millis(100));
+    let receiver = output_receiver(&t);
     in_namespace(&t.a, || {
         let s = UdpSocket::bind(format!("{SOURCE}:0")).expect("bind");
         for _ in 0..3 {
@@ -237,15 +236,7 @@ fn vlan_tagged_and_hostile_frames_through_the_kernel() {
     let Some(t) = Topology::new() else { return };
     unroutable(&t);
     let relay = t.relay(&FLOW.replace("INGRESS", "packet"), &[]);
-    let receiver = in_namespace(&t.b, || {
-        let s = UdpSocket::bind("0.0.0.0:6000").expect("bind");
-        s.join_multicast_v4(&"239.2.2.2".parse().unwrap(), &"10.10.2.2".parse().unwrap())
-            .expect("join");
-        s.set_read_timeout(Some(std::time::Duration::from_secs(3)))
-            .expect("timeout");
-        s
-    });
-    std::thread::sleep(std::time::Duration::from_millis(100));
+    let receiver = output_receiver(&t);
     let good = |p: &[u8]| ipv4_udp(SOURCE, "239.1.1.1", 5000, p);
     let mut bad_checksum = good(b"bad checksum");
     let last = bad_checksum.len() - 1;

@@ -150,17 +150,15 @@ impl Topology {
             }
         }
         for key in ["all", "default", "vRA", "vRB"] {
-            sh(&[
-                "ip",
-                "netns",
-                "exec",
-                &t.r,
-                "sysctl",
-                "-qw",
-                &format!("net.ipv4.conf.{key}.rp_filter=0"),
-            ]);
+            t.rp_filter(key, 0);
         }
         Some(t)
+    }
+
+    /// Set `net.ipv4.conf.<key>.rp_filter` in R.
+    pub fn rp_filter(&self, key: &str, value: u8) {
+        let setting = format!("net.ipv4.conf.{key}.rp_filter={value}");
+        sh(&["ip", "netns", "exec", &self.r, "sysctl", "-qw", &setting]);
     }
 
     pub fn ip(&self, ns: &str, args: &[&str]) {
