@@ -71,8 +71,9 @@ pub fn load(path: &Path) -> Result<Run> {
 
 /// The newest results file in `dir` (names are UTC timestamps, so the
 /// newest sorts last) of a complete, full run: not `--quick`, not
-/// `--keep-uso` (those are side experiments, not the comparison the docs
-/// tabulate).
+/// `--keep-uso`, and comparing mcrelay with the baseline relay and the
+/// kernel (runs of fewer contenders are side experiments, not the
+/// comparison the docs tabulate).
 pub fn latest_full_run(dir: &Path) -> Result<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .with_context(|| format!("listing {}", dir.display()))?
@@ -84,18 +85,30 @@ pub fn latest_full_run(dir: &Path) -> Result<PathBuf> {
     #[derive(Deserialize)]
     struct MetaOnly {
         meta: Meta,
+        summary: Vec<ContenderOnly>,
+    }
+    #[derive(Deserialize)]
+    struct ContenderOnly {
+        contender: String,
     }
     for path in files.iter().rev() {
         let text =
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         let run: MetaOnly = serde_json::from_str(&text)
             .with_context(|| format!("{}: no run metadata (meta)", path.display()))?;
-        if run.meta.status == "complete" && !run.meta.options.quick && !run.meta.options.keep_uso {
+        let compares = ["mcrelay", "baseline", "kernel"]
+            .iter()
+            .all(|c| run.summary.iter().any(|s| s.contender == *c));
+        if run.meta.status == "complete"
+            && !run.meta.options.quick
+            && !run.meta.options.keep_uso
+            && compares
+        {
             return Ok(path.clone());
         }
     }
     Err(anyhow!(
-        "no complete full run (without --quick or --keep-uso) in {}",
+        "no complete full run (without --quick or --keep-uso, with mcrelay, baseline and kernel) in {}",
         dir.display()
     ))
 }
