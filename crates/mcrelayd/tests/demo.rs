@@ -242,3 +242,19 @@ fn demo_refuses_without_root() {
     assert!(err.contains("sudo"), "{err}");
     assert!(out.stdout.is_empty(), "nothing built, nothing printed");
 }
+
+#[test]
+fn demo_refuses_without_iproute2() {
+    if !is_root() {
+        eprintln!("SKIPPED: without root the demo refuses before looking for ip");
+        return;
+    }
+    let out = Command::new(MCRELAYD)
+        .args(["demo", "--duration", "1"])
+        .env("PATH", "/nonexistent")
+        .output()
+        .expect("run mcrelayd demo");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("iproute2"), "{err}");
+}

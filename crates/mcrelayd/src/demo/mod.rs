@@ -408,7 +408,7 @@ fn with_topology(
         dir.0.join("mcrelay.toml").display(),
     );
     for line in config.lines() {
-        println!("    {line}");
+        println!("{}", format!("    {line}").trim_end());
     }
     println!();
     let _ = std::io::stdout().flush();

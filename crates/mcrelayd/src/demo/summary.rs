@@ -126,9 +126,10 @@ impl Summary {
                 let _ = writeln!(
                     out,
                     "daemon CPU: {:.2} s user+system for {} packets relayed = {:.2} us per packet\n  \
-                     (mcrelayd PID {}, all its threads, and its helper, from /proc/PID/stat while\n  \
-                     traffic flowed; kernel work charged to other tasks, such as veth softirqs, is not\n  \
-                     included; /proc counts in clock ticks, so short runs are coarse)",
+                     (mcrelayd PID {}, all threads, and its helper, from /proc/PID/stat while traffic\n  \
+                     flowed: its syscalls and the kernel's send path count, interrupt work charged\n  \
+                     elsewhere does not. At the demo's rate the workers wake for almost every packet,\n  \
+                     so this is mostly wake-up cost; docs/benchmarks.md measures it at full load.)",
                     cpu.seconds,
                     cpu.packets,
                     cpu.seconds * 1e6 / cpu.packets as f64,
