@@ -258,3 +258,44 @@ fn demo_refuses_without_iproute2() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("iproute2"), "{err}");
 }
+
+#[test]
+fn a_later_demo_removes_what_a_killed_one_left() {
+    if !is_root() {
+        eprintln!("SKIPPED: mcrelayd demo needs root (CI runs it as root)");
+        return;
+    }
+    let _serial = netns_serial();
+    // SIGKILL leaves no chance to clean up: namespaces, the daemon in the
+    // relay namespace and the temp dir stay behind.
+    let demo = Demo::start(&["--duration", "60", "--plain"]);
+    let killed = demo.child.id();
+    if demo.view.recv_timeout(Duration::from_secs(30)).is_err() {
+        let (_, out, err) = demo.finish(Duration::ZERO);
+        panic!("no live view within 30 s:\n{out}\n{err}");
+    }
+    let status = Command::new("kill")
+        .args(["-KILL", &killed.to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let (_, first, _) = demo.finish(Duration::from_secs(10));
+    let leftover = Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .expect("ip netns list");
+    assert!(
+        String::from_utf8_lossy(&leftover.stdout).contains(&format!("mcrelay-demo-{killed}-")),
+        "SIGKILL should have left the namespaces"
+    );
+    let next = Demo::start(&["--duration", "1", "--plain"]);
+    let (status, out, err) = next.finish(Duration::from_secs(60));
+    assert!(status.success(), "{out}\n{err}");
+    for role in ["snd", "relay", "rcv"] {
+        let line =
+            format!("removed namespace mcrelay-demo-{killed}-{role}, left by an earlier demo");
+        assert!(out.contains(&line), "{line:?} missing:\n{out}");
+    }
+    // The killed run's daemon and files are gone too.
+    assert_cleaned_up(killed, &first);
+}

@@ -214,6 +214,12 @@ fn demo(args: &DemoArgs) -> Result<ExitCode, Refusal> {
     for name in netns::remove_leftovers() {
         println!("removed namespace {name}, left by an earlier demo that was killed");
     }
+    for path in remove_stale_workdirs() {
+        println!(
+            "removed {}, left by an earlier demo that was killed",
+            path.display()
+        );
+    }
     let topology = match Topology::build(pid) {
         Ok(t) => t,
         Err(e @ (netns::TopologyError::NoIp(_) | netns::TopologyError::Unavailable { .. })) => {
@@ -267,6 +273,32 @@ impl WorkDir {
             .with_context(|| format!("creating {}", path.display()))?;
         Ok(WorkDir(path))
     }
+}
+
+/// Directories `mcrelay-demo-PID` of demo processes that are gone (killed
+/// with SIGKILL), removed; returns their paths.
+fn remove_stale_workdirs() -> Vec<PathBuf> {
+    let tmp = std::env::temp_dir();
+    let Ok(entries) = std::fs::read_dir(&tmp) else {
+        return Vec::new();
+    };
+    let mut removed = Vec::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("mcrelay-demo-"))
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists()
+            && std::fs::remove_dir_all(entry.path()).is_ok()
+        {
+            removed.push(entry.path());
+        }
+    }
+    removed
 }
 
 impl Drop for WorkDir {
