@@ -344,7 +344,7 @@ impl Daemon {
             .process_group(0)
             .spawn()
             .context("starting mcrelayd in the relay namespace")?;
-        let daemon = Daemon { child, log, socket };
+        let mut daemon = Daemon { child, log, socket };
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
             if ask::<Snapshot>(&daemon.socket, Request::Status).is_ok() {
@@ -352,6 +352,12 @@ impl Daemon {
             }
             if stop.load(Ordering::Relaxed) {
                 bail!("interrupted while mcrelayd was starting");
+            }
+            if let Some(status) = daemon.exited() {
+                bail!(
+                    "mcrelayd exited ({status}) while starting\n{}",
+                    daemon.log_tail()
+                );
             }
             if Instant::now() > deadline {
                 bail!(
