@@ -35,7 +35,7 @@ pub use protocol::{
 pub use rates::{FlowRates, OutputRates, Rates};
 pub use render::{
     human_bits_per_second, human_bytes, human_count, human_duration, human_rate, render_flows,
-    render_stats, render_status,
+    render_stats, render_status, render_top,
 };
 pub use server::{ControlHandler, answer_event, answer_line};
 pub use snapshot::{

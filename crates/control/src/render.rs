@@ -172,6 +172,13 @@ pub fn render_stats(s: &Snapshot, rates: Option<&Rates>) -> String {
     out
 }
 
+/// One frame of the live view (`mcrelayctl top`, `mcrelayd demo`): the
+/// status, then the flows, workers and pools with the rates since the
+/// previous snapshot.
+pub fn render_top(s: &Snapshot, rates: &Rates) -> String {
+    format!("{}\n{}", render_status(s), render_stats(s, Some(rates)))
+}
+
 /// A count with an SI prefix: `812`, `1.23k`, `45.6M`.
 pub fn human_count(n: u64) -> String {
     if n < 1000 {
@@ -476,6 +483,22 @@ mod tests {
         assert_eq!(render_flows(&s, None), "no flows configured\n");
         assert!(render_status(&s).contains("flows:    0 with 0 outputs"));
         assert!(render_stats(&s, None).contains("WORKER"));
+    }
+
+    #[test]
+    fn top_frame_is_status_then_stats() {
+        let prev = sample();
+        let mut cur = prev.clone();
+        cur.taken_at_unix_ms += 1000;
+        let rates = Rates::between(&prev, &cur);
+        let frame = render_top(&cur, &rates);
+        assert!(
+            frame.starts_with("mcrelayd 0.1.0, pid 4242: running\n"),
+            "{frame}"
+        );
+        assert!(frame.contains("\n\nFLOW"), "{frame}");
+        assert!(frame.contains("(rates over 1.0 s)"), "{frame}");
+        assert!(frame.ends_with(&render_stats(&cur, Some(&rates))));
     }
 
     #[test]

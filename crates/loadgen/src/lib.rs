@@ -1,8 +1,8 @@
 //! Test and benchmark tooling for mcrelay, **not** on mcrelay's packet
 //! path: the library half of the `loadgen` binary (paced sender, validating
 //! receiver and the baseline recvmmsg/sendmmsg relay mcrelay is measured
-//! against), shared so integration tests in other crates can build and check
-//! the same datagrams:
+//! against), shared so integration tests in other crates and `mcrelayd demo`
+//! can build and check the same datagrams:
 //!
 //! * [`payload`]: the datagram format (header with run id, stream, sequence
 //!   number and length, then a sequence-dependent byte pattern) and its

@@ -21,7 +21,7 @@ use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 use mcrelay_control::{
     Rates, ReloadOutcome, Request, Snapshot, encode_request, parse_response, render_flows,
-    render_stats, render_status,
+    render_stats, render_status, render_top,
 };
 
 /// Default `daemon.control_socket`.
@@ -181,12 +181,7 @@ fn top(
             // Home the cursor and clear the screen.
             write!(out, "\x1b[H\x1b[2J")?;
         }
-        write!(
-            out,
-            "{}\n{}",
-            render_status(&current),
-            render_stats(&current, Some(&rates))
-        )?;
+        write!(out, "{}", render_top(&current, &rates))?;
         out.flush()?;
         previous = current;
         shown += 1;

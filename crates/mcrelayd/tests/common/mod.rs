@@ -68,10 +68,27 @@ pub struct Topology {
     pub dir: PathBuf,
     /// One topology at a time: these tests measure delivery, and on a
     /// 2-core machine parallel relays would starve each other.
-    _serial: (std::sync::MutexGuard<'static, ()>, fs::File),
+    _serial: NetnsSerial,
 }
 
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Held while a test uses network namespaces; see [`netns_serial`].
+pub type NetnsSerial = (std::sync::MutexGuard<'static, ()>, fs::File);
+
+/// Wait until no other namespace test runs, in this test binary or any
+/// other (other binaries, other checkouts), and hold that until dropped.
+pub fn netns_serial() -> NetnsSerial {
+    let serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    // One at a time across test binaries and checkouts: an flock that the
+    // kernel releases when the holder exits, even by a crash.
+    let machine =
+        fs::File::create(std::env::temp_dir().join("mcrelay-netns-tests.lock")).expect("lock file");
+    lock_exclusive(&machine);
+    (serial, machine)
+}
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
@@ -81,15 +98,7 @@ impl Topology {
             eprintln!("SKIPPED: namespace tests need root (CI runs them as root)");
             return None;
         }
-        let serial = SERIAL
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        // And one at a time across test binaries and checkouts: an flock
-        // that the kernel releases when the holder exits, even by a crash.
-        let machine = fs::File::create(std::env::temp_dir().join("mcrelay-netns-tests.lock"))
-            .expect("lock file");
-        lock_exclusive(&machine);
-        let serial = (serial, machine);
+        let serial = netns_serial();
         let id = format!(
             "{}-{}",
             std::process::id(),

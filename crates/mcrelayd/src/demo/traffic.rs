@@ -1,0 +1,314 @@
+//! The demo's traffic: one paced sender thread in the sender namespace and
+//! one validating receiver thread per output in the receivers' namespace.
+//! Both use the load generator's library (`mcrelay_loadgen`): the same
+//! numbered, patterned datagrams and the same byte-by-byte checks and
+//! sequence accounting as the benchmark's `loadgen send` / `loadgen recv`.
+//! Not the packet path under test: plain blocking sockets, a little
+//! allocation at start.
+
+use std::io::ErrorKind;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use mcrelay_loadgen::pacer::Pacer;
+use mcrelay_loadgen::payload;
+use mcrelay_loadgen::sock::{self, Iface, RecvBatch, SendBatch};
+use mcrelay_loadgen::tracker::Streams;
+
+use super::netns;
+
+/// One stream the sender sends: to `dest`, datagram sizes cycled through
+/// `sizes`, tagged with `stream_id`.
+#[derive(Debug, Clone)]
+pub struct Stream {
+    pub dest: SocketAddr,
+    pub stream_id: u32,
+    pub sizes: &'static [usize],
+}
+
+/// Handle of the running sender; [`Sender::finish`] stops it.
+#[derive(Debug)]
+pub struct Sender {
+    stop: Arc<AtomicBool>,
+    sent: Arc<[AtomicU64]>,
+    thread: JoinHandle<anyhow::Result<()>>,
+}
+
+impl Sender {
+    /// Start sending every stream at `rate` datagrams per second each, from
+    /// the namespace `ns`, for `duration` (or until [`finish`](Self::finish)).
+    pub fn start(
+        ns: &str,
+        streams: Vec<Stream>,
+        run_id: u32,
+        rate: u64,
+        duration: Duration,
+    ) -> anyhow::Result<Self> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let sent: Arc<[AtomicU64]> = streams.iter().map(|_| AtomicU64::new(0)).collect();
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let ns = ns.to_owned();
+        let thread = {
+            let (stop, sent) = (Arc::clone(&stop), Arc::clone(&sent));
+            std::thread::Builder::new()
+                .name("demo-sender".into())
+                .spawn(move || {
+                    let sockets = match open_senders(&ns, &streams) {
+                        Ok(sockets) => {
+                            let _ = ready_tx.send(Ok(()));
+                            sockets
+                        }
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(format!("{e:#}")));
+                            return Ok(());
+                        }
+                    };
+                    send_loop(&sockets, &streams, run_id, rate, duration, &stop, &sent)
+                })
+                .context("starting the sender thread")?
+        };
+        match ready_rx.recv() {
+            Ok(Ok(())) => Ok(Sender { stop, sent, thread }),
+            Ok(Err(e)) => anyhow::bail!("sender: {e}"),
+            Err(_) => anyhow::bail!("the sender thread ended before opening its sockets"),
+        }
+    }
+
+    /// Datagrams sent so far, per stream.
+    pub fn sent(&self) -> Vec<u64> {
+        self.sent
+            .iter()
+            .map(|n| n.load(Ordering::Relaxed))
+            .collect()
+    }
+
+    /// Whether it has sent for its whole duration.
+    pub fn done(&self) -> bool {
+        self.thread.is_finished()
+    }
+
+    /// Stop (if still sending) and return what each stream sent.
+    pub fn finish(self) -> anyhow::Result<Vec<u64>> {
+        self.stop.store(true, Ordering::Relaxed);
+        match self.thread.join() {
+            Ok(r) => r?,
+            Err(_) => anyhow::bail!("the sender thread panicked"),
+        }
+        Ok(self
+            .sent
+            .iter()
+            .map(|n| n.load(Ordering::Relaxed))
+            .collect())
+    }
+}
+
+fn open_senders(ns: &str, streams: &[Stream]) -> anyhow::Result<Vec<UdpSocket>> {
+    super::sys::enter_netns(ns)?;
+    let iface = Iface::from_options(Some(netns::SENDER_IF), None)
+        .with_context(|| format!("interface {} in {ns}", netns::SENDER_IF))?;
+    streams
+        .iter()
+        .map(|s| {
+            sock::sender(&sock::SenderOptions {
+                dest: s.dest,
+                iface,
+                source: None,
+                ttl: 8,
+                multicast_loop: false,
+            })
+            .with_context(|| format!("sending to {}", s.dest))
+        })
+        .collect()
+}
+
+/// Longest the sender sleeps between bursts: at the demo's rates, a burst
+/// of a few datagrams a millisecond is smooth enough and costs little CPU
+/// (the load generator's spin-wait would burn a core to be exact).
+const TICK: Duration = Duration::from_millis(1);
+
+fn send_loop(
+    sockets: &[UdpSocket],
+    streams: &[Stream],
+    run_id: u32,
+    rate: u64,
+    duration: Duration,
+    stop: &AtomicBool,
+    sent: &[AtomicU64],
+) -> anyhow::Result<()> {
+    const BATCH: usize = 64;
+    let start = Instant::now();
+    let end = start + duration;
+    let mut pacer = Pacer::starting_at(rate, start);
+    let mut batch = SendBatch::new(BATCH);
+    let mut bufs: Vec<Vec<u8>> = vec![Vec::new(); BATCH];
+    let mut next_seq = vec![0u64; streams.len()];
+    while !stop.load(Ordering::Relaxed) {
+        let now = Instant::now();
+        if now >= end {
+            break;
+        }
+        let due = match pacer.poll(now, BATCH) {
+            Ok(n) => n,
+            Err(next) => {
+                std::thread::sleep((next - now).max(TICK / 2).min(TICK));
+                continue;
+            }
+        };
+        for ((stream, socket), (seq, counter)) in streams
+            .iter()
+            .zip(sockets)
+            .zip(next_seq.iter_mut().zip(sent))
+        {
+            for (k, buf) in bufs.iter_mut().take(due).enumerate() {
+                let s = *seq + k as u64;
+                let size =
+                    stream.sizes[usize::try_from(s % stream.sizes.len() as u64).unwrap_or(0)];
+                buf.resize(size, 0);
+                payload::write(buf, run_id, stream.stream_id, s);
+            }
+            let mut off = 0;
+            while off < due {
+                match batch.send(socket, bufs[off..due].iter().map(Vec::as_slice)) {
+                    Ok(k) => off += k,
+                    // A full queue: wait a little and retry the rest.
+                    Err(e)
+                        if e.kind() == ErrorKind::WouldBlock
+                            || e.kind() == ErrorKind::Interrupted
+                            || e.raw_os_error() == Some(libc::ENOBUFS) =>
+                    {
+                        std::thread::sleep(Duration::from_micros(50));
+                    }
+                    Err(e) => return Err(e).with_context(|| format!("sending to {}", stream.dest)),
+                }
+            }
+            *seq += due as u64;
+            counter.store(*seq, Ordering::Relaxed);
+        }
+        pacer.sent(due);
+    }
+    Ok(())
+}
+
+/// What one receiver counted.
+#[derive(Debug)]
+pub struct Received {
+    pub streams: Streams,
+}
+
+/// A receiver thread joined to one group.
+#[derive(Debug)]
+pub struct Receiver {
+    pub group: SocketAddr,
+    /// Valid datagrams received so far (for knowing when all arrived).
+    valid: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<anyhow::Result<Received>>,
+}
+
+impl Receiver {
+    /// Join `group` on the receivers' interface in namespace `ns`; returns
+    /// once the socket is bound and joined.
+    pub fn start(ns: &str, group: SocketAddr, run_id: u32) -> anyhow::Result<Self> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let valid = Arc::new(AtomicU64::new(0));
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let ns = ns.to_owned();
+        let thread = {
+            let (stop, valid) = (Arc::clone(&stop), Arc::clone(&valid));
+            std::thread::Builder::new()
+                .name(format!("demo-recv-{group}"))
+                .spawn(move || {
+                    let socket = match open_receiver(&ns, group) {
+                        Ok(socket) => {
+                            let _ = ready_tx.send(Ok(()));
+                            socket
+                        }
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(format!("{e:#}")));
+                            return Err(e);
+                        }
+                    };
+                    receive_loop(&socket, run_id, &stop, &valid)
+                })
+                .context("starting a receiver thread")?
+        };
+        match ready_rx.recv() {
+            Ok(Ok(())) => Ok(Receiver {
+                group,
+                valid,
+                stop,
+                thread,
+            }),
+            Ok(Err(e)) => anyhow::bail!("receiver for {group}: {e}"),
+            Err(_) => anyhow::bail!("the receiver thread for {group} ended before joining"),
+        }
+    }
+
+    /// Valid datagrams so far.
+    pub fn valid(&self) -> u64 {
+        self.valid.load(Ordering::Relaxed)
+    }
+
+    /// Stop and return the counts.
+    pub fn finish(self) -> anyhow::Result<Received> {
+        self.stop.store(true, Ordering::Relaxed);
+        match self.thread.join() {
+            Ok(r) => r,
+            Err(_) => anyhow::bail!("the receiver thread for {} panicked", self.group),
+        }
+    }
+}
+
+fn open_receiver(ns: &str, group: SocketAddr) -> anyhow::Result<UdpSocket> {
+    super::sys::enter_netns(ns)?;
+    let iface = Iface::from_options(Some(netns::RECEIVER_IF), None)
+        .with_context(|| format!("interface {} in {ns}", netns::RECEIVER_IF))?;
+    let (socket, _) = sock::receiver(&sock::ReceiverOptions {
+        addr: group,
+        iface,
+        source: None,
+        control: false,
+    })
+    .with_context(|| format!("joining {group}"))?;
+    // Bounds how long a stop waits for the loop.
+    socket.set_read_timeout(Some(Duration::from_millis(50)))?;
+    Ok(socket)
+}
+
+/// Receive buffer per datagram: the largest the demo sends, and more.
+const RECV_STRIDE: usize = 9216;
+
+fn receive_loop(
+    socket: &UdpSocket,
+    run_id: u32,
+    stop: &AtomicBool,
+    valid: &AtomicU64,
+) -> anyhow::Result<Received> {
+    let mut rx = RecvBatch::new(64, RECV_STRIDE, false);
+    let mut streams = Streams::new(mcrelay_loadgen::tracker::DEFAULT_LIMIT);
+    while !stop.load(Ordering::Relaxed) {
+        let n = match rx.recv(socket) {
+            Ok(n) => n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+                ) =>
+            {
+                continue;
+            }
+            Err(e) => return Err(e).context("receiving"),
+        };
+        for i in 0..n {
+            // Failures are counted by kind inside.
+            let _ = streams.on_datagram(rx.get(i).0, run_id);
+        }
+        valid.store(streams.valid, Ordering::Relaxed);
+    }
+    Ok(Received { streams })
+}
