@@ -15,7 +15,7 @@
 //! the filtered packet socket of an `ingress = "packet"` flow ([`packet`]),
 //! no privileged ports, no other groups. Its code stays small on purpose: a
 //! text protocol of three requests ([`protocol`]), no threads, no async
-//! runtime, five dependencies.
+//! runtime, six dependencies (one of them the pure frame and BPF crate).
 #![deny(unsafe_code)]
 
 pub mod client;
