@@ -130,6 +130,18 @@ impl FlowState {
     pub fn is_running(&self) -> bool {
         *self == FlowState::Running
     }
+
+    /// The state's tag without its details (`running`, `interface_down`,
+    /// `waiting_for_interface`, `open_failed`): one word, for `key=value`
+    /// lines.
+    pub fn tag(&self) -> &'static str {
+        match self {
+            FlowState::Running => "running",
+            FlowState::InterfaceDown { .. } => "interface_down",
+            FlowState::WaitingForInterface { .. } => "waiting_for_interface",
+            FlowState::OpenFailed { .. } => "open_failed",
+        }
+    }
 }
 
 impl std::fmt::Display for FlowState {
@@ -393,6 +405,7 @@ mod tests {
             interface: "eth9".into(),
         };
         assert_eq!(waiting.to_string(), "waiting for interface eth9");
+        assert_eq!(waiting.tag(), "waiting_for_interface");
         assert_eq!(
             serde_json::to_string(&FlowState::Running).unwrap(),
             r#"{"state":"running"}"#
