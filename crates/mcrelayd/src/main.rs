@@ -8,8 +8,10 @@
 mod check;
 mod control;
 mod daemon;
+mod links;
 mod manpage;
 mod metrics;
+mod netlink;
 mod notify;
 mod peercred;
 mod run;
