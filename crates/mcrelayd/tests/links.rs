@@ -443,6 +443,26 @@ outputs = [ {{ interface = "vRC", address = "239.2.2.3", port = 6000, ttl = {ttl
     let rx = receiver_at(&t, &t.b, "vC", "239.2.2.3:6000", 500);
     t.send("239.1.1.3:5000", &["--count", "500", "--rate", "5000"]);
     let out = finish(rx);
+    // Deleted again: the flow waits for it again, and that counts as a
+    // pause; the other flow runs on.
+    t.ip(&t.r, &["link", "del", "vRC"]);
+    let (_, f) = wait_for(
+        &socket,
+        "late",
+        Duration::from_secs(2),
+        "waiting again",
+        |f| !f.state.is_running(),
+    );
+    assert_eq!(
+        (f.state, f.interface_pauses),
+        (
+            FlowState::WaitingForInterface {
+                interface: "vRC".into()
+            },
+            1
+        )
+    );
+    assert!(flow(&snapshot(&socket), "main").state.is_running());
     let log = relay.stop();
     clean(&out);
     assert_eq!(field(&out, "valid"), 500, "{out}\n{log}");
