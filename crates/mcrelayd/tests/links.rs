@@ -134,9 +134,34 @@ fn sender_at(
 
 fn config(t: &Topology, flows: &str) -> String {
     format!(
-        "[daemon]\nuser = \"nobody\"\ncontrol_socket = \"{}\"\n{flows}",
+        "[daemon]\nuser = \"nobody\"\ncontrol_socket = \"{}\"\nmetrics_listen = \"127.0.0.1:{METRICS_PORT}\"\n{flows}",
         t.dir.join("control.sock").display()
     )
+}
+
+/// In R's own network namespace: no clash with anything on the host.
+const METRICS_PORT: u16 = 9464;
+
+/// The value of the metric line starting with `series ` in R's `/metrics`
+/// (python's urllib: no curl needed).
+fn metric(t: &Topology, series: &str) -> String {
+    let out = Command::new("ip")
+        .args(["netns", "exec", &t.r, "python3", "-c"])
+        .arg(format!(
+            "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:{METRICS_PORT}/metrics', timeout=5).read().decode())"
+        ))
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{series} ")))
+        .unwrap_or_else(|| panic!("no {series} in:\n{text}"))
+        .to_owned()
 }
 
 const MAIN: &str = r#"
@@ -178,6 +203,12 @@ fn down_then_up(t: &Topology, socket: &Path, interface: &str) -> Duration {
             "{needle:?} missing from\n{status}"
         );
     }
+    assert_eq!(metric(t, "mcrelay_flow_up{flow=\"main\"}"), "0");
+    assert_eq!(
+        metric(t, "mcrelay_flow_interface_pauses_total{flow=\"main\"}"),
+        "1"
+    );
+    assert_eq!(metric(t, "mcrelay_degraded"), "1");
     let (_, table) = ctl(socket, &["flows", "--sample", "0"]);
     assert!(
         table.contains(&format!("paused: interface {interface} down")),
@@ -193,6 +224,7 @@ fn down_then_up(t: &Topology, socket: &Path, interface: &str) -> Duration {
         f.state.is_running() && sent(f) > before
     });
     assert_eq!(f.interface_pauses, 1, "{f:?}");
+    assert_eq!(metric(t, "mcrelay_flow_up{flow=\"main\"}"), "1");
     eprintln!("{interface} down: paused after {noticed:?}; up: relaying again after {resumed:?}");
     resumed
 }
