@@ -86,6 +86,29 @@ fn flow_families(m: &mut Exposition, s: &Snapshot) {
         }
     }
 
+    m.family(
+        "mcrelay_flow_up",
+        Kind::Gauge,
+        "1 while the flow relays; 0 while it is paused (an interface down or missing, \
+         or its sockets could not be opened).",
+    );
+    for f in &s.flows {
+        let up = u8::from(f.state.is_running());
+        m.sample("mcrelay_flow_up", &[("flow", &f.name)], up);
+    }
+    m.family(
+        "mcrelay_flow_interface_pauses_total",
+        Kind::Counter,
+        "Times the flow stopped relaying because an interface of it went down or away.",
+    );
+    for f in &s.flows {
+        m.sample(
+            "mcrelay_flow_interface_pauses_total",
+            &[("flow", &f.name)],
+            f.interface_pauses,
+        );
+    }
+
     let name = "mcrelay_flow_dropped_packets_total";
     m.family(
         name,
@@ -527,6 +550,26 @@ mod tests {
         assert_eq!(
             v("mcrelay_worker_completions_total", &[("worker", "0")]),
             20000.0
+        );
+    }
+
+    #[test]
+    fn flow_up_and_interface_pauses() {
+        let mut s = sample();
+        let flow = ("flow", "video-a");
+        let (samples, types) = check(&render_metrics(&s));
+        assert_eq!(types["mcrelay_flow_up"], "gauge");
+        assert_eq!(types["mcrelay_flow_interface_pauses_total"], "counter");
+        assert_eq!(find(&samples, "mcrelay_flow_up", &[flow]).value, 1.0);
+        s.flows[0].state = crate::FlowState::WaitingForInterface {
+            interface: "eth9".into(),
+        };
+        s.flows[0].interface_pauses = 3;
+        let (samples, _) = check(&render_metrics(&s));
+        assert_eq!(find(&samples, "mcrelay_flow_up", &[flow]).value, 0.0);
+        assert_eq!(
+            find(&samples, "mcrelay_flow_interface_pauses_total", &[flow]).value,
+            3.0
         );
     }
 

@@ -33,7 +33,7 @@ pub fn render_status(s: &Snapshot) -> String {
          uptime:   {uptime}\n\
          config:   {config}\n\
          workers:  {workers} (cpus {cpus})\n\
-         flows:    {flows} with {outputs} outputs\n\
+         flows:    {flows} with {outputs} outputs{not_running}\n\
          received: {pin} packets, {bin}\n\
          sent:     {pout} packets, {bout}\n\
          dropped:  ingress {din} (oversize {over}, pool exhausted {pool}, kernel {kern}, bad frames {frames}), \
@@ -46,6 +46,15 @@ pub fn render_status(s: &Snapshot) -> String {
         cpus = cpus.join(","),
         flows = t.flows,
         outputs = t.outputs,
+        not_running = if t.flows_running == t.flows {
+            String::new()
+        } else {
+            format!(
+                " ({} relaying, {} not)",
+                t.flows_running,
+                t.flows - t.flows_running
+            )
+        },
         pin = human_count(t.packets_in),
         bin = human_bytes(t.bytes_in),
         pout = human_count(t.packets_out),
@@ -60,6 +69,16 @@ pub fn render_status(s: &Snapshot) -> String {
         backlog = human_count(t.drops_backlog),
         senderr = human_count(t.drops_send_error),
     );
+    for flow in s.flows.iter().filter(|f| !f.state.is_running()) {
+        let _ = writeln!(out, "  flow {:?}: {}", flow.name, flow.state);
+    }
+    let pauses: u64 = s.flows.iter().map(|f| f.interface_pauses).sum();
+    if pauses > 0 {
+        let _ = writeln!(
+            out,
+            "pauses:   {pauses} (flows stopped by an interface going down or away)"
+        );
+    }
     out
 }
 
@@ -71,6 +90,7 @@ pub fn render_flows(s: &Snapshot, rates: Option<&Rates>) -> String {
     }
     let mut table = Table::new(&[
         ("FLOW", Align::Left),
+        ("STATE", Align::Left),
         ("INPUT / OUTPUT", Align::Left),
         ("WORKER", Align::Right),
         ("PACKETS", Align::Right),
@@ -83,6 +103,7 @@ pub fn render_flows(s: &Snapshot, rates: Option<&Rates>) -> String {
         let fr = rates.and_then(|r| r.flow(&flow.name));
         table.row(vec![
             flow.name.clone(),
+            flow.state.to_string(),
             flow.input.clone(),
             flow.worker.to_string(),
             human_count(flow.packets_in),
@@ -94,6 +115,7 @@ pub fn render_flows(s: &Snapshot, rates: Option<&Rates>) -> String {
         for output in &flow.outputs {
             let or = fr.and_then(|r| r.output(&output.label));
             table.row(vec![
+                String::new(),
                 String::new(),
                 format!("-> {}", output.label),
                 String::new(),
@@ -429,6 +451,31 @@ mod tests {
         let mut s = sample();
         s.state = DaemonState::Degraded("output eth9 missing".into());
         assert!(render_status(&s).contains("degraded: output eth9 missing"));
+        assert!(!render_status(&s).contains("pauses:"));
+    }
+
+    #[test]
+    fn status_and_flows_show_paused_flows() {
+        let mut s = sample();
+        s.flows.push(s.flows[0].clone());
+        s.flows[1].name = "video-b".into();
+        s.flows[1].state = crate::FlowState::InterfaceDown {
+            interface: "vRA".into(),
+        };
+        s.flows[1].interface_pauses = 2;
+        let text = render_status(&s);
+        for needle in [
+            "flows:    2 with 4 outputs (1 relaying, 1 not)",
+            "  flow \"video-b\": paused: interface vRA down",
+            "pauses:   2",
+        ] {
+            assert!(text.contains(needle), "{needle:?} missing from\n{text}");
+        }
+        let flows = render_flows(&s, None);
+        let b = flows.lines().find(|l| l.starts_with("video-b")).unwrap();
+        assert!(b.contains("paused: interface vRA down"), "{flows}");
+        let a = flows.lines().find(|l| l.starts_with("video-a")).unwrap();
+        assert!(a.contains("running"), "{flows}");
     }
 
     #[test]

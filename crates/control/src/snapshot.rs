@@ -97,6 +97,66 @@ pub struct FlowSnapshot {
     pub receive_rearms: u64,
     /// In configuration order.
     pub outputs: Vec<OutputSnapshot>,
+    /// Whether it relays now, and if not, why.
+    #[serde(default)]
+    pub state: FlowState,
+    /// Times the flow stopped relaying because an interface of it went
+    /// down or away (each is logged once, and the flow resumes when the
+    /// interface is back).
+    #[serde(default)]
+    pub interface_pauses: u64,
+}
+
+/// Whether a flow relays. A flow that doesn't has no sockets open; its
+/// counters keep their values and go on when it resumes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum FlowState {
+    /// Its sockets are open and its worker relays it.
+    #[default]
+    Running,
+    /// Paused: an interface of the flow is down (administratively, or no
+    /// carrier). It resumes when the interface is up again.
+    InterfaceDown { interface: String },
+    /// An interface of the flow does not exist (yet). It starts when the
+    /// interface appears.
+    WaitingForInterface { interface: String },
+    /// Its interfaces are up but its sockets could not be opened (or its
+    /// worker refused it); retried with a growing delay.
+    OpenFailed { error: String },
+}
+
+impl FlowState {
+    pub fn is_running(&self) -> bool {
+        *self == FlowState::Running
+    }
+
+    /// The state's tag without its details (`running`, `interface_down`,
+    /// `waiting_for_interface`, `open_failed`): one word, for `key=value`
+    /// lines.
+    pub fn tag(&self) -> &'static str {
+        match self {
+            FlowState::Running => "running",
+            FlowState::InterfaceDown { .. } => "interface_down",
+            FlowState::WaitingForInterface { .. } => "waiting_for_interface",
+            FlowState::OpenFailed { .. } => "open_failed",
+        }
+    }
+}
+
+impl std::fmt::Display for FlowState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FlowState::Running => f.write_str("running"),
+            FlowState::InterfaceDown { interface } => {
+                write!(f, "paused: interface {interface} down")
+            }
+            FlowState::WaitingForInterface { interface } => {
+                write!(f, "waiting for interface {interface}")
+            }
+            FlowState::OpenFailed { error } => write!(f, "paused: {error}"),
+        }
+    }
 }
 
 /// Why received (or arriving) datagrams of a flow were not relayed.
@@ -203,6 +263,9 @@ impl OutputSnapshot {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Totals {
     pub flows: usize,
+    /// Flows relaying now ([`FlowState::Running`]).
+    #[serde(default)]
+    pub flows_running: usize,
     pub outputs: usize,
     pub packets_in: u64,
     pub bytes_in: u64,
@@ -222,6 +285,7 @@ impl Snapshot {
             ..Totals::default()
         };
         for flow in &self.flows {
+            t.flows_running += usize::from(flow.state.is_running());
             t.packets_in = t.packets_in.saturating_add(flow.packets_in);
             t.bytes_in = t.bytes_in.saturating_add(flow.bytes_in);
             t.ingress_drops.add(&flow.drops);
@@ -313,6 +377,8 @@ pub(crate) fn sample() -> Snapshot {
                     gso_fallbacks: 1,
                 },
             ],
+            state: FlowState::Running,
+            interface_pauses: 0,
         }],
     }
 }
@@ -360,11 +426,40 @@ mod tests {
         let mut v = serde_json::to_value(sample()).unwrap();
         let flow = &mut v["flows"][0];
         flow.as_object_mut().unwrap().remove("receive_rearms");
+        flow.as_object_mut().unwrap().remove("state");
+        flow.as_object_mut().unwrap().remove("interface_pauses");
         flow["outputs"][0]
             .as_object_mut()
             .unwrap()
             .remove("gso_sends");
         let s: Snapshot = serde_json::from_value(v).unwrap();
         assert_eq!(s.flows[0].receive_rearms, 0);
+        assert_eq!(s.flows[0].state, FlowState::Running);
+        assert_eq!(s.flows[0].interface_pauses, 0);
+    }
+
+    #[test]
+    fn flow_state_is_tagged_and_readable() {
+        let down = FlowState::InterfaceDown {
+            interface: "vRA".into(),
+        };
+        assert_eq!(
+            serde_json::to_string(&down).unwrap(),
+            r#"{"state":"interface_down","interface":"vRA"}"#
+        );
+        assert_eq!(down.to_string(), "paused: interface vRA down");
+        let waiting = FlowState::WaitingForInterface {
+            interface: "eth9".into(),
+        };
+        assert_eq!(waiting.to_string(), "waiting for interface eth9");
+        assert_eq!(waiting.tag(), "waiting_for_interface");
+        assert_eq!(
+            serde_json::to_string(&FlowState::Running).unwrap(),
+            r#"{"state":"running"}"#
+        );
+        let mut s = sample();
+        s.flows.push(s.flows[0].clone());
+        s.flows[1].state = waiting;
+        assert_eq!((s.totals().flows, s.totals().flows_running), (2, 1));
     }
 }

@@ -1,8 +1,15 @@
-//! The supervisor: starts one worker per CPU, keeps the table of running
-//! flows, applies reloads as flow diffs (unchanged flows are never
-//! touched), and publishes what readers (control socket, metrics, final
-//! report) see. It runs on the main thread; workers only ever see commands
-//! on their queues, and readers only ever lock [`Shared`], never a worker.
+//! The supervisor: starts one worker per CPU, keeps the table of
+//! configured flows, applies reloads as flow diffs (unchanged flows are
+//! never touched), pauses a flow while one of its interfaces is down or
+//! missing and resumes it when the interface is back (see [`crate::links`]),
+//! and publishes what readers (control socket, metrics, final report) see.
+//! It runs on the main thread; workers only ever see commands on their
+//! queues, and readers only ever lock [`Shared`], never a worker.
+//!
+//! A paused flow is removed from its worker (its sockets closed, its groups
+//! left, its buffers back in the pool) and re-added with freshly opened
+//! sockets, on the same worker and with the same counters, when every
+//! interface it names is up again.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,7 +19,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, bail};
 use mcrelay_config::{Config, Flow};
 use mcrelay_control::{
-    DaemonState, FlowSnapshot, IngressDropsSnapshot, OutputSnapshot, PoolClassSnapshot,
+    DaemonState, FlowSnapshot, FlowState, IngressDropsSnapshot, OutputSnapshot, PoolClassSnapshot,
     ReloadOutcome, Snapshot, WorkerSnapshot,
 };
 use mcrelay_dataplane::counters::FlowStats;
@@ -21,10 +28,16 @@ use mcrelay_dataplane::{
 };
 use mcrelay_pool::PoolConfig;
 
-use crate::sockets::Opener;
+use crate::links::{self, Blocked, LinkTable};
+use crate::sockets::{Opener, output_label};
 
 /// How long a reload waits for a worker to answer a command.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
+/// A flow whose interfaces are up but whose sockets could not be opened is
+/// retried after this, then after twice as long each time, up to
+/// [`RETRY_MAX`].
+const RETRY_FIRST: Duration = Duration::from_secs(1);
+const RETRY_MAX: Duration = Duration::from_secs(30);
 
 /// Options of the run mode beyond the config file.
 #[derive(Debug, Clone, Copy)]
@@ -34,15 +47,38 @@ pub struct RunOptions {
     pub gso: bool,
 }
 
-/// One running flow as readers see it.
+/// One configured flow as readers see it, relaying or not.
 #[derive(Debug)]
 struct FlowEntry {
     worker: usize,
     input: String,
+    /// Kept across pauses: the counters go on where they stopped.
     stats: FlowStats,
-    /// A second handle on the ingress socket, to read the kernel's drop
-    /// count; dropped with the flow (so its group is left).
-    ingress: std::os::fd::OwnedFd,
+    /// While it runs, a second handle on the ingress socket, to read the
+    /// kernel's drop count; dropped when the flow stops (so its group is
+    /// left).
+    ingress: Option<std::os::fd::OwnedFd>,
+    /// Kernel drops counted by earlier ingress sockets (before pauses).
+    kernel_drops_before: u64,
+    state: FlowState,
+    interface_pauses: u64,
+}
+
+impl FlowEntry {
+    fn kernel_drops(&self) -> u64 {
+        let now = self
+            .ingress
+            .as_ref()
+            .and_then(mcrelay_dataplane::sockets::receive_drops)
+            .unwrap_or(0);
+        self.kernel_drops_before.saturating_add(now)
+    }
+
+    /// Close the second ingress handle, keeping its drop count.
+    fn close_ingress(&mut self) {
+        self.kernel_drops_before = self.kernel_drops();
+        self.ingress = None;
+    }
 }
 
 /// What the control socket, the metrics endpoint and the final report
@@ -127,7 +163,7 @@ fn flow_snapshot(f: &FlowEntry) -> FlowSnapshot {
         drops: IngressDropsSnapshot {
             oversize: c.drops.oversize.get(),
             pool_exhausted: c.drops.pool_exhausted.get(),
-            kernel: mcrelay_dataplane::sockets::receive_drops(&f.ingress).unwrap_or(0),
+            kernel: f.kernel_drops(),
             truncated: c.frames.truncated.get(),
             malformed: c.frames.malformed.get(),
             fragment: c.frames.fragment.get(),
@@ -158,7 +194,77 @@ fn flow_snapshot(f: &FlowEntry) -> FlowSnapshot {
                 gso_fallbacks: o.gso_fallbacks.get(),
             })
             .collect(),
+        state: f.state.clone(),
+        interface_pauses: f.interface_pauses,
     }
+}
+
+/// A configured flow, as the supervisor tracks it.
+#[derive(Debug)]
+struct Managed {
+    flow: Flow,
+    /// Its worker, chosen once: a paused flow resumes on the same one.
+    worker: usize,
+    /// On its worker now.
+    running: bool,
+    /// After a failed start: not before this instant, and the delay after
+    /// the next failure.
+    retry: Option<(Instant, Duration)>,
+}
+
+/// The interfaces `flow` names: its input's, then its outputs'.
+fn interfaces(flow: &Flow) -> impl Iterator<Item = &str> {
+    std::iter::once(flow.input.interface.as_str())
+        .chain(flow.outputs.iter().map(|o| o.interface.as_str()))
+}
+
+/// Why `flow` can't run with the interfaces in `links`; `None` if it can,
+/// or if interfaces are not watched.
+fn blocked(links: Option<&LinkTable>, flow: &Flow) -> Option<FlowState> {
+    Some(match links::blocked(links?, interfaces(flow))? {
+        Blocked::Down(interface) => FlowState::InterfaceDown { interface },
+        Blocked::Missing(interface) => FlowState::WaitingForInterface { interface },
+    })
+}
+
+/// Fresh counters for `flow`.
+fn new_stats(flow: &Flow) -> FlowStats {
+    FlowStats {
+        name: flow.name.clone(),
+        input: Arc::default(),
+        outputs: flow
+            .outputs
+            .iter()
+            .map(|o| (output_label(o), Arc::default()))
+            .collect(),
+    }
+}
+
+/// Another handle on the same counters.
+fn share(stats: &FlowStats) -> FlowStats {
+    FlowStats {
+        name: stats.name.clone(),
+        input: Arc::clone(&stats.input),
+        outputs: stats
+            .outputs
+            .iter()
+            .map(|(label, c)| (label.clone(), Arc::clone(c)))
+            .collect(),
+    }
+}
+
+/// `opened` writing into `stats` (the flow's counters since it was
+/// configured) instead of the fresh ones it came with.
+fn with_counters(mut opened: FlowSockets, stats: &FlowStats) -> FlowSockets {
+    opened.counters = Arc::clone(&stats.input);
+    for (o, (_, c)) in opened.outputs.iter_mut().zip(&stats.outputs) {
+        o.counters = Arc::clone(c);
+    }
+    opened
+}
+
+fn entry_mut<'a>(shared: &'a mut Shared, name: &str) -> Option<&'a mut FlowEntry> {
+    shared.flows.iter_mut().find(|e| e.stats.name == name)
 }
 
 /// The running daemon, owned by the main thread.
@@ -170,24 +276,36 @@ pub struct Daemon {
     workers: Vec<WorkerHandle>,
     events: mpsc::Receiver<Event>,
     stop: Arc<AtomicBool>,
-    /// The flows running now, as configured, and their worker.
-    running: Vec<(Flow, usize)>,
+    /// Every configured flow, relaying or not, in start order.
+    flows: Vec<Managed>,
     shared: SharedHandle,
     opener: Opener,
+    /// The interfaces as netlink last reported them; `None` when they are
+    /// not watched (every interface then counts as up).
+    links: Option<LinkTable>,
     /// Why the helper is not what it was at start, if it isn't.
     helper_problem: Option<String>,
+    /// What went wrong in the last reload beyond single flows.
+    reload_problem: Option<String>,
+    /// A worker stopped turning its loop.
+    stalled: bool,
+    /// A reload is being applied: the published state stays `Reloading`.
+    reloading: bool,
 }
 
 impl Daemon {
-    /// Open every flow's sockets, run `before_workers` (the privilege
-    /// drop: the process is still single-threaded), then start one worker
-    /// per CPU. A flow that can't open fails the start, before any worker
-    /// runs.
+    /// Open the sockets of every flow whose interfaces are up in `links`
+    /// (all of them when `links` is `None`: interfaces not watched), run
+    /// `before_workers` (the privilege drop: the process is still
+    /// single-threaded), then start one worker per CPU. A flow with an
+    /// interface missing or down waits for it; a flow that can't open
+    /// otherwise fails the start, before any worker runs.
     pub fn start(
         path: &Path,
         config: Config,
         options: RunOptions,
         mut opener: Opener,
+        links: Option<LinkTable>,
         before_workers: impl FnOnce() -> anyhow::Result<()>,
     ) -> anyhow::Result<Self> {
         let cpus = worker_cpus(&config)?;
@@ -198,17 +316,34 @@ impl Daemon {
         };
         let mut per_worker: Vec<Vec<FlowSockets>> = (0..cpus.len()).map(|_| Vec::new()).collect();
         let mut entries = Vec::with_capacity(config.flows.len());
-        let mut running = Vec::with_capacity(config.flows.len());
+        let mut managed = Vec::with_capacity(config.flows.len());
         let mut load = vec![0usize; cpus.len()];
         let (pinned, free): (Vec<&Flow>, Vec<&Flow>) =
             config.flows.iter().partition(|f| f.core.is_some());
         for flow in pinned.into_iter().chain(free) {
             let w = pick_worker(flow, &cpus, &load)?;
             load[w] += flow.outputs.len() + 1;
-            let opened = opener.open(flow)?;
-            entries.push(entry(flow, w, &opened)?);
-            per_worker[w].push(opened);
-            running.push((flow.clone(), w));
+            let mut entry = new_entry(flow, w);
+            let running = match blocked(links.as_ref(), flow) {
+                None => {
+                    let opened = with_counters(opener.open(flow)?, &entry.stats);
+                    entry.ingress = Some(clone_ingress(&opened)?);
+                    per_worker[w].push(opened);
+                    true
+                }
+                Some(state) => {
+                    tracing::warn!(flow = %flow.name, "not started: {state}; it starts when the interface is up");
+                    entry.state = state;
+                    false
+                }
+            };
+            entries.push(entry);
+            managed.push(Managed {
+                flow: flow.clone(),
+                worker: w,
+                running,
+                retry: None,
+            });
         }
         before_workers()?;
         let stop = Arc::new(AtomicBool::new(false));
@@ -245,26 +380,38 @@ impl Daemon {
             config_path: path.display().to_string(),
             started: Instant::now(),
         }));
-        Ok(Self {
+        let daemon = Self {
             path: path.to_owned(),
             config,
             cpus,
             workers,
             events,
             stop,
-            running,
+            flows: managed,
             shared,
             opener,
+            links,
             helper_problem: None,
-        })
+            reload_problem: None,
+            stalled: false,
+            reloading: false,
+        };
+        daemon.refresh_state();
+        Ok(daemon)
     }
 
     pub fn shared(&self) -> SharedHandle {
         Arc::clone(&self.shared)
     }
 
+    /// Flows configured.
     pub fn flow_count(&self) -> usize {
-        self.running.len()
+        self.flows.len()
+    }
+
+    /// Flows relaying now.
+    pub fn running_count(&self) -> usize {
+        self.flows.iter().filter(|m| m.running).count()
     }
 
     pub fn worker_count(&self) -> usize {
@@ -291,8 +438,18 @@ impl Daemon {
             }
         };
         tracing::warn!("{state}");
-        self.set_state(DaemonState::Degraded(state.clone()));
         self.helper_problem = Some(state);
+        self.refresh_state();
+    }
+
+    /// A worker stopped turning its loop: the daemon is degraded from now
+    /// on (systemd's watchdog, no longer fed, restarts it).
+    pub fn mark_stalled(&mut self) {
+        if !self.stalled {
+            tracing::error!("a worker stopped turning; not feeding the watchdog");
+            self.stalled = true;
+            self.refresh_state();
+        }
     }
 
     /// Whether every worker thread is still running.
@@ -312,23 +469,194 @@ impl Daemon {
         lock(&self.shared).state = state;
     }
 
-    /// Re-read the config file and apply the difference: removed flows
-    /// stop, added ones start, changed ones restart, unchanged ones are not
-    /// touched. A file that doesn't validate changes nothing.
-    pub fn reload(&mut self) -> ReloadOutcome {
-        let before = std::mem::replace(&mut lock(&self.shared).state, DaemonState::Reloading);
-        let outcome = self.apply_reload();
-        let state = if !outcome.applied {
-            // Rejected: the running config stays, and so does its state.
-            before
-        } else if let Some(why) = &self.helper_problem {
-            DaemonState::Degraded(why.clone())
-        } else if outcome.errors.is_empty() {
+    /// Publish the daemon's state: running, or degraded with every reason
+    /// (a stalled worker, the helper, the last reload, flows not relaying).
+    fn refresh_state(&self) {
+        if self.reloading {
+            return;
+        }
+        let mut shared = lock(&self.shared);
+        let mut why = Vec::new();
+        if self.stalled {
+            why.push("a worker stopped turning".to_owned());
+        }
+        why.extend(self.helper_problem.iter().cloned());
+        why.extend(self.reload_problem.iter().cloned());
+        let stopped: Vec<String> = shared
+            .flows
+            .iter()
+            .filter(|f| !f.state.is_running())
+            .map(|f| format!("flow {:?} {}", f.stats.name, f.state))
+            .collect();
+        const LISTED: usize = 3;
+        match stopped.len() {
+            0 => {}
+            n if n <= LISTED => why.push(stopped.join(", ")),
+            n => why.push(format!(
+                "{}, and {} more flows not relaying",
+                stopped[..LISTED].join(", "),
+                n - LISTED
+            )),
+        }
+        shared.state = if why.is_empty() {
             DaemonState::Running
         } else {
-            DaemonState::Degraded(format!("reload: {}", outcome.errors.join("; ")))
+            DaemonState::Degraded(why.join("; "))
         };
-        self.set_state(state);
+    }
+
+    /// Netlink reported a change of the interfaces: pause the flows that
+    /// lost one, resume those whose interfaces are all back.
+    pub fn links_changed(&mut self, table: LinkTable) {
+        self.links = Some(table);
+        self.reconcile();
+    }
+
+    /// Bring every flow in line with its interfaces: a running flow with
+    /// an interface down or missing is paused (counted, logged once); a
+    /// stopped flow whose interfaces are all up is started (a failed start
+    /// is retried with a growing delay). Other flows are not touched.
+    pub fn reconcile(&mut self) {
+        for i in 0..self.flows.len() {
+            let m = &self.flows[i];
+            match (m.running, blocked(self.links.as_ref(), &m.flow)) {
+                (true, None) => {}
+                (true, Some(state)) => self.pause(i, state),
+                (false, Some(state)) => {
+                    self.flows[i].retry = None;
+                    let name = self.flows[i].flow.name.clone();
+                    if self.set_flow_state(&name, state.clone()) {
+                        tracing::warn!(flow = %name, "{state}");
+                    }
+                }
+                (false, None) => {
+                    if m.retry.is_some_and(|(at, _)| Instant::now() < at) {
+                        continue;
+                    }
+                    self.resume(i);
+                }
+            }
+        }
+        self.refresh_state();
+    }
+
+    /// Set flow `name`'s published state; whether it changed.
+    fn set_flow_state(&self, name: &str, state: FlowState) -> bool {
+        let mut shared = lock(&self.shared);
+        match entry_mut(&mut shared, name) {
+            Some(e) if e.state != state => {
+                e.state = state;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Take running flow `i` off its worker because of `state`.
+    fn pause(&mut self, i: usize, state: FlowState) {
+        let (name, worker) = (self.flows[i].flow.name.clone(), self.flows[i].worker);
+        if let Err(e) = self.remove_from_worker(&name, worker) {
+            tracing::error!(flow = %name, "pausing: {e:#}");
+        }
+        self.flows[i].running = false;
+        self.flows[i].retry = None;
+        let mut shared = lock(&self.shared);
+        if let Some(e) = entry_mut(&mut shared, &name) {
+            e.close_ingress();
+            e.interface_pauses += 1;
+            e.state = state.clone();
+        }
+        tracing::warn!(flow = %name, "{state}; the flow resumes when the interface is up");
+    }
+
+    /// Start stopped flow `i`; on failure, publish why (logged when the
+    /// reason changes) and schedule a retry.
+    fn resume(&mut self, i: usize) {
+        let name = self.flows[i].flow.name.clone();
+        match self.start_on_worker(i) {
+            Ok(before) => {
+                self.flows[i].retry = None;
+                if before.is_running() {
+                    tracing::info!(flow = %name, "started");
+                } else {
+                    tracing::info!(flow = %name, "relaying again (was {before})");
+                }
+            }
+            Err(e) => {
+                let delay = self.flows[i]
+                    .retry
+                    .map_or(RETRY_FIRST, |(_, d)| (d * 2).min(RETRY_MAX));
+                self.flows[i].retry = Some((Instant::now() + delay, delay));
+                let state = FlowState::OpenFailed {
+                    error: format!("{e:#}"),
+                };
+                if self.set_flow_state(&name, state) {
+                    tracing::error!(flow = %name, "not started: {e:#}; retrying in {delay:?}, then less often");
+                }
+            }
+        }
+    }
+
+    /// Open flow `i`'s sockets and hand them to its worker, with the
+    /// flow's counters. The state it had before.
+    fn start_on_worker(&mut self, i: usize) -> anyhow::Result<FlowState> {
+        let (flow, w) = (&self.flows[i].flow, self.flows[i].worker);
+        let stats = {
+            let mut shared = lock(&self.shared);
+            let e = entry_mut(&mut shared, &flow.name).context("flow not published")?;
+            share(&e.stats)
+        };
+        let opened = with_counters(self.opener.open(flow)?, &stats);
+        let ingress = clone_ingress(&opened)?;
+        let handle = self.workers.get(w).context("no such worker")?;
+        if handle.command(Command::AddFlow(opened)).is_err() {
+            bail!("worker {w} is not taking commands");
+        }
+        let name = flow.name.clone();
+        match self.await_event(&name)? {
+            Event::FlowAdded { .. } => {
+                self.flows[i].running = true;
+                let mut shared = lock(&self.shared);
+                let e = entry_mut(&mut shared, &name).context("flow not published")?;
+                e.ingress = Some(ingress);
+                Ok(std::mem::replace(&mut e.state, FlowState::Running))
+            }
+            other => bail!("worker {w} refused it: {other:?}"),
+        }
+    }
+
+    /// Remove flow `name` from `worker` and wait until its sockets are
+    /// closed.
+    fn remove_from_worker(&self, name: &str, worker: usize) -> anyhow::Result<()> {
+        let handle = self.workers.get(worker).context("no such worker")?;
+        if handle
+            .command(Command::RemoveFlow(name.to_owned()))
+            .is_err()
+        {
+            bail!("worker {worker} is not taking commands");
+        }
+        match self.await_event(name)? {
+            Event::FlowRemoved { .. } | Event::FlowUnknown { .. } => Ok(()),
+            other => bail!("unexpected answer {other:?}"),
+        }
+    }
+
+    /// Re-read the config file and apply the difference: removed flows
+    /// stop (or, if paused, are forgotten), added ones start, changed ones
+    /// restart — added and changed ones only once their interfaces are up
+    /// — and unchanged ones are not touched (one that failed to start is
+    /// retried at once). A file that doesn't validate changes nothing.
+    pub fn reload(&mut self) -> ReloadOutcome {
+        let before = std::mem::replace(&mut lock(&self.shared).state, DaemonState::Reloading);
+        self.reloading = true;
+        let outcome = self.apply_reload();
+        self.reloading = false;
+        if outcome.applied {
+            self.refresh_state();
+        } else {
+            // Rejected: the running config stays, and so does its state.
+            self.set_state(before);
+        }
         outcome
     }
 
@@ -347,46 +675,70 @@ impl Daemon {
                 "reload: [daemon] and [pools] changes take effect at the next restart; flows are applied now"
             );
         }
-        // The diff against what runs (not against the last file), so a flow
-        // that failed to start is retried by the next reload.
+        // The diff against the flows configured now, running or not. A flow
+        // that is paused, waiting or failed to start stays as it is when
+        // unchanged (and is retried at once); a changed one restarts, or
+        // stays paused if its interface is still down.
         let mut stopping = Vec::new();
         let mut starting = Vec::new();
-        for (flow, worker) in &self.running {
-            match new.flows.by_name(&flow.name) {
+        for m in &self.flows {
+            match new.flows.by_name(&m.flow.name) {
                 None => {
-                    outcome.removed.push(flow.name.clone());
-                    stopping.push((flow.name.clone(), *worker));
+                    outcome.removed.push(m.flow.name.clone());
+                    stopping.push(m.flow.name.clone());
                 }
-                Some(n) if n == flow => outcome.unchanged += 1,
+                Some(n) if *n == m.flow => outcome.unchanged += 1,
                 Some(n) => {
-                    outcome.changed.push(flow.name.clone());
-                    stopping.push((flow.name.clone(), *worker));
+                    outcome.changed.push(m.flow.name.clone());
+                    stopping.push(m.flow.name.clone());
                     starting.push(n.clone());
                 }
             }
         }
         for n in new.flows.iter() {
-            if !self.running.iter().any(|(f, _)| f.name == n.name) {
+            if !self.flows.iter().any(|m| m.flow.name == n.name) {
                 outcome.added.push(n.name.clone());
                 starting.push(n.clone());
             }
         }
-        for (name, worker) in stopping {
-            if let Err(e) = self.stop_flow(&name, worker) {
-                outcome.errors.push(format!("flow {name:?}: {e:#}"));
+        let mut problems = Vec::new();
+        for name in stopping {
+            if let Err(e) = self.forget_flow(&name) {
+                problems.push(format!("flow {name:?}: {e:#}"));
             }
         }
         if !starting.is_empty()
             && let Err(e) = self.opener.reload()
         {
-            outcome.errors.push(format!("{e:#}"));
+            problems.push(format!("{e:#}"));
         }
-        for flow in starting {
-            if let Err(e) = self.start_flow(&flow) {
-                tracing::error!(flow = %flow.name, "not started: {e:#}");
-                outcome.errors.push(format!("flow {:?}: {e:#}", flow.name));
+        for flow in &starting {
+            if let Err(e) = self.add_flow(flow) {
+                problems.push(format!("flow {:?}: {e:#}", flow.name));
             }
         }
+        for m in &mut self.flows {
+            m.retry = None;
+        }
+        self.reconcile();
+        outcome.errors.clone_from(&problems);
+        {
+            let shared = lock(&self.shared);
+            for flow in &starting {
+                if let Some(FlowState::OpenFailed { error }) = shared
+                    .flows
+                    .iter()
+                    .find(|e| e.stats.name == flow.name)
+                    .map(|e| &e.state)
+                {
+                    outcome
+                        .errors
+                        .push(format!("flow {:?}: {error}", flow.name));
+                }
+            }
+        }
+        self.reload_problem =
+            (!problems.is_empty()).then(|| format!("reload: {}", problems.join("; ")));
         self.config = new;
         outcome.applied = true;
         tracing::info!(
@@ -400,48 +752,37 @@ impl Daemon {
         outcome
     }
 
-    fn stop_flow(&mut self, name: &str, worker: usize) -> anyhow::Result<()> {
-        let handle = self.workers.get(worker).context("no such worker")?;
-        if handle
-            .command(Command::RemoveFlow(name.to_owned()))
-            .is_err()
-        {
-            bail!("worker {worker} is not taking commands");
-        }
-        let answer = self.await_event(name)?;
-        self.running.retain(|(f, _)| f.name != name);
+    /// Stop flow `name` if it runs, and forget it.
+    fn forget_flow(&mut self, name: &str) -> anyhow::Result<()> {
+        let Some(i) = self.flows.iter().position(|m| m.flow.name == name) else {
+            return Ok(());
+        };
+        let m = self.flows.remove(i);
         lock(&self.shared).flows.retain(|e| e.stats.name != name);
-        match answer {
-            Event::FlowRemoved { .. } | Event::FlowUnknown { .. } => Ok(()),
-            other => bail!("unexpected answer {other:?}"),
+        if m.running {
+            self.remove_from_worker(name, m.worker)?;
         }
+        Ok(())
     }
 
-    fn start_flow(&mut self, flow: &Flow) -> anyhow::Result<()> {
+    /// Configure `flow` (not started yet: [`Self::reconcile`] does that),
+    /// on the least loaded worker or its `core`.
+    fn add_flow(&mut self, flow: &Flow) -> anyhow::Result<()> {
         let mut load = vec![0usize; self.cpus.len()];
-        for (f, w) in &self.running {
-            load[*w] += f.outputs.len() + 1;
+        for m in &self.flows {
+            load[m.worker] += m.flow.outputs.len() + 1;
         }
         let w = pick_worker(flow, &self.cpus, &load)?;
-        let opened = self.opener.open(flow)?;
-        let entry = entry(flow, w, &opened)?;
-        let handle = self.workers.get(w).context("no such worker")?;
-        if handle.command(Command::AddFlow(opened)).is_err() {
-            bail!("worker {w} is not taking commands");
-        }
-        lock(&self.shared).flows.push(entry);
-        match self.await_event(&flow.name)? {
-            Event::FlowAdded { .. } => {
-                self.running.push((flow.clone(), w));
-                Ok(())
-            }
-            other => {
-                lock(&self.shared)
-                    .flows
-                    .retain(|e| e.stats.name != flow.name);
-                bail!("worker refused it: {other:?}")
-            }
-        }
+        // Published as running: reconcile, right after, starts it or says
+        // why not, before the reload's outcome is published.
+        lock(&self.shared).flows.push(new_entry(flow, w));
+        self.flows.push(Managed {
+            flow: flow.clone(),
+            worker: w,
+            running: false,
+            retry: None,
+        });
+        Ok(())
     }
 
     /// The worker's answer about flow `name`.
@@ -485,21 +826,29 @@ impl Daemon {
     }
 }
 
-fn entry(flow: &Flow, worker: usize, opened: &FlowSockets) -> anyhow::Result<FlowEntry> {
+/// `flow` as readers see it, with fresh counters, running.
+fn new_entry(flow: &Flow, worker: usize) -> FlowEntry {
     let input = &flow.input;
-    Ok(FlowEntry {
+    FlowEntry {
         worker,
         input: format!(
             "{} on {}",
             std::net::SocketAddr::new(input.address, input.port),
             input.interface
         ),
-        stats: opened.stats(),
-        ingress: opened
-            .ingress
-            .try_clone_fd()
-            .context("duplicating the ingress socket for its drop counter")?,
-    })
+        stats: new_stats(flow),
+        ingress: None,
+        kernel_drops_before: 0,
+        state: FlowState::Running,
+        interface_pauses: 0,
+    }
+}
+
+fn clone_ingress(opened: &FlowSockets) -> anyhow::Result<std::os::fd::OwnedFd> {
+    opened
+        .ingress
+        .try_clone_fd()
+        .context("duplicating the ingress socket for its drop counter")
 }
 
 /// A flow's `core` picks its worker; otherwise the worker with the least
@@ -543,7 +892,7 @@ fn print_final(shared: &Shared) {
     let snapshot = shared.snapshot();
     for flow in &snapshot.flows {
         eprintln!(
-            "final flow={} worker={} packets_in={} bytes_in={} drop_oversize={} drop_pool_exhausted={} drop_kernel={} drop_truncated={} drop_malformed={} drop_fragment={} drop_bad_checksum={} drop_not_this_flow={} receive_errors={}",
+            "final flow={} worker={} packets_in={} bytes_in={} drop_oversize={} drop_pool_exhausted={} drop_kernel={} drop_truncated={} drop_malformed={} drop_fragment={} drop_bad_checksum={} drop_not_this_flow={} receive_errors={} state={} interface_pauses={}",
             flow.name,
             flow.worker,
             flow.packets_in,
@@ -557,6 +906,8 @@ fn print_final(shared: &Shared) {
             flow.drops.bad_checksum,
             flow.drops.not_this_flow,
             flow.receive_errors,
+            flow.state.tag(),
+            flow.interface_pauses,
         );
         for o in &flow.outputs {
             eprintln!(

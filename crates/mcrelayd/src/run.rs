@@ -1,8 +1,9 @@
 //! `mcrelayd --config FILE`: load the config, start the daemon (sockets,
 //! then one pinned worker per core), serve the control socket and the
-//! metrics endpoint, tell systemd how it is going, reload on SIGHUP or
-//! `mcrelayctl reload`, and on SIGTERM/SIGINT stop the workers (each drains
-//! its in-flight sends) and print the final counters.
+//! metrics endpoint, tell systemd how it is going, follow interfaces going
+//! down and up (netlink), reload on SIGHUP or `mcrelayctl reload`, and on
+//! SIGTERM/SIGINT stop the workers (each drains its in-flight sends) and
+//! print the final counters.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -16,6 +17,8 @@ use signal_hook::iterator::Signals;
 
 use crate::control::{self, ToSupervisor};
 use crate::daemon::{Daemon, RunOptions, lock};
+use crate::links::LinkTable;
+use crate::netlink::LinkWatch;
 use crate::notify::Notifier;
 use crate::sockets::Opener;
 
@@ -52,6 +55,8 @@ fn init_logging(level: &str) {
 enum Wake {
     Signal(i32),
     Control(ToSupervisor),
+    /// The interfaces changed; all of them as they are now.
+    Links(LinkTable),
 }
 
 /// How often the supervisor checks its workers, updates `STATUS=` and, when
@@ -79,7 +84,28 @@ fn supervise(
     };
     let control_bound = control::bind(&control_path, privileges.socket_owner())?;
     let metrics_bound = metrics_listen.map(crate::metrics::bind).transpose()?;
-    let mut daemon = Daemon::start(path, config, options, opener, || privileges.drop())?;
+    // Subscribed before the first dump, so no change after it is missed.
+    let links = match LinkWatch::open().and_then(|mut w| w.dump().map(|t| (w, t))) {
+        Ok((watch, table)) => {
+            tracing::info!(interfaces = table.len(), "watching interfaces over netlink");
+            Some((watch, table))
+        }
+        Err(e) => {
+            tracing::warn!(
+                "cannot watch interfaces over netlink ({e}): flows start as if every interface \
+                 were up, and are not paused when one goes down"
+            );
+            None
+        }
+    };
+    let mut daemon = Daemon::start(
+        path,
+        config,
+        options,
+        opener,
+        links.as_ref().map(|(_, t)| t.clone()),
+        || privileges.drop(),
+    )?;
     let (wake_tx, wake) = mpsc::channel();
     let mut signals =
         Signals::new([SIGTERM, SIGINT, SIGHUP]).context("installing signal handlers")?;
@@ -94,6 +120,13 @@ fn supervise(
             }
         })
         .context("starting the signal thread")?;
+    if let Some((watch, table)) = links {
+        let links_tx = wake_tx.clone();
+        std::thread::Builder::new()
+            .name("mcrelay-links".into())
+            .spawn(move || watch.run(table, |t| links_tx.send(Wake::Links(t.clone())).is_ok()))
+            .context("starting the interface watcher")?;
+    }
     let (control_tx, control_rx) = mpsc::channel();
     control::start(control_bound, daemon.shared(), control_tx)?;
     let forward = wake_tx.clone();
@@ -112,6 +145,7 @@ fn supervise(
     }
     tracing::info!(
         flows = daemon.flow_count(),
+        relaying = daemon.running_count(),
         workers = daemon.worker_count(),
         control = %control_path.display(),
         "relaying; SIGTERM or SIGINT stops, SIGHUP reloads"
@@ -137,6 +171,7 @@ fn supervise(
                 let outcome = reload(&mut daemon, notifier.as_ref());
                 let _ = reply.send(outcome);
             }
+            Ok(Wake::Links(table)) => daemon.links_changed(table),
             Err(mpsc::RecvTimeoutError::Timeout) => {}
         }
         if last_check.elapsed() < TICK {
@@ -144,18 +179,15 @@ fn supervise(
         }
         last_check = Instant::now();
         daemon.check_helper();
+        // Flows whose start failed are retried here (with a growing delay).
+        daemon.reconcile();
         // A worker whose loop turns is alive: each turns at least every
         // 100 ms tick. Only then is the watchdog fed.
         let now = daemon.turns();
         let turning = daemon.workers_alive() && now.iter().zip(&turns).all(|(n, t)| n > t);
         turns = now;
         if !turning {
-            let handle = daemon.shared();
-            let mut shared = lock(&handle);
-            if !matches!(shared.state, DaemonState::Degraded(_)) {
-                tracing::error!("a worker stopped turning; not feeding the watchdog");
-                shared.state = DaemonState::Degraded("a worker stopped turning".into());
-            }
+            daemon.mark_stalled();
         }
         if let Some(n) = &notifier {
             tell("status", n.status(&status_line(&daemon)));
@@ -202,8 +234,9 @@ fn status_line(daemon: &Daemon) -> String {
         DaemonState::Degraded(why) => format!("degraded: {why}"),
     };
     format!(
-        "{state}; {} flows, {} outputs; {} packets in, {} out, {} dropped",
+        "{state}; {} flows ({} relaying), {} outputs; {} packets in, {} out, {} dropped",
         t.flows,
+        t.flows_running,
         t.outputs,
         t.packets_in,
         t.packets_out,

@@ -4,14 +4,12 @@
 //! itself when it never had any (a developer's unprivileged run). Both
 //! warn when the kernel grants less buffer than asked.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Child;
 
 use anyhow::{Context, bail};
-use mcrelay_config::Flow;
-use mcrelay_config::IngressKind;
+use mcrelay_config::{Flow, IngressKind, Output};
 use mcrelay_dataplane::{FlowSockets, IngressSocket, OutputSocket};
 use mcrelay_helper::packet::{flow_match, open_packet_ingress};
 use mcrelay_helper::{
@@ -21,8 +19,10 @@ use mcrelay_helper::{
 /// The source of sockets.
 #[derive(Debug)]
 pub enum Opener {
-    /// Open them in this process (no privileges to separate).
-    Direct { ifindex: HashMap<String, u32> },
+    /// Open them in this process (no privileges to separate). Interfaces
+    /// are looked up at every open: one may have been re-created with
+    /// another index since.
+    Direct,
     /// Ask the privileged helper, which checks every request against the
     /// config file it read itself.
     Helper { client: HelperClient, child: Child },
@@ -49,9 +49,7 @@ impl Opener {
     }
 
     pub fn direct() -> Self {
-        Opener::Direct {
-            ifindex: HashMap::new(),
-        }
+        Opener::Direct
     }
 
     /// Tell the helper to re-read the config file (a reload may only add
@@ -73,14 +71,14 @@ impl Opener {
                 Ok(None) => None,
                 Err(e) => Some(format!("privileged helper: {e}")),
             },
-            Opener::Direct { .. } => None,
+            Opener::Direct => None,
         }
     }
 
     /// `flow`'s ingress and output sockets, in config order.
     pub fn open(&mut self, flow: &Flow) -> anyhow::Result<FlowSockets> {
         let opened = match self {
-            Opener::Direct { ifindex } => open_here(flow, ifindex)?,
+            Opener::Direct => open_here(flow)?,
             Opener::Helper { client, .. } => {
                 let mut opened = client
                     .open_flow(&flow.name)
@@ -135,9 +133,7 @@ impl Opener {
             .iter()
             .zip(outputs)
             .map(|(o, socket)| {
-                // Unique within a flow: two outputs may send the same
-                // group out of different interfaces.
-                let label = format!("{}@{}", SocketAddr::new(o.address, o.port), o.interface);
+                let label = output_label(o);
                 // Linux reports double the usable size it set.
                 let granted = socket2::SockRef::from(&socket)
                     .send_buffer_size()
@@ -158,6 +154,13 @@ impl Opener {
     }
 }
 
+/// An output's label in counters and metrics: `address:port@interface`,
+/// unique within a flow (two outputs may send the same group out of
+/// different interfaces).
+pub fn output_label(o: &Output) -> String {
+    format!("{}@{}", SocketAddr::new(o.address, o.port), o.interface)
+}
+
 /// A flow's sockets, from the helper or opened here.
 struct Opened {
     ingress: std::os::fd::OwnedFd,
@@ -166,14 +169,9 @@ struct Opened {
     outputs: Vec<std::net::UdpSocket>,
 }
 
-fn open_here(flow: &Flow, ifindex: &mut HashMap<String, u32>) -> anyhow::Result<Opened> {
-    let mut index_of = |name: &str| -> anyhow::Result<u32> {
-        if let Some(&i) = ifindex.get(name) {
-            return Ok(i);
-        }
-        let i = interface_index(name).with_context(|| format!("flow {:?}", flow.name))?;
-        ifindex.insert(name.to_owned(), i);
-        Ok(i)
+fn open_here(flow: &Flow) -> anyhow::Result<Opened> {
+    let index_of = |name: &str| -> anyhow::Result<u32> {
+        interface_index(name).with_context(|| format!("flow {:?}", flow.name))
     };
     let input = &flow.input;
     let open = match input.ingress {
