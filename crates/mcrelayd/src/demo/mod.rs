@@ -347,7 +347,15 @@ impl Daemon {
         let mut daemon = Daemon { child, log, socket };
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
-            if ask::<Snapshot>(&daemon.socket, Request::Status).is_ok() {
+            // Up, and every flow relaying: a freshly created veth reports
+            // its carrier a moment after it is set up, and until then the
+            // daemon holds the flows that use it.
+            if ask::<Snapshot>(&daemon.socket, Request::Status).is_ok_and(|s| {
+                !s.flows.is_empty()
+                    && s.flows
+                        .iter()
+                        .all(|f| f.state == mcrelay_control::FlowState::Running)
+            }) {
                 return Ok(daemon);
             }
             if stop.load(Ordering::Relaxed) {
