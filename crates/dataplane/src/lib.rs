@@ -22,6 +22,7 @@ pub mod counters;
 mod egress;
 mod inflight;
 pub mod ingress;
+mod packet_ring;
 pub mod sockets;
 mod submit;
 pub mod worker;

@@ -30,6 +30,7 @@ use crate::counters::{FlowCounters, FlowStats, LoopCounters, OutputCounters};
 use crate::egress::{GsoTable, Pending, PendingSends};
 use crate::inflight::InFlight;
 use crate::ingress::{IngressSocket, PacketReceive};
+use crate::packet_ring::PacketRing;
 use crate::submit::{MAX_FLOWS, Submit, UserData};
 
 /// How ingress is received.
@@ -314,6 +315,10 @@ struct Flow {
     paused: bool,
     /// Packet ingress: the frames' filter, checked again per frame.
     packet: Option<mcrelay_wire::FlowMatch>,
+    /// Packet ingress: the mapped `TPACKET_V3` ring (`None`: frames are
+    /// read with multishot recvmsg instead). Unmapped before the socket
+    /// closes (field order).
+    ring: Option<PacketRing>,
     /// Closed when the flow goes (which leaves its group), after the ring
     /// no longer names its fd.
     _ingress: IngressSocket,
@@ -321,6 +326,18 @@ struct Flow {
 
 impl Flow {
     fn new(f: FlowSockets, gso: bool) -> Self {
+        let ring = f.ingress.packet_filter().and_then(|_| {
+            match PacketRing::new(f.ingress.fd()) {
+                Ok(ring) => {
+                    tracing::info!(flow = %f.name, blocks = ring.blocks(), "packet ingress on a TPACKET_V3 ring");
+                    Some(ring)
+                }
+                Err(e) => {
+                    tracing::warn!(flow = %f.name, "no TPACKET_V3 ring ({e}); reading frames with recvmsg");
+                    None
+                }
+            }
+        });
         let outputs = f
             .outputs
             .into_iter()
@@ -342,6 +359,7 @@ impl Flow {
             name: f.name,
             fd: f.ingress.fd(),
             packet: f.ingress.packet_filter(),
+            ring,
             outputs,
             counters: f.counters,
             armed: false,
@@ -608,6 +626,10 @@ impl Worker {
                         }
                         flow.paused = false;
                         flow.counters.receive_resumes.inc();
+                        if flow.ring.is_some() {
+                            // Blocks filled meanwhile wake nobody: walk them.
+                            self.service_ring(f);
+                        }
                     }
                     self.arm_receive(f);
                 }
@@ -744,7 +766,12 @@ impl Worker {
             flow: u32::try_from(f).unwrap_or(u32::MAX),
         }
         .encode();
-        let entry = if flow.packet.is_some() {
+        let entry = if flow.ring.is_some() {
+            // Woken once per block the kernel hands over.
+            opcode::PollAdd::new(Fd(flow.fd), u32::from(libc::POLLIN.unsigned_abs()))
+                .multi(true)
+                .build()
+        } else if flow.packet.is_some() {
             if !self.multishot {
                 // Frames arrive with a header and control data that only
                 // multishot recvmsg lays out in a provided buffer.
@@ -816,6 +843,33 @@ impl Worker {
 
     fn received(&mut self, f: usize, cqe: &cqueue::Entry) {
         let flags = cqe.flags();
+        if let Some(flow) = self
+            .flows
+            .get_mut(f)
+            .and_then(Option::as_mut)
+            .filter(|fl| fl.ring.is_some())
+        {
+            if !cqueue::more(flags) {
+                flow.armed = false;
+            }
+            let result = cqe.result();
+            if result < 0 && result != -libc::ECANCELED {
+                flow.counters.receive_errors.inc();
+                if !flow.error_logged {
+                    flow.error_logged = true;
+                    tracing::warn!(
+                        worker = self.index,
+                        flow = %flow.name,
+                        "poll on the packet ring failed: {}",
+                        io::Error::from_raw_os_error(-result)
+                    );
+                }
+            }
+            if result > 0 && !flow.removing {
+                self.service_ring(f);
+            }
+            return;
+        }
         let id = if self.multishot {
             cqueue::buffer_select(flags)
         } else {
@@ -876,85 +930,88 @@ impl Worker {
     /// The packet path: classify, take, copy, queue the datagram on every
     /// output that has room.
     fn relay(&mut self, f: usize, id: u16, payload: std::ops::Range<usize>) {
-        let len = payload.len();
         let Some(flow) = self.flows.get_mut(f).and_then(Option::as_mut) else {
             return;
         };
-        flow.counters.packets_in.inc();
-        flow.counters.bytes_in.add(len as u64);
-        if len > MAX_PAYLOAD {
-            flow.counters.drops.oversize.inc();
-            return;
-        }
-        let mut accepted = 0u32;
-        for o in flow.outputs.iter() {
-            if o.in_flight < o.depth {
-                accepted += 1;
-            } else {
-                o.counters.drop_backlog.inc();
-            }
-        }
-        if accepted == 0 {
-            // Every output is backed up: don't spend a copy on this one, and
-            // stop receiving until they drain — the kernel drops the excess
-            // at the socket for less than a receive costs, and counts it.
-            if !flow.paused {
-                flow.paused = true;
-                self.cancel_receive(f);
-            }
-            return;
-        }
-        let Some(payload) = self
+        let bytes = self
             .bufs
             .filled(id, payload.end)
             .and_then(|b| b.get(payload))
-        else {
+            .unwrap_or_default();
+        let parts = Parts {
+            pool: &mut self.pool,
+            in_flight: &mut self.in_flight,
+            dirty: &mut self.dirty,
+        };
+        if copy_and_queue(flow, f, bytes, parts) == Queued::AllOutputsFull && !flow.paused {
+            // Stop receiving until the outputs drain: the kernel drops the
+            // excess at the socket for less than a receive costs, and
+            // counts it.
+            flow.paused = true;
+            self.cancel_receive(f);
+        }
+    }
+
+    /// Packet ingress on a ring: relay every frame of every block the
+    /// kernel has handed over, handing each block back after it. A flow
+    /// whose outputs are all full stops here (its ring fills and the kernel
+    /// drops the excess, counted) until they drain.
+    fn service_ring(&mut self, f: usize) {
+        let Some(flow) = self.flows.get_mut(f).and_then(Option::as_mut) else {
             return;
         };
-        let Some(buf) = self.pool.take_filled(payload) else {
-            flow.counters.drops.pool_exhausted.inc();
+        let (Some(mut ring), Some(filter)) = (flow.ring.take(), flow.packet) else {
             return;
         };
-        let shared = match SharedBuffer::new(buf, accepted) {
-            Ok(s) => s,
-            Err(buf) => {
-                let _ = self.pool.give(buf);
-                return;
+        // Each frame may queue a send per output; the queues hold 64, so
+        // hand them to the kernel every 32 frames (and first, for what
+        // this completion batch already queued).
+        self.flush_sends();
+        let mut since_flush = 0;
+        for _ in 0..ring.blocks() {
+            let Some(flow) = self.flows.get_mut(f).and_then(Option::as_mut) else {
+                break;
+            };
+            if flow.paused {
+                break;
             }
-        };
-        let (ptr, len) = (shared.buffer().as_ptr(), shared.buffer().len());
-        let slot = match self.in_flight.insert(shared) {
-            Ok(slot) => slot,
-            Err(shared) => {
-                // Unreachable: the table holds as many slots as the pool
-                // has buffers. Drop the packet (no send started), keep the
-                // buffer.
-                let _ = self.pool.give(shared.into_buffer());
-                return;
-            }
-        };
-        let flow_number = u16::try_from(f).unwrap_or(u16::MAX);
-        for (i, o) in flow.outputs.iter_mut().enumerate() {
-            if o.in_flight >= o.depth {
-                continue;
-            }
-            if o.pending.is_empty() {
-                self.dirty
-                    .push((flow_number, u16::try_from(i).unwrap_or(u16::MAX)));
-            }
-            if o.pending.push(Pending { slot, ptr, len }) {
-                o.in_flight += 1;
-                if u64::from(o.in_flight) > o.counters.in_flight_high_water.get() {
-                    o.counters.in_flight_high_water.set(u64::from(o.in_flight));
+            let Some(block) = ring.next_block() else {
+                break;
+            };
+            for frame in mcrelay_wire::tpacket::frames(block) {
+                let Some(flow) = self.flows.get_mut(f).and_then(Option::as_mut) else {
+                    break;
+                };
+                let payload = match frame.and_then(|fr| {
+                    mcrelay_wire::parse(fr.bytes, &filter, fr.verify_checksum)
+                        .map(|d| &fr.bytes[d.payload])
+                }) {
+                    Ok(payload) => payload,
+                    Err(reason) => {
+                        flow.counters.frames.count(reason);
+                        continue;
+                    }
+                };
+                let parts = Parts {
+                    pool: &mut self.pool,
+                    in_flight: &mut self.in_flight,
+                    dirty: &mut self.dirty,
+                };
+                if copy_and_queue(flow, f, payload, parts) == Queued::AllOutputsFull {
+                    // The rest of this block is counted as backlog drops
+                    // (no copies); later blocks wait in the ring.
+                    flow.paused = true;
                 }
-            } else {
-                // Unreachable: a batch holds fewer completions than the
-                // queue has room for, and the queue is flushed after each.
-                o.counters.drop_backlog.inc();
-                if let Some(buf) = self.in_flight.complete_one(slot) {
-                    let _ = self.pool.give(buf);
+                since_flush += 1;
+                if since_flush == 32 {
+                    since_flush = 0;
+                    self.flush_sends();
                 }
             }
+            ring.release_block();
+        }
+        if let Some(flow) = self.flows.get_mut(f).and_then(Option::as_mut) {
+            flow.ring = Some(ring);
         }
     }
 
@@ -1109,6 +1166,93 @@ impl Worker {
 
 /// Errors of a GSO send that mean "not like this" rather than "not now":
 /// the datagrams are resent one by one.
+/// The worker's parts a relayed datagram touches besides its flow.
+struct Parts<'a> {
+    pool: &'a mut PoolSet,
+    in_flight: &'a mut InFlight,
+    dirty: &'a mut Vec<(u16, u16)>,
+}
+
+/// What became of a datagram handed to [`copy_and_queue`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Queued {
+    /// Copied and queued on every output with room (or dropped and
+    /// counted: oversize, pool exhausted).
+    Done,
+    /// Every output was full: not copied, counted per output.
+    AllOutputsFull,
+}
+
+/// The packet path: count, classify, take a pool buffer, copy `payload`
+/// into it once, and queue it on every output of flow number `f` that has
+/// room.
+fn copy_and_queue(flow: &mut Flow, f: usize, payload: &[u8], parts: Parts<'_>) -> Queued {
+    let len = payload.len();
+    flow.counters.packets_in.inc();
+    flow.counters.bytes_in.add(len as u64);
+    if len > MAX_PAYLOAD {
+        flow.counters.drops.oversize.inc();
+        return Queued::Done;
+    }
+    let mut accepted = 0u32;
+    for o in flow.outputs.iter() {
+        if o.in_flight < o.depth {
+            accepted += 1;
+        } else {
+            o.counters.drop_backlog.inc();
+        }
+    }
+    if accepted == 0 {
+        return Queued::AllOutputsFull;
+    }
+    let Some(buf) = parts.pool.take_filled(payload) else {
+        flow.counters.drops.pool_exhausted.inc();
+        return Queued::Done;
+    };
+    let shared = match SharedBuffer::new(buf, accepted) {
+        Ok(s) => s,
+        Err(buf) => {
+            let _ = parts.pool.give(buf);
+            return Queued::Done;
+        }
+    };
+    let (ptr, len) = (shared.buffer().as_ptr(), shared.buffer().len());
+    let slot = match parts.in_flight.insert(shared) {
+        Ok(slot) => slot,
+        Err(shared) => {
+            // Unreachable: the table holds as many slots as the pool has
+            // buffers. Drop the packet (no send started), keep the buffer.
+            let _ = parts.pool.give(shared.into_buffer());
+            return Queued::Done;
+        }
+    };
+    let flow_number = u16::try_from(f).unwrap_or(u16::MAX);
+    for (i, o) in flow.outputs.iter_mut().enumerate() {
+        if o.in_flight >= o.depth {
+            continue;
+        }
+        if o.pending.is_empty() {
+            parts
+                .dirty
+                .push((flow_number, u16::try_from(i).unwrap_or(u16::MAX)));
+        }
+        if o.pending.push(Pending { slot, ptr, len }) {
+            o.in_flight += 1;
+            if u64::from(o.in_flight) > o.counters.in_flight_high_water.get() {
+                o.counters.in_flight_high_water.set(u64::from(o.in_flight));
+            }
+        } else {
+            // Unreachable: the queue is flushed before it can fill (after
+            // each completion batch, and every 32 frames of a ring).
+            o.counters.drop_backlog.inc();
+            if let Some(buf) = parts.in_flight.complete_one(slot) {
+                let _ = parts.pool.give(buf);
+            }
+        }
+    }
+    Queued::Done
+}
+
 fn refuses_gso(errno: i32) -> bool {
     matches!(
         errno,

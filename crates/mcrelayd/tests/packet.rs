@@ -131,6 +131,7 @@ fn an_unroutable_source_is_relayed_by_packet_ingress_only() {
         "{out}"
     );
     assert_eq!(field(&out, "max_len"), 9000, "{out}");
+    assert!(log.contains("packet ingress on a TPACKET_V3 ring"), "{log}");
     let flow = ["flow=rpf", "packets_in"];
     assert_eq!(counter(&log, &flow, "packets_in"), 1000);
     assert_eq!(counter(&log, &flow, "drop_oversize"), 200);

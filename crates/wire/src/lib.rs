@@ -18,6 +18,7 @@ pub mod bpf;
 pub mod checksum;
 pub mod frame;
 pub mod testframes;
+pub mod tpacket;
 
 pub use frame::{Datagram, FlowMatch, Reject, parse};
 
@@ -49,4 +50,7 @@ pub fn fuzz_frame(data: &[u8]) {
         }
     }
     let _ = auxdata::status(data);
+    for f in tpacket::frames(data).take(64).flatten() {
+        let _ = parse(f.bytes, &flows[0], f.verify_checksum);
+    }
 }
