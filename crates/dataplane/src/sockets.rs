@@ -77,6 +77,58 @@ pub fn receive_drops(socket: &impl AsRawFd) -> Option<u64> {
     (rc == 0 && drops < filled).then(|| u64::from(info[drops]))
 }
 
+/// The kernel's drop count for one flow's ingress, read by the control
+/// plane from a duplicate of the ingress socket while the worker uses the
+/// original. A UDP socket counts socket-buffer overflows (`SO_MEMINFO`); a
+/// packet socket counts every frame it dropped, ring full included, in
+/// `PACKET_STATISTICS` — which resets on each read, so the reads are
+/// summed here.
+#[derive(Debug)]
+pub struct KernelDrops {
+    fd: std::os::fd::OwnedFd,
+    packet_drops: std::sync::atomic::AtomicU64,
+}
+
+impl KernelDrops {
+    /// Watch `fd` (a duplicate of a flow's ingress socket).
+    pub fn new(fd: std::os::fd::OwnedFd) -> Self {
+        Self {
+            fd,
+            packet_drops: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// Drops so far.
+    pub fn get(&self) -> u64 {
+        use std::sync::atomic::Ordering::Relaxed;
+        match packet_statistics_drops(&self.fd) {
+            Some(new) => self.packet_drops.fetch_add(new, Relaxed) + new,
+            None => receive_drops(&self.fd).unwrap_or(0),
+        }
+    }
+}
+
+/// `tp_drops` of `PACKET_STATISTICS` since the last read, or `None` for a
+/// socket that isn't AF_PACKET.
+fn packet_statistics_drops(socket: &impl AsRawFd) -> Option<u64> {
+    // `struct tpacket_stats_v3`: tp_packets, tp_drops, tp_freeze_q_cnt (the
+    // first two are `struct tpacket_stats` for older ring versions).
+    let mut stats = [0u32; 3];
+    let mut len = libc::socklen_t::try_from(size_of_val(&stats)).ok()?;
+    // SAFETY: `stats` is a writable buffer of `len` bytes and `len` a valid
+    // in/out length; the kernel writes at most `len` bytes.
+    let rc = unsafe {
+        libc::getsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_PACKET,
+            libc::PACKET_STATISTICS,
+            stats.as_mut_ptr().cast(),
+            &raw mut len,
+        )
+    };
+    (rc == 0).then(|| u64::from(stats[1]))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -85,6 +137,8 @@ mod tests {
     fn a_fresh_socket_has_dropped_nothing() {
         let s = UdpSocket::bind("127.0.0.1:0").expect("bind");
         assert_eq!(receive_drops(&s), Some(0));
+        assert_eq!(packet_statistics_drops(&s), None, "not a packet socket");
+        assert_eq!(KernelDrops::new(s.into()).get(), 0);
     }
 
     #[test]

@@ -617,9 +617,12 @@ impl Worker {
                     let Some(flow) = self.flows[f].as_mut() else {
                         continue;
                     };
-                    if flow.armed || flow.removing {
+                    if flow.removing {
                         continue;
                     }
+                    // A socket flow's pause cancelled its receive; a ring
+                    // flow's poll stays armed and its pause only stopped
+                    // the walk.
                     if flow.paused {
                         if !flow.drained() {
                             continue;
@@ -631,7 +634,9 @@ impl Worker {
                             self.service_ring(f);
                         }
                     }
-                    self.arm_receive(f);
+                    if self.flows[f].as_ref().is_some_and(|fl| !fl.armed) {
+                        self.arm_receive(f);
+                    }
                 }
             }
             self.finish_removals();

@@ -57,7 +57,7 @@ struct FlowEntry {
     /// While it runs, a second handle on the ingress socket, to read the
     /// kernel's drop count; dropped when the flow stops (so its group is
     /// left).
-    ingress: Option<std::os::fd::OwnedFd>,
+    ingress: Option<mcrelay_dataplane::sockets::KernelDrops>,
     /// Kernel drops counted by earlier ingress sockets (before pauses).
     kernel_drops_before: u64,
     state: FlowState,
@@ -69,8 +69,7 @@ impl FlowEntry {
         let now = self
             .ingress
             .as_ref()
-            .and_then(mcrelay_dataplane::sockets::receive_drops)
-            .unwrap_or(0);
+            .map_or(0, mcrelay_dataplane::sockets::KernelDrops::get);
         self.kernel_drops_before.saturating_add(now)
     }
 
@@ -844,11 +843,14 @@ fn new_entry(flow: &Flow, worker: usize) -> FlowEntry {
     }
 }
 
-fn clone_ingress(opened: &FlowSockets) -> anyhow::Result<std::os::fd::OwnedFd> {
-    opened
+fn clone_ingress(
+    opened: &FlowSockets,
+) -> anyhow::Result<mcrelay_dataplane::sockets::KernelDrops> {
+    let fd = opened
         .ingress
         .try_clone_fd()
-        .context("duplicating the ingress socket for its drop counter")
+        .context("duplicating the ingress socket for its drop counter")?;
+    Ok(mcrelay_dataplane::sockets::KernelDrops::new(fd))
 }
 
 /// A flow's `core` picks its worker; otherwise the worker with the least
