@@ -43,6 +43,9 @@ pub struct PacketRing {
     blocks: usize,
     /// The block the kernel fills next, in order.
     next: usize,
+    /// Frames of block `next` already handled (a walk may stop mid-block
+    /// and resume there).
+    pub done: usize,
 }
 
 fn setsockopt<T>(fd: RawFd, name: libc::c_int, value: &T) -> io::Result<()> {
@@ -105,6 +108,7 @@ impl PacketRing {
             block_bytes,
             blocks,
             next: 0,
+            done: 0,
         })
     }
 

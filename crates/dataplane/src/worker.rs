@@ -315,6 +315,8 @@ struct Flow {
     paused: bool,
     /// Packet ingress: the frames' filter, checked again per frame.
     packet: Option<mcrelay_wire::FlowMatch>,
+    /// Packet ingress: frames are left in the ring for the next turn.
+    ring_pending: bool,
     /// Packet ingress: the mapped `TPACKET_V3` ring (`None`: frames are
     /// read with multishot recvmsg instead). Unmapped before the socket
     /// closes (field order).
@@ -359,6 +361,7 @@ impl Flow {
             name: f.name,
             fd: f.ingress.fd(),
             packet: f.ingress.packet_filter(),
+            ring_pending: false,
             ring,
             outputs,
             counters: f.counters,
@@ -579,7 +582,9 @@ impl Worker {
                     break;
                 }
             }
-            match self.ring.submitter().submit_with_args(1, &args) {
+            // Frames left in a ring: look for completions, don't wait.
+            let want = usize::from(!self.flows.iter().flatten().any(|f| f.ring_pending));
+            match self.ring.submitter().submit_with_args(want, &args) {
                 Ok(_) => {}
                 Err(e)
                     if matches!(
@@ -633,6 +638,9 @@ impl Worker {
                             // Blocks filled meanwhile wake nobody: walk them.
                             self.service_ring(f);
                         }
+                    }
+                    if self.flows[f].as_ref().is_some_and(|fl| fl.ring_pending && !fl.paused) {
+                        self.service_ring(f);
                     }
                     if self.flows[f].as_ref().is_some_and(|fl| !fl.armed) {
                         self.arm_receive(f);
@@ -957,64 +965,69 @@ impl Worker {
         }
     }
 
-    /// Packet ingress on a ring: relay every frame of every block the
-    /// kernel has handed over, handing each block back after it. A flow
-    /// whose outputs are all full stops here (its ring fills and the kernel
-    /// drops the excess, counted) until they drain.
+    /// Packet ingress on a ring: relay the frames the kernel has handed
+    /// over, at most a completion batch's worth per call (so completions
+    /// are reaped between batches, as for socket ingress), handing each
+    /// block back once walked. Sets `ring_pending` when frames are left.
+    /// A flow whose outputs are all full stops here; the frames wait in the
+    /// ring (and once it is full the kernel drops, counted) until they
+    /// drain.
     fn service_ring(&mut self, f: usize) {
         let Some(flow) = self.flows.get_mut(f).and_then(Option::as_mut) else {
             return;
         };
+        flow.ring_pending = false;
         let (Some(mut ring), Some(filter)) = (flow.ring.take(), flow.packet) else {
             return;
         };
-        // Each frame may queue a send per output; the queues hold 64, so
-        // hand them to the kernel every 32 frames (and first, for what
-        // this completion batch already queued).
+        // Each frame may queue a send per output; the queues hold
+        // `PENDING_CAPACITY`: hand them to the kernel first (what this
+        // completion batch queued) and every 32 frames.
         self.flush_sends();
-        let mut since_flush = 0;
-        for _ in 0..ring.blocks() {
-            let Some(flow) = self.flows.get_mut(f).and_then(Option::as_mut) else {
-                break;
-            };
-            if flow.paused {
-                break;
-            }
-            let Some(block) = ring.next_block() else {
-                break;
-            };
-            for frame in mcrelay_wire::tpacket::frames(block) {
+        let mut budget = CQE_BATCH;
+        let mut done = ring.done;
+        'blocks: while let Some(block) = ring.next_block() {
+            for frame in mcrelay_wire::tpacket::frames(block).skip(done) {
                 let Some(flow) = self.flows.get_mut(f).and_then(Option::as_mut) else {
-                    break;
+                    break 'blocks;
                 };
-                let payload = match frame.and_then(|fr| {
+                if budget == 0 {
+                    flow.ring_pending = true;
+                    break 'blocks;
+                }
+                let payload = frame.and_then(|fr| {
                     mcrelay_wire::parse(fr.bytes, &filter, fr.verify_checksum)
                         .map(|d| &fr.bytes[d.payload])
-                }) {
-                    Ok(payload) => payload,
-                    Err(reason) => {
-                        flow.counters.frames.count(reason);
-                        continue;
+                });
+                match payload {
+                    Ok(payload) => {
+                        let parts = Parts {
+                            pool: &mut self.pool,
+                            in_flight: &mut self.in_flight,
+                            dirty: &mut self.dirty,
+                        };
+                        if copy_and_queue(flow, f, payload, parts) == Queued::AllOutputsFull {
+                            // This one is dropped (counted per output as
+                            // backlog, as on a socket); the frames after it
+                            // wait in the ring.
+                            flow.paused = true;
+                            done += 1;
+                            break 'blocks;
+                        }
                     }
-                };
-                let parts = Parts {
-                    pool: &mut self.pool,
-                    in_flight: &mut self.in_flight,
-                    dirty: &mut self.dirty,
-                };
-                if copy_and_queue(flow, f, payload, parts) == Queued::AllOutputsFull {
-                    // The rest of this block is counted as backlog drops
-                    // (no copies); later blocks wait in the ring.
-                    flow.paused = true;
+                    Err(reason) => flow.counters.frames.count(reason),
                 }
-                since_flush += 1;
-                if since_flush == 32 {
-                    since_flush = 0;
+                done += 1;
+                budget -= 1;
+                if budget % 32 == 0 {
                     self.flush_sends();
                 }
             }
             ring.release_block();
+            done = 0;
         }
+        ring.done = done;
+        self.flush_sends();
         if let Some(flow) = self.flows.get_mut(f).and_then(Option::as_mut) {
             flow.ring = Some(ring);
         }
