@@ -639,7 +639,10 @@ impl Worker {
                             self.service_ring(f);
                         }
                     }
-                    if self.flows[f].as_ref().is_some_and(|fl| fl.ring_pending && !fl.paused) {
+                    if self.flows[f]
+                        .as_ref()
+                        .is_some_and(|fl| fl.ring_pending && !fl.paused)
+                    {
                         self.service_ring(f);
                     }
                     if self.flows[f].as_ref().is_some_and(|fl| !fl.armed) {

@@ -843,9 +843,7 @@ fn new_entry(flow: &Flow, worker: usize) -> FlowEntry {
     }
 }
 
-fn clone_ingress(
-    opened: &FlowSockets,
-) -> anyhow::Result<mcrelay_dataplane::sockets::KernelDrops> {
+fn clone_ingress(opened: &FlowSockets) -> anyhow::Result<mcrelay_dataplane::sockets::KernelDrops> {
     let fd = opened
         .ingress
         .try_clone_fd()
