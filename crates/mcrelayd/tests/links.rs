@@ -15,24 +15,6 @@ use common::*;
 /// How soon a flow must relay again once its interface is back.
 const RESUME_WITHIN: Duration = Duration::from_secs(2);
 
-/// `mcrelayctl --socket SOCKET args...`: exit code and output.
-fn ctl(socket: &Path, args: &[&str]) -> (i32, String) {
-    let out = Command::new(mcrelayctl())
-        .arg("--socket")
-        .arg(socket)
-        .args(args)
-        .output()
-        .expect("mcrelayctl");
-    (
-        out.status.code().unwrap_or(-1),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
-}
-
 /// The daemon's snapshot, through `mcrelayctl flows --json`.
 fn snapshot(socket: &Path) -> Snapshot {
     let (code, json) = ctl(socket, &["flows", "--json"]);

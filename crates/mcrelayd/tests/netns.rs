@@ -3,7 +3,6 @@
 //! Needs root (CI runs as root); skips with a message otherwise.
 
 use std::fs;
-use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -355,24 +354,6 @@ outputs = [
         refused > 0,
         "port-unreachable sends are counted as errors:\n{log}"
     );
-}
-
-/// `mcrelayctl --socket SOCKET args...`: exit code and stdout.
-fn ctl(socket: &Path, args: &[&str]) -> (i32, String) {
-    let out = Command::new(mcrelayctl())
-        .arg("--socket")
-        .arg(socket)
-        .args(args)
-        .output()
-        .expect("mcrelayctl");
-    (
-        out.status.code().unwrap_or(-1),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
 }
 
 /// A number from the JSON that `mcrelayctl ... --json` printed: the value

@@ -385,3 +385,21 @@ fn lock_exclusive(file: &fs::File) {
     let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
     assert_eq!(rc, 0, "flock: {}", std::io::Error::last_os_error());
 }
+
+/// `mcrelayctl --socket SOCKET args...`: exit code and output.
+pub fn ctl(socket: &Path, args: &[&str]) -> (i32, String) {
+    let out = Command::new(mcrelayctl())
+        .arg("--socket")
+        .arg(socket)
+        .args(args)
+        .output()
+        .expect("mcrelayctl");
+    (
+        out.status.code().unwrap_or(-1),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
