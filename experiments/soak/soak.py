@@ -55,6 +55,7 @@ class Soak:
         self.a, self.r, self.b = f"soak-a-{tag}", f"soak-r-{tag}", f"soak-b-{tag}"
         self.dir = Path(f"/tmp/mcrelay-soak-{tag}")
         self.procs = []
+        self.old_backlog = None
 
     def ip(self, ns, *args):
         return sh("ip", "-n", ns, *args)
@@ -78,6 +79,11 @@ class Soak:
             sh("ip", "netns", "exec", self.r, "sysctl", "-qw", f"net.ipv4.conf.{key}.rp_filter=0")
         # Steer each namespace's receive work as the benchmark does: R's to
         # the relay CPU, B's to the harness CPU.
+        # As the throughput benchmark does: a short stall of the relay CPU
+        # must not overflow the default 1000-packet backlog (operations.md,
+        # kernel tuning); restored on the way out.
+        self.old_backlog = sh("sysctl", "-n", "net.core.netdev_max_backlog").strip()
+        sh("sysctl", "-qw", f"net.core.netdev_max_backlog={self.o.netdev_max_backlog}")
         rmask, hmask = f"{1 << self.o.relay_cpu:x}", f"{1 << self.o.harness_cpu:x}"
         sh("ip", "netns", "exec", self.r, "sh", "-c", f"echo {rmask} > /sys/class/net/vRA/queues/rx-0/rps_cpus")
         for _, bdev, _ in outs:
@@ -90,6 +96,9 @@ class Soak:
                 p.wait()
         for ns in (self.a, self.r, self.b):
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        if self.old_backlog is not None:
+            subprocess.run(["sysctl", "-qw", f"net.core.netdev_max_backlog={self.old_backlog}"])
+            self.old_backlog = None
 
     def spawn(self, ns, args, out, cpu=None):
         prefix = ["taskset", "-c", str(cpu)] if cpu is not None else []
@@ -123,6 +132,11 @@ class Soak:
     def ctl(self, *args):
         return sh("ip", "netns", "exec", self.r, str(self.o.mcrelayctl),
                   "--socket", str(self.dir / "control.sock"), *args, check=False)
+
+    @staticmethod
+    def softnet_drops():
+        """Packets dropped because a CPU's input backlog was full, all CPUs."""
+        return sum(int(line.split()[1], 16) for line in Path("/proc/net/softnet_stat").read_text().splitlines())
 
     def rss_kib(self, pid):
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -170,6 +184,7 @@ class Soak:
                        self.dir / "send-churn.json", cpu=o.harness_cpu),
         ]
         start = time.time()
+        softnet_before = self.softnet_drops()
         samples, events = [], []
         next_reload, next_flap, churn = o.reload_every, o.flap_every, False
         flap_up_at = None
@@ -202,6 +217,7 @@ class Soak:
             s.wait()
         time.sleep(2)
         in_use_after = self.pools_in_use()
+        softnet_dropped = self.softnet_drops() - softnet_before
         status = self.ctl("status")
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(timeout=10)
@@ -223,6 +239,7 @@ class Soak:
             "events": events,
             "samples": samples,
             "pool_in_use_after_traffic": in_use_after,
+            "softnet_backlog_drops": softnet_dropped,
             "rss_growth_after_first_minute_kib": rss_growth,
             "status_at_end": status,
             "final_lines": [l for l in (self.dir / "mcrelayd.log").read_text().splitlines() if l.startswith("final")],
@@ -244,6 +261,7 @@ def main():
     ap.add_argument("--flap-every", type=float, default=60)
     ap.add_argument("--flap-down", type=float, default=5)
     ap.add_argument("--rss-slack-kib", type=int, default=1024)
+    ap.add_argument("--netdev-max-backlog", type=int, default=10000)
     ap.add_argument("--relay-cpu", type=int, default=1)
     ap.add_argument("--harness-cpu", type=int, default=0)
     ap.add_argument("--mcrelayd", type=Path, required=True)
@@ -270,6 +288,7 @@ def main():
     for g in STEADY_OUT + ["239.3.3.1:6001"]:
         r = result["receivers"][g]
         log(f"{g}: valid {r['valid']} lost {r['lost']} dup {r['duplicates']} reordered {r['reordered']}")
+    log(f"softnet backlog drops during the run (outside mcrelay): {result['softnet_backlog_drops']}")
     log(f"pool in use after traffic: {result['pool_in_use_after_traffic']}; "
         f"RSS growth after the first minute: {result['rss_growth_after_first_minute_kib']} KiB")
     log(f"pass: {result['pass']} -> {path}")
