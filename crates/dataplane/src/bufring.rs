@@ -21,12 +21,9 @@ use io_uring::types::BufRingEntry;
 
 /// Bytes per receive buffer: above the largest pool class (9000 B), so a
 /// datagram too large to relay is seen as such (and counted) rather than
-/// silently truncated to a relayable size; and room for a whole frame of a
-/// 9216-byte MTU with two VLAN tags behind the 16-byte recvmsg header and
-/// the auxdata control message (packet ingress), so a jumbo frame is parsed
-/// (e.g. counted as a fragment), not cut.
-pub const RECEIVE_BUFFER_BYTES: usize = 9344;
-#[allow(clippy::cast_possible_truncation)] // 9344 fits
+/// silently truncated to a relayable size.
+pub const RECEIVE_BUFFER_BYTES: usize = 9216;
+#[allow(clippy::cast_possible_truncation)] // 9216 fits
 pub(crate) const BUFFER_LEN: u32 = RECEIVE_BUFFER_BYTES as u32;
 
 #[derive(Debug)]

@@ -15,11 +15,13 @@
 #![allow(unsafe_code)]
 
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{BorrowedFd, RawFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use mcrelay_wire::tpacket::BLOCK_STATUS;
+
+use crate::sockets::setsockopt;
 
 /// Bytes per block: room for ~90 full-size 1316-byte frames, and for any
 /// jumbo frame.
@@ -48,27 +50,16 @@ pub struct PacketRing {
     pub done: usize,
 }
 
-fn setsockopt<T>(fd: RawFd, name: libc::c_int, value: &T) -> io::Result<()> {
-    let len = libc::socklen_t::try_from(size_of::<T>())
-        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    // SAFETY: `value` points to a live `T` of `len` bytes for the call; the
-    // kernel only reads it.
-    let rc =
-        unsafe { libc::setsockopt(fd, libc::SOL_PACKET, name, (value as *const T).cast(), len) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
 impl PacketRing {
     /// Switch the packet socket `fd` (no ring yet) to `TPACKET_V3` with a
     /// ring of [`BLOCKS`] × [`BLOCK_BYTES`] and map it. No privilege is
     /// needed: the socket is already open.
     pub fn new(fd: RawFd) -> io::Result<Self> {
+        // SAFETY: `fd` is the flow's ingress socket, which the caller keeps
+        // open for this call (and the ring's lifetime).
+        let socket = unsafe { BorrowedFd::borrow_raw(fd) };
         let version = libc::tpacket_versions::TPACKET_V3 as libc::c_int;
-        setsockopt(fd, libc::PACKET_VERSION, &version)?;
+        setsockopt(&socket, libc::SOL_PACKET, libc::PACKET_VERSION, &version)?;
         // V3 frames are variable-length; the frame size only has to divide
         // the block.
         let frame_size = 2048u32;
@@ -81,7 +72,7 @@ impl PacketRing {
             tp_sizeof_priv: 0,
             tp_feature_req_word: 0,
         };
-        setsockopt(fd, libc::PACKET_RX_RING, &req)?;
+        setsockopt(&socket, libc::SOL_PACKET, libc::PACKET_RX_RING, &req)?;
         let block_bytes = BLOCK_BYTES as usize;
         let blocks = BLOCKS as usize;
         let len = block_bytes * blocks;

@@ -8,11 +8,9 @@ use std::mem::size_of;
 use std::net::UdpSocket;
 use std::os::fd::AsRawFd;
 
-use socket2::Socket;
-
 /// `setsockopt` with a plain-data value.
-fn setsockopt<T>(
-    socket: &Socket,
+pub(crate) fn setsockopt<T>(
+    socket: &impl AsRawFd,
     level: libc::c_int,
     name: libc::c_int,
     value: &T,
@@ -41,14 +39,7 @@ fn setsockopt<T>(
 /// the socket's default segment size to 0 (no segmentation) succeeds exactly
 /// when the option exists. Probed once per output, before the flow starts.
 pub fn supports_gso(socket: &UdpSocket) -> bool {
-    let socket = socket2::SockRef::from(socket);
-    setsockopt(
-        &socket,
-        libc::SOL_UDP,
-        libc::UDP_SEGMENT,
-        &0 as &libc::c_int,
-    )
-    .is_ok()
+    setsockopt(socket, libc::SOL_UDP, libc::UDP_SEGMENT, &0 as &libc::c_int).is_ok()
 }
 
 /// `SO_MEMINFO` (asm-generic value, as on x86-64 and aarch64; libc doesn't

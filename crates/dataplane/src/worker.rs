@@ -29,7 +29,7 @@ use crate::bufring::{BUFFER_LEN, ProvidedBuffers};
 use crate::counters::{FlowCounters, FlowStats, LoopCounters, OutputCounters};
 use crate::egress::{GsoTable, Pending, PendingSends};
 use crate::inflight::InFlight;
-use crate::ingress::{IngressSocket, PacketReceive};
+use crate::ingress::IngressSocket;
 use crate::packet_ring::PacketRing;
 use crate::submit::{MAX_FLOWS, Submit, UserData};
 
@@ -317,9 +317,9 @@ struct Flow {
     packet: Option<mcrelay_wire::FlowMatch>,
     /// Packet ingress: frames are left in the ring for the next turn.
     ring_pending: bool,
-    /// Packet ingress: the mapped `TPACKET_V3` ring (`None`: frames are
-    /// read with multishot recvmsg instead). Unmapped before the socket
-    /// closes (field order).
+    /// Packet ingress: the mapped `TPACKET_V3` ring (`None` only if it
+    /// could not be set up: then the flow receives nothing, logged).
+    /// Unmapped before the socket closes (field order).
     ring: Option<PacketRing>,
     /// Closed when the flow goes (which leaves its group), after the ring
     /// no longer names its fd.
@@ -335,7 +335,7 @@ impl Flow {
                     Some(ring)
                 }
                 Err(e) => {
-                    tracing::warn!(flow = %f.name, "no TPACKET_V3 ring ({e}); reading frames with recvmsg");
+                    tracing::error!(flow = %f.name, "no TPACKET_V3 ring ({e}): this packet flow receives nothing");
                     None
                 }
             }
@@ -416,8 +416,6 @@ struct Worker {
     flows: Vec<Option<Flow>>,
     /// Outputs with queued sends, each once: (flow, output).
     dirty: Vec<(u16, u16)>,
-    /// The `msghdr` of packet-ingress receives.
-    packet_receive: PacketReceive,
     multishot: bool,
     gso_enabled: bool,
     index: usize,
@@ -536,7 +534,6 @@ impl Worker {
             // in flight holds a pool buffer.
             gso: GsoTable::with_capacity(capacity / 2 + 1),
             dirty: Vec::with_capacity(output_count.max(64)),
-            packet_receive: PacketReceive::new(),
             flows,
             multishot,
             gso_enabled,
@@ -788,24 +785,8 @@ impl Worker {
                 .multi(true)
                 .build()
         } else if flow.packet.is_some() {
-            if !self.multishot {
-                // Frames arrive with a header and control data that only
-                // multishot recvmsg lays out in a provided buffer.
-                if !flow.error_logged {
-                    flow.counters.receive_errors.inc();
-                    tracing::error!(
-                        worker = self.index,
-                        flow = %flow.name,
-                        "ingress = \"packet\" needs multishot receive with provided buffers (Linux 6.0+; not with --receive single): this flow receives nothing"
-                    );
-                }
-                if let Some(flow) = self.flows[f].as_mut() {
-                    flow.error_logged = true;
-                }
-                return;
-            }
-            opcode::RecvMsgMulti::new(Fd(flow.fd), self.packet_receive.header(), self.bufs.group())
-                .build()
+            // Its ring could not be set up (logged when the flow was added).
+            return;
         } else if self.multishot {
             opcode::RecvMulti::new(Fd(flow.fd), self.bufs.group()).build()
         } else {
@@ -926,18 +907,7 @@ impl Worker {
             return;
         };
         let len = result.unsigned_abs() as usize;
-        let payload = match flow.packet {
-            None => Some(0..len),
-            Some(filter) => match self.bufs.filled(id, len) {
-                Some(buffer) => self
-                    .packet_receive
-                    .payload(buffer, &filter, &flow.counters.frames),
-                None => None,
-            },
-        };
-        if let Some(payload) = payload {
-            self.relay(f, id, payload);
-        }
+        self.relay(f, id, len);
         if self.multishot {
             self.bufs.recycle(id);
         }
@@ -945,15 +915,13 @@ impl Worker {
 
     /// The packet path: classify, take, copy, queue the datagram on every
     /// output that has room.
-    fn relay(&mut self, f: usize, id: u16, payload: std::ops::Range<usize>) {
-        let Some(flow) = self.flows.get_mut(f).and_then(Option::as_mut) else {
+    fn relay(&mut self, f: usize, id: u16, len: usize) {
+        let (Some(flow), Some(bytes)) = (
+            self.flows.get_mut(f).and_then(Option::as_mut),
+            self.bufs.filled(id, len),
+        ) else {
             return;
         };
-        let bytes = self
-            .bufs
-            .filled(id, payload.end)
-            .and_then(|b| b.get(payload))
-            .unwrap_or_default();
         let parts = Parts {
             pool: &mut self.pool,
             in_flight: &mut self.in_flight,

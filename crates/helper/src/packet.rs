@@ -30,8 +30,7 @@ pub fn flow_match(input: &Input) -> FlowMatch {
 }
 
 /// Open the packet socket of a flow: filter attached and locked before it
-/// is bound (so no other frame is ever queued), auxdata on (the worker learns
-/// whether a checksum still needs checking), frames this host sends
+/// is bound (so no other frame is ever queued), frames this host sends
 /// ignored, receive buffer as configured, bound to the input interface.
 /// For a multicast input, also a UDP socket joined to the group there.
 pub fn open_packet_ingress(input: &Input, ifindex: u32) -> io::Result<Ingress> {
@@ -50,12 +49,6 @@ pub fn open_packet_ingress(input: &Input, ifindex: u32) -> io::Result<Ingress> {
         &socket,
         libc::SOL_SOCKET,
         libc::SO_LOCK_FILTER,
-        &1 as &libc::c_int,
-    )?;
-    setsockopt(
-        &socket,
-        libc::SOL_PACKET,
-        libc::PACKET_AUXDATA,
         &1 as &libc::c_int,
     )?;
     // The filter drops outgoing frames too; this spares the kernel cloning

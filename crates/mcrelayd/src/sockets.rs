@@ -83,12 +83,15 @@ impl Opener {
                 let mut opened = client
                     .open_flow(&flow.name)
                     .with_context(|| format!("flow {:?}: the privileged helper", flow.name))?;
-                // A packet flow on a group: the membership socket comes last.
-                let membership = (flow.input.ingress == IngressKind::Packet
+                // A packet flow on a group: the membership socket comes
+                // last (the count check below catches one that's missing).
+                let membership = if flow.input.ingress == IngressKind::Packet
                     && flow.input.address.is_multicast()
-                    && opened.outputs.len() == flow.outputs.len() + 1)
-                    .then(|| opened.outputs.pop())
-                    .flatten();
+                {
+                    opened.outputs.pop()
+                } else {
+                    None
+                };
                 if opened.outputs.len() != flow.outputs.len() {
                     bail!(
                         "flow {:?}: the helper opened {} outputs, the config has {} (do the daemon and the helper read the same file?)",

@@ -64,35 +64,6 @@ fn sent(f: &FlowSnapshot) -> u64 {
     f.outputs.iter().map(|o| o.packets_out).sum()
 }
 
-/// A validating receiver in namespace `ns` on `interface` (the common one
-/// is fixed to B's vB); returns once it has joined.
-fn receiver_at(t: &Topology, ns: &str, interface: &str, group: &str, expect: u64) -> Child {
-    let ready = t.dir.join(format!(
-        "ready-{ns}-{}",
-        group.replace([':', '[', ']', '.'], "_")
-    ));
-    let child = t
-        .command(ns, &loadgen())
-        .args(["recv", "--group", group, "--interface", interface, "--json"])
-        .args(["--duration", "30", "--idle-exit", "2", "--expect"])
-        .arg(expect.to_string())
-        .arg("--ready-file")
-        .arg(&ready)
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn receiver");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !ready.exists() {
-        assert!(
-            Instant::now() < deadline,
-            "receiver for {group} never joined"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    std::thread::sleep(Duration::from_millis(50));
-    child
-}
-
 /// A paced sender in namespace `ns`, in the background.
 fn sender_at(
     t: &Topology,
@@ -454,7 +425,7 @@ outputs = [ {{ interface = "vRC", address = "239.2.2.3", port = 6000, ttl = {ttl
         created.elapsed()
     );
     assert_eq!(f.interface_pauses, 0, "waiting is not a pause");
-    let rx = receiver_at(&t, &t.b, "vC", "239.2.2.3:6000", 500);
+    let rx = t.receiver_on("vC", "239.2.2.3:6000", 500, &[]);
     t.send("239.1.1.3:5000", &["--count", "500", "--rate", "5000"]);
     let out = finish(rx);
     // Deleted again: the flow waits for it again, and that counts as a

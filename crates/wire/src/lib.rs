@@ -1,7 +1,8 @@
 //! Bytes on the wire, before they are a datagram: where AF_PACKET ingress
 //! (`ingress = "packet"`) sits in the packet path. The privileged helper
 //! attaches [`bpf::flow_filter`] to a flow's packet socket so the kernel
-//! passes only that flow's frames; the worker reads each frame with
+//! passes only that flow's frames; the worker walks the frames of its
+//! TPACKET_V3 ring blocks with [`tpacket::frames`] and reads each with
 //! [`frame::parse`] — Ethernet with up to two VLAN tags, IPv4 with options,
 //! IPv6 with extension headers, UDP with its length and checksum checked —
 //! and relays the payload it finds exactly as socket ingress would. Every
@@ -9,11 +10,10 @@
 //! worker counts.
 //!
 //! Pure: no sockets, no allocation in [`frame::parse`] or
-//! [`auxdata::status`], no `unsafe`, no panics on any input (each read
+//! [`tpacket::frames`], no `unsafe`, no panics on any input (each read
 //! checks the length first). Fuzzed through [`fuzz_frame`].
 #![forbid(unsafe_code)]
 
-pub mod auxdata;
 pub mod bpf;
 pub mod checksum;
 pub mod frame;
@@ -49,7 +49,6 @@ pub fn fuzz_frame(data: &[u8]) {
             }
         }
     }
-    let _ = auxdata::status(data);
     for f in tpacket::frames(data).take(64).flatten() {
         let _ = parse(f.bytes, &flows[0], f.verify_checksum);
     }

@@ -3,7 +3,7 @@
 //! ([`uring`]) against a mmapped `TPACKET_V3` ring ([`tpacket`]). Both read
 //! the same kind of socket — opened by the product's helper
 //! (`mcrelay_helper::packet::open_packet_ingress`: the flow's BPF filter
-//! from `mcrelay_wire::bpf::flow_filter`, locked, `PACKET_AUXDATA` on,
+//! from `mcrelay_wire::bpf::flow_filter`, locked (`uring` turns `PACKET_AUXDATA` on itself),
 //! bound to the interface, group joined) — and parse every frame with
 //! `mcrelay_wire::parse`, counting frames and payload bytes. Neither copies
 //! the payload onwards: the worker's copy into a pool buffer would cost the
@@ -15,6 +15,7 @@
 //! into medians and a Markdown table. See README.md.
 #![deny(unsafe_code)]
 
+mod auxdata;
 mod os;
 mod tpacket;
 mod uring;

@@ -22,11 +22,15 @@ use std::time::Duration;
 
 use io_uring::types::{BufRingEntry, Fd, RecvMsgOut, SubmitArgs, Timespec};
 use io_uring::{IoUring, cqueue, opcode};
-use mcrelay_wire::{FlowMatch, Reject, auxdata};
+use mcrelay_wire::{FlowMatch, Reject};
+
+use crate::auxdata;
+use crate::os::setsockopt;
 
 use crate::Counts;
 
-/// Bytes per receive buffer, as the worker's (`RECEIVE_BUFFER_BYTES`).
+/// Bytes per receive buffer, as the worker's were when this was measured
+/// (its fallback recvmsg path, since removed, needed room for the header).
 pub const BUFFER_BYTES: usize = 9344;
 const BUFFER_LEN: u32 = 9344;
 const GROUP: u16 = 0;
@@ -186,6 +190,13 @@ impl UringReceiver {
         min_wait_us: u32,
         defer_taskrun: bool,
     ) -> io::Result<Self> {
+        // The frame's checksum state arrives as a control message.
+        setsockopt(
+            socket,
+            libc::SOL_PACKET,
+            libc::PACKET_AUXDATA,
+            &1 as &libc::c_int,
+        )?;
         let mut builder = IoUring::builder();
         builder.setup_cqsize(1024).setup_single_issuer();
         if defer_taskrun {

@@ -235,19 +235,25 @@ impl Topology {
         relay
     }
 
-    /// Start a validating receiver in B; returns once it has joined.
+    /// Start a validating receiver in B on vB; returns once it has joined.
     pub fn receiver(&self, group: &str, expect: u64, extra: &[&str]) -> Child {
+        self.receiver_on("vB", group, expect, extra)
+    }
+
+    /// A validating receiver in B joined on `interface`.
+    pub fn receiver_on(&self, interface: &str, group: &str, expect: u64, extra: &[&str]) -> Child {
         let idle = if extra.contains(&"--idle-exit") {
             &[][..]
         } else {
             &["--idle-exit", "2"][..]
         };
-        let ready = self
-            .dir
-            .join(format!("ready-{}", group.replace([':', '[', ']'], "_")));
+        let ready = self.dir.join(format!(
+            "ready-{interface}-{}",
+            group.replace([':', '[', ']'], "_")
+        ));
         let child = self
             .command(&self.b, &loadgen())
-            .args(["recv", "--group", group, "--interface", "vB", "--json"])
+            .args(["recv", "--group", group, "--interface", interface, "--json"])
             .args(if extra.contains(&"--duration") {
                 &[][..]
             } else {

@@ -1,3 +1,6 @@
+//! (Only the `uring` method uses this; the product reads a TPACKET_V3
+//! ring, whose frame headers carry the same status.)
+//!
 //! The kernel's note on a captured frame (`PACKET_AUXDATA` control
 //! message): whether the UDP checksum still needs checking. A frame from
 //! this host's own stack over a virtual link (veth, a VM's virtio) carries
@@ -52,39 +55,4 @@ pub fn status(control: &[u8]) -> Option<u32> {
 /// software. Without auxdata: yes.
 pub fn checksum_needs_checking(control: &[u8]) -> bool {
     status(control).is_none_or(|s| s & (TP_STATUS_CSUMNOTREADY | TP_STATUS_CSUM_VALID) == 0)
-}
-
-/// A control buffer holding one auxdata message with `tp_status`, as the
-/// kernel writes it (for tests).
-pub fn encode(tp_status: u32) -> [u8; CONTROL_BYTES] {
-    let mut c = [0u8; CONTROL_BYTES];
-    c[..WORD].copy_from_slice(&(HEADER + 20).to_ne_bytes());
-    c[WORD..WORD + 4].copy_from_slice(&SOL_PACKET.to_ne_bytes());
-    c[WORD + 4..WORD + 8].copy_from_slice(&PACKET_AUXDATA.to_ne_bytes());
-    c[align(HEADER)..align(HEADER) + 4].copy_from_slice(&tp_status.to_ne_bytes());
-    c
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn checksum_status_is_read_from_the_auxdata() {
-        assert!(checksum_needs_checking(&encode(1)), "TP_STATUS_USER only");
-        assert!(!checksum_needs_checking(&encode(
-            1 | TP_STATUS_CSUMNOTREADY
-        )));
-        assert!(!checksum_needs_checking(&encode(TP_STATUS_CSUM_VALID)));
-        assert!(checksum_needs_checking(&[]), "no auxdata: check");
-    }
-
-    #[test]
-    fn hostile_control_bytes_are_harmless() {
-        assert_eq!(status(&[0xff; 64]), None);
-        assert_eq!(status(&[0; 64]), None, "a zero cmsg_len stops the walk");
-        let mut c = encode(5);
-        c[0] = 0xff;
-        assert_eq!(status(&c), None, "a length past the buffer");
-    }
 }
