@@ -11,25 +11,26 @@
 //! sockets, on the same worker and with the same counters, when every
 //! interface it names is up again.
 
+mod placement;
+mod report;
+
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use mcrelay_config::{Config, Flow};
-use mcrelay_control::{
-    DaemonState, FlowSnapshot, FlowState, IngressDropsSnapshot, OutputSnapshot, PoolClassSnapshot,
-    ReloadOutcome, Snapshot, WorkerSnapshot,
-};
+use mcrelay_control::{DaemonState, FlowState, ReloadOutcome};
 use mcrelay_dataplane::counters::FlowStats;
-use mcrelay_dataplane::{
-    Command, Event, FlowSockets, ReceiveMode, WorkerConfig, WorkerHandle, WorkerStats,
-};
+use mcrelay_dataplane::{Command, Event, FlowSockets, ReceiveMode, WorkerConfig, WorkerHandle};
 use mcrelay_pool::PoolConfig;
 
+use self::placement::{Placement, start_order, worker_cpus};
+pub use self::report::{Shared, SharedHandle, lock};
+use self::report::{entry_mut, new_entry, print_final, share};
 use crate::links::{self, Blocked, LinkTable};
-use crate::sockets::{Opener, output_label};
+use crate::sockets::Opener;
 
 /// How long a reload waits for a worker to answer a command.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
@@ -45,157 +46,6 @@ pub struct RunOptions {
     pub receive: ReceiveMode,
     /// UDP GSO for runs of same-size datagrams.
     pub gso: bool,
-}
-
-/// One configured flow as readers see it, relaying or not.
-#[derive(Debug)]
-struct FlowEntry {
-    worker: usize,
-    input: String,
-    /// Kept across pauses: the counters go on where they stopped.
-    stats: FlowStats,
-    /// While it runs, a second handle on the ingress socket, to read the
-    /// kernel's drop count; dropped when the flow stops (so its group is
-    /// left).
-    ingress: Option<mcrelay_dataplane::sockets::KernelDrops>,
-    /// Kernel drops counted by earlier ingress sockets (before pauses).
-    kernel_drops_before: u64,
-    state: FlowState,
-    interface_pauses: u64,
-}
-
-impl FlowEntry {
-    fn kernel_drops(&self) -> u64 {
-        let now = self
-            .ingress
-            .as_ref()
-            .map_or(0, mcrelay_dataplane::sockets::KernelDrops::get);
-        self.kernel_drops_before.saturating_add(now)
-    }
-
-    /// Close the second ingress handle, keeping its drop count.
-    fn close_ingress(&mut self) {
-        self.kernel_drops_before = self.kernel_drops();
-        self.ingress = None;
-    }
-}
-
-/// What the control socket, the metrics endpoint and the final report
-/// read. Locked only by readers and by the supervisor on a reload.
-#[derive(Debug)]
-pub struct Shared {
-    flows: Vec<FlowEntry>,
-    workers: Vec<Arc<WorkerStats>>,
-    pub state: DaemonState,
-    config_path: String,
-    started: Instant,
-}
-
-/// Readers' handle.
-pub type SharedHandle = Arc<Mutex<Shared>>;
-
-/// Lock `shared`, also after a reader panicked while holding it (the data
-/// is counters and a list; it stays consistent).
-pub fn lock(shared: &SharedHandle) -> std::sync::MutexGuard<'_, Shared> {
-    shared
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-impl Shared {
-    /// Every counter, read without stopping a worker.
-    pub fn snapshot(&self) -> Snapshot {
-        let taken_at_unix_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-            .unwrap_or(0);
-        Snapshot {
-            version: env!("CARGO_PKG_VERSION").to_owned(),
-            pid: std::process::id(),
-            uptime_seconds: self.started.elapsed().as_secs_f64(),
-            taken_at_unix_ms,
-            state: self.state.clone(),
-            config_path: self.config_path.clone(),
-            workers: self.workers.iter().map(|w| worker_snapshot(w)).collect(),
-            flows: self.flows.iter().map(flow_snapshot).collect(),
-        }
-    }
-}
-
-fn worker_snapshot(w: &WorkerStats) -> WorkerSnapshot {
-    let pool = w.pool.snapshot();
-    let l = &w.loop_counters;
-    let u32_of = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
-    WorkerSnapshot {
-        index: w.index,
-        cpu: w.cpu,
-        receive_mode: if w.multishot { "multishot" } else { "single" }.to_owned(),
-        loop_turns: l.turns.get(),
-        completions: l.completions.get(),
-        sends_submitted: l.sends_submitted.get(),
-        pools: mcrelay_pool::Class::ALL
-            .iter()
-            .map(|&class| {
-                let c = pool.class(class);
-                PoolClassSnapshot {
-                    class: class.name().to_owned(),
-                    buffer_bytes: u32_of(class.size() as u64),
-                    capacity: u32_of(c.capacity),
-                    in_use: u32_of(c.in_use),
-                    high_water: u32_of(c.high_water),
-                    taken: c.taken,
-                    exhausted: c.exhausted,
-                }
-            })
-            .collect(),
-    }
-}
-
-fn flow_snapshot(f: &FlowEntry) -> FlowSnapshot {
-    let c = &f.stats.input;
-    FlowSnapshot {
-        name: f.stats.name.clone(),
-        worker: f.worker,
-        input: f.input.clone(),
-        packets_in: c.packets_in.get(),
-        bytes_in: c.bytes_in.get(),
-        drops: IngressDropsSnapshot {
-            oversize: c.drops.oversize.get(),
-            pool_exhausted: c.drops.pool_exhausted.get(),
-            kernel: f.kernel_drops(),
-            truncated: c.frames.truncated.get(),
-            malformed: c.frames.malformed.get(),
-            fragment: c.frames.fragment.get(),
-            bad_checksum: c.frames.bad_checksum.get(),
-            not_this_flow: c.frames.not_this_flow.get(),
-        },
-        receive_errors: c.receive_errors.get(),
-        receive_rearms: c.receive_rearms.get(),
-        outputs: f
-            .stats
-            .outputs
-            .iter()
-            .map(|(label, o)| OutputSnapshot {
-                label: label.clone(),
-                packets_out: o.packets_out.get(),
-                bytes_out: o.bytes_out.get(),
-                drops_backlog: o.drop_backlog.get(),
-                drops_send_error: o.drop_send_error.get(),
-                last_error: match o.last_error.get() {
-                    0 => None,
-                    errno => Some(
-                        std::io::Error::from_raw_os_error(i32::try_from(errno).unwrap_or(0))
-                            .to_string(),
-                    ),
-                },
-                in_flight_high_water: o.in_flight_high_water.get(),
-                gso_sends: o.gso_sends.get(),
-                gso_fallbacks: o.gso_fallbacks.get(),
-            })
-            .collect(),
-        state: f.state.clone(),
-        interface_pauses: f.interface_pauses,
-    }
 }
 
 /// A configured flow, as the supervisor tracks it.
@@ -226,32 +76,6 @@ fn blocked(links: Option<&LinkTable>, flow: &Flow) -> Option<FlowState> {
     })
 }
 
-/// Fresh counters for `flow`.
-fn new_stats(flow: &Flow) -> FlowStats {
-    FlowStats {
-        name: flow.name.clone(),
-        input: Arc::default(),
-        outputs: flow
-            .outputs
-            .iter()
-            .map(|o| (output_label(o), Arc::default()))
-            .collect(),
-    }
-}
-
-/// Another handle on the same counters.
-fn share(stats: &FlowStats) -> FlowStats {
-    FlowStats {
-        name: stats.name.clone(),
-        input: Arc::clone(&stats.input),
-        outputs: stats
-            .outputs
-            .iter()
-            .map(|(label, c)| (label.clone(), Arc::clone(c)))
-            .collect(),
-    }
-}
-
 /// `opened` writing into `stats` (the flow's counters since it was
 /// configured) instead of the fresh ones it came with.
 fn with_counters(mut opened: FlowSockets, stats: &FlowStats) -> FlowSockets {
@@ -260,10 +84,6 @@ fn with_counters(mut opened: FlowSockets, stats: &FlowStats) -> FlowSockets {
         o.counters = Arc::clone(c);
     }
     opened
-}
-
-fn entry_mut<'a>(shared: &'a mut Shared, name: &str) -> Option<&'a mut FlowEntry> {
-    shared.flows.iter_mut().find(|e| e.stats.name == name)
 }
 
 /// The running daemon, owned by the main thread.
@@ -316,12 +136,9 @@ impl Daemon {
         let mut per_worker: Vec<Vec<FlowSockets>> = (0..cpus.len()).map(|_| Vec::new()).collect();
         let mut entries = Vec::with_capacity(config.flows.len());
         let mut managed = Vec::with_capacity(config.flows.len());
-        let mut load = vec![0usize; cpus.len()];
-        let (pinned, free): (Vec<&Flow>, Vec<&Flow>) =
-            config.flows.iter().partition(|f| f.core.is_some());
-        for flow in pinned.into_iter().chain(free) {
-            let w = pick_worker(flow, &cpus, &load)?;
-            load[w] += flow.outputs.len() + 1;
+        let mut placement = Placement::new(&cpus);
+        for flow in start_order(config.flows.as_slice()) {
+            let w = placement.place(flow)?;
             let mut entry = new_entry(flow, w);
             let running = match blocked(links.as_ref(), flow) {
                 None => {
@@ -767,11 +584,8 @@ impl Daemon {
     /// Configure `flow` (not started yet: [`Self::reconcile`] does that),
     /// on the least loaded worker or its `core`.
     fn add_flow(&mut self, flow: &Flow) -> anyhow::Result<()> {
-        let mut load = vec![0usize; self.cpus.len()];
-        for m in &self.flows {
-            load[m.worker] += m.flow.outputs.len() + 1;
-        }
-        let w = pick_worker(flow, &self.cpus, &load)?;
+        let w = Placement::with(&self.cpus, self.flows.iter().map(|m| (m.worker, &m.flow)))
+            .place(flow)?;
         // Published as running: reconcile, right after, starts it or says
         // why not, before the reload's outcome is published.
         lock(&self.shared).flows.push(new_entry(flow, w));
@@ -825,116 +639,10 @@ impl Daemon {
     }
 }
 
-/// `flow` as readers see it, with fresh counters, running.
-fn new_entry(flow: &Flow, worker: usize) -> FlowEntry {
-    let input = &flow.input;
-    FlowEntry {
-        worker,
-        input: format!(
-            "{} on {}",
-            std::net::SocketAddr::new(input.address, input.port),
-            input.interface
-        ),
-        stats: new_stats(flow),
-        ingress: None,
-        kernel_drops_before: 0,
-        state: FlowState::Running,
-        interface_pauses: 0,
-    }
-}
-
 fn clone_ingress(opened: &FlowSockets) -> anyhow::Result<mcrelay_dataplane::sockets::KernelDrops> {
     let fd = opened
         .ingress
         .try_clone_fd()
         .context("duplicating the ingress socket for its drop counter")?;
     Ok(mcrelay_dataplane::sockets::KernelDrops::new(fd))
-}
-
-/// A flow's `core` picks its worker; otherwise the worker with the least
-/// load (outputs + 1 per flow).
-fn pick_worker(flow: &Flow, cpus: &[usize], load: &[usize]) -> anyhow::Result<usize> {
-    match flow.core {
-        Some(core) => cpus.iter().position(|&c| c == core).with_context(|| {
-            format!(
-                "flow {:?}: core {core} is not one of the worker CPUs {cpus:?}",
-                flow.name
-            )
-        }),
-        None => (0..cpus.len())
-            .min_by_key(|&w| load[w])
-            .context("no worker CPUs"),
-    }
-}
-
-/// The worker CPUs: `daemon.cores`, each checked against the affinity
-/// mask, or every CPU in the mask.
-fn worker_cpus(config: &Config) -> anyhow::Result<Vec<usize>> {
-    let allowed =
-        mcrelay_dataplane::affinity::allowed_cpus().context("reading the CPU affinity mask")?;
-    let Some(cores) = &config.daemon.cores else {
-        return Ok(allowed);
-    };
-    for &cpu in cores {
-        if !allowed.contains(&cpu) {
-            bail!(
-                "daemon.cores: CPU {cpu} does not exist or is not in this process's affinity mask \
-                 (allowed: {allowed:?}); list only allowed CPUs"
-            );
-        }
-    }
-    Ok(cores.clone())
-}
-
-/// One `key=value` line per flow, output, worker and pool class on stderr,
-/// for operators and for tests.
-fn print_final(shared: &Shared) {
-    let snapshot = shared.snapshot();
-    for flow in &snapshot.flows {
-        eprintln!(
-            "final flow={} worker={} packets_in={} bytes_in={} drop_oversize={} drop_pool_exhausted={} drop_kernel={} drop_truncated={} drop_malformed={} drop_fragment={} drop_bad_checksum={} drop_not_this_flow={} receive_errors={} state={} interface_pauses={}",
-            flow.name,
-            flow.worker,
-            flow.packets_in,
-            flow.bytes_in,
-            flow.drops.oversize,
-            flow.drops.pool_exhausted,
-            flow.drops.kernel,
-            flow.drops.truncated,
-            flow.drops.malformed,
-            flow.drops.fragment,
-            flow.drops.bad_checksum,
-            flow.drops.not_this_flow,
-            flow.receive_errors,
-            flow.state.tag(),
-            flow.interface_pauses,
-        );
-        for o in &flow.outputs {
-            eprintln!(
-                "final output flow={} output={} packets_out={} bytes_out={} drop_backlog={} drop_send_error={} last_error={:?} in_flight_high_water={} gso_sends={} gso_fallbacks={}",
-                flow.name,
-                o.label,
-                o.packets_out,
-                o.bytes_out,
-                o.drops_backlog,
-                o.drops_send_error,
-                o.last_error.as_deref().unwrap_or(""),
-                o.in_flight_high_water,
-                o.gso_sends,
-                o.gso_fallbacks,
-            );
-        }
-    }
-    for w in &snapshot.workers {
-        eprintln!(
-            "final worker={} turns={} completions={} sends_submitted={}",
-            w.index, w.loop_turns, w.completions, w.sends_submitted
-        );
-        for p in &w.pools {
-            eprintln!(
-                "final pool worker={} class={} capacity={} taken={} exhausted={} high_water={} in_use={}",
-                w.index, p.class, p.capacity, p.taken, p.exhausted, p.high_water, p.in_use
-            );
-        }
-    }
 }

@@ -1,0 +1,251 @@
+//! Which worker runs a flow. Pure: the worker CPUs and the flows already
+//! placed in, a worker index out. A flow's `core` pins it to the worker on
+//! that CPU; any other flow goes to the worker with the least load, where a
+//! flow weighs its outputs + 1 (ties go to the lowest worker). At start the
+//! pinned flows are placed first, so the free ones fill in around them. A
+//! flow keeps its worker for as long as it is configured (a paused flow
+//! resumes on the same one).
+
+use mcrelay_config::{Config, Flow};
+
+/// Why a flow, or the daemon, has no worker.
+#[derive(Debug, thiserror::Error)]
+pub enum PlacementError {
+    /// A flow's `core` is not one of the worker CPUs.
+    #[error(
+        "flow {flow:?}: core {core} is not one of the worker CPUs {cpus:?}; \
+         set core to one of them or add it to daemon.cores"
+    )]
+    CoreNotAWorker {
+        flow: String,
+        core: usize,
+        cpus: Vec<usize>,
+    },
+    /// There are no worker CPUs at all.
+    #[error("no worker CPUs")]
+    NoWorkers,
+    /// `daemon.cores` names a CPU this process may not run on.
+    #[error(
+        "daemon.cores: CPU {cpu} does not exist or is not in this process's affinity mask \
+         (allowed: {allowed:?}); list only allowed CPUs"
+    )]
+    CoreNotAllowed { cpu: usize, allowed: Vec<usize> },
+    /// The affinity mask could not be read.
+    #[error("reading the CPU affinity mask: {0}")]
+    Affinity(#[source] std::io::Error),
+}
+
+/// The worker CPUs: `daemon.cores`, each checked against the affinity
+/// mask, or every CPU in the mask.
+pub fn worker_cpus(config: &Config) -> Result<Vec<usize>, PlacementError> {
+    let allowed = mcrelay_dataplane::affinity::allowed_cpus().map_err(PlacementError::Affinity)?;
+    cores_within(config.daemon.cores.as_deref(), allowed)
+}
+
+/// `cores` (every one of them in `allowed`), or all of `allowed`.
+fn cores_within(
+    cores: Option<&[usize]>,
+    allowed: Vec<usize>,
+) -> Result<Vec<usize>, PlacementError> {
+    let Some(cores) = cores else {
+        return Ok(allowed);
+    };
+    match cores.iter().find(|cpu| !allowed.contains(cpu)) {
+        Some(&cpu) => Err(PlacementError::CoreNotAllowed { cpu, allowed }),
+        None => Ok(cores.to_vec()),
+    }
+}
+
+/// `flows` in the order start places them: those with a `core` first, then
+/// the others, each group in its given order.
+pub fn start_order(flows: &[Flow]) -> impl Iterator<Item = &Flow> {
+    let pinned = flows.iter().filter(|f| f.core.is_some());
+    pinned.chain(flows.iter().filter(|f| f.core.is_none()))
+}
+
+/// The load of every worker, and where the next flow goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement<'a> {
+    cpus: &'a [usize],
+    /// Per worker: outputs + 1 for each flow on it.
+    load: Vec<usize>,
+}
+
+impl<'a> Placement<'a> {
+    /// No flow placed yet on the workers of `cpus` (worker `i` runs on
+    /// `cpus[i]`).
+    pub fn new(cpus: &'a [usize]) -> Self {
+        Self {
+            cpus,
+            load: vec![0; cpus.len()],
+        }
+    }
+
+    /// `placed` (each flow with its worker) already on the workers.
+    pub fn with<'f>(
+        cpus: &'a [usize],
+        placed: impl IntoIterator<Item = (usize, &'f Flow)>,
+    ) -> Self {
+        let mut p = Self::new(cpus);
+        for (worker, flow) in placed {
+            if let Some(load) = p.load.get_mut(worker) {
+                *load += weight(flow);
+            }
+        }
+        p
+    }
+
+    /// The worker `flow` goes to, counted in the load from now on.
+    pub fn place(&mut self, flow: &Flow) -> Result<usize, PlacementError> {
+        let worker = self.pick(flow)?;
+        self.load[worker] += weight(flow);
+        Ok(worker)
+    }
+
+    /// `flow`'s `core` picks its worker; otherwise the worker with the
+    /// least load.
+    fn pick(&self, flow: &Flow) -> Result<usize, PlacementError> {
+        match flow.core {
+            Some(core) => self.cpus.iter().position(|&c| c == core).ok_or_else(|| {
+                PlacementError::CoreNotAWorker {
+                    flow: flow.name.clone(),
+                    core,
+                    cpus: self.cpus.to_vec(),
+                }
+            }),
+            None => (0..self.cpus.len())
+                .min_by_key(|&w| self.load[w])
+                .ok_or(PlacementError::NoWorkers),
+        }
+    }
+}
+
+/// What one flow adds to its worker's load.
+fn weight(flow: &Flow) -> usize {
+    flow.outputs.len() + 1
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use mcrelay_config::{FlowId, IngressKind, Input, Output};
+
+    use super::*;
+
+    /// A flow named `name` with `outputs` outputs, pinned to `core` if any.
+    pub fn flow(name: &str, outputs: usize, core: Option<usize>) -> Flow {
+        flow_on(name, 5000, outputs, core)
+    }
+
+    /// [`flow`] with input port `port`.
+    pub fn flow_on(name: &str, port: u16, outputs: usize, core: Option<usize>) -> Flow {
+        Flow {
+            id: FlowId::from_name(name),
+            name: name.to_owned(),
+            input: Input {
+                interface: "eth0".into(),
+                address: "239.1.1.1".parse().unwrap(),
+                port,
+                source: None,
+                ingress: IngressKind::Socket,
+                receive_buffer_bytes: mcrelay_config::DEFAULT_RECEIVE_BUFFER_BYTES,
+            },
+            outputs: (0..outputs)
+                .map(|i| Output {
+                    interface: "eth1".into(),
+                    address: "239.2.2.2".parse().unwrap(),
+                    port: 6000 + u16::try_from(i).unwrap(),
+                    ttl: 1,
+                    source_address: None,
+                    queue_depth: mcrelay_config::DEFAULT_OUTPUT_QUEUE_DEPTH,
+                })
+                .collect(),
+            core,
+        }
+    }
+
+    #[test]
+    fn core_pins_a_flow_to_the_worker_on_that_cpu() {
+        let cpus = [2, 5, 7];
+        let mut p = Placement::new(&cpus);
+        assert_eq!(p.place(&flow("a", 1, Some(7))).unwrap(), 2);
+        assert_eq!(p.place(&flow("b", 1, Some(7))).unwrap(), 2, "load ignored");
+        assert_eq!(p.place(&flow("c", 1, Some(2))).unwrap(), 0);
+    }
+
+    #[test]
+    fn a_core_that_is_not_a_worker_cpu_is_refused_by_name() {
+        let cpus = [0, 1];
+        let e = Placement::new(&cpus)
+            .place(&flow("video", 1, Some(3)))
+            .unwrap_err();
+        assert!(matches!(e, PlacementError::CoreNotAWorker { core: 3, .. }));
+        let text = e.to_string();
+        assert!(
+            text.contains("\"video\"") && text.contains("[0, 1]"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_free_flow_goes_to_the_worker_with_the_fewest_outputs() {
+        let cpus = [0, 1, 2];
+        let mut p = Placement::new(&cpus);
+        // Ties go to the lowest worker.
+        assert_eq!(p.place(&flow("a", 4, None)).unwrap(), 0); // loads 5 0 0
+        assert_eq!(p.place(&flow("b", 1, None)).unwrap(), 1); // 5 2 0
+        assert_eq!(p.place(&flow("c", 2, None)).unwrap(), 2); // 5 2 3
+        assert_eq!(p.place(&flow("d", 0, None)).unwrap(), 1); // 5 3 3
+        assert_eq!(p.place(&flow("e", 1, None)).unwrap(), 1); // 5 5 3
+        assert_eq!(p.place(&flow("f", 1, None)).unwrap(), 2); // 5 5 5
+        assert_eq!(p.place(&flow("g", 1, None)).unwrap(), 0);
+    }
+
+    #[test]
+    fn pinned_flows_count_in_the_load_of_their_worker() {
+        let cpus = [0, 1];
+        let mut p = Placement::new(&cpus);
+        assert_eq!(p.place(&flow("big", 8, Some(0))).unwrap(), 0);
+        for name in ["a", "b", "c"] {
+            assert_eq!(p.place(&flow(name, 1, None)).unwrap(), 1, "{name}");
+        }
+    }
+
+    #[test]
+    fn with_counts_flows_already_placed() {
+        let cpus = [0, 1];
+        let (a, b) = (flow("a", 3, None), flow("b", 1, None));
+        let mut p = Placement::with(&cpus, [(0, &a), (1, &b)]);
+        assert_eq!(p.place(&flow("c", 0, None)).unwrap(), 1);
+        // A worker index out of range (never produced) is ignored, not a
+        // panic.
+        let p = Placement::with(&cpus, [(9, &a)]);
+        assert_eq!(p, Placement::new(&cpus));
+    }
+
+    #[test]
+    fn start_places_pinned_flows_first_keeping_the_order_within_each_group() {
+        let flows = [
+            flow("a", 1, None),
+            flow("b", 1, Some(1)),
+            flow("c", 1, None),
+            flow("d", 1, Some(0)),
+        ];
+        let order: Vec<&str> = start_order(&flows).map(|f| f.name.as_str()).collect();
+        assert_eq!(order, ["b", "d", "a", "c"]);
+    }
+
+    #[test]
+    fn no_worker_cpus_is_an_error_not_a_panic() {
+        let e = Placement::new(&[]).place(&flow("a", 1, None)).unwrap_err();
+        assert!(matches!(e, PlacementError::NoWorkers));
+    }
+
+    #[test]
+    fn daemon_cores_must_be_allowed() {
+        assert_eq!(cores_within(None, vec![0, 1]).unwrap(), [0, 1]);
+        assert_eq!(cores_within(Some(&[1]), vec![0, 1]).unwrap(), [1]);
+        let e = cores_within(Some(&[1, 4]), vec![0, 1]).unwrap_err();
+        assert!(matches!(e, PlacementError::CoreNotAllowed { cpu: 4, .. }));
+        assert!(e.to_string().starts_with("daemon.cores: CPU 4"), "{e}");
+    }
+}

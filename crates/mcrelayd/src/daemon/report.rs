@@ -1,0 +1,269 @@
+//! What readers see: the table of configured flows with their counters
+//! ([`Shared`], locked by the control socket, the metrics endpoint and the
+//! supervisor), the [`Snapshot`] built from it, and the final `key=value`
+//! report printed when the daemon stops.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use mcrelay_config::Flow;
+use mcrelay_control::{
+    DaemonState, FlowSnapshot, FlowState, IngressDropsSnapshot, OutputSnapshot, PoolClassSnapshot,
+    Snapshot, WorkerSnapshot,
+};
+use mcrelay_dataplane::WorkerStats;
+use mcrelay_dataplane::counters::FlowStats;
+
+use crate::sockets::output_label;
+
+/// One configured flow as readers see it, relaying or not.
+#[derive(Debug)]
+pub(super) struct FlowEntry {
+    pub(super) worker: usize,
+    input: String,
+    /// Kept across pauses: the counters go on where they stopped.
+    pub(super) stats: FlowStats,
+    /// While it runs, a second handle on the ingress socket, to read the
+    /// kernel's drop count; dropped when the flow stops (so its group is
+    /// left).
+    pub(super) ingress: Option<mcrelay_dataplane::sockets::KernelDrops>,
+    /// Kernel drops counted by earlier ingress sockets (before pauses).
+    kernel_drops_before: u64,
+    pub(super) state: FlowState,
+    pub(super) interface_pauses: u64,
+}
+
+impl FlowEntry {
+    pub(super) fn kernel_drops(&self) -> u64 {
+        let now = self
+            .ingress
+            .as_ref()
+            .map_or(0, mcrelay_dataplane::sockets::KernelDrops::get);
+        self.kernel_drops_before.saturating_add(now)
+    }
+
+    /// Close the second ingress handle, keeping its drop count.
+    pub(super) fn close_ingress(&mut self) {
+        self.kernel_drops_before = self.kernel_drops();
+        self.ingress = None;
+    }
+}
+
+/// What the control socket, the metrics endpoint and the final report
+/// read. Locked only by readers and by the supervisor on a reload.
+#[derive(Debug)]
+pub struct Shared {
+    pub(super) flows: Vec<FlowEntry>,
+    pub(super) workers: Vec<Arc<WorkerStats>>,
+    pub state: DaemonState,
+    pub(super) config_path: String,
+    pub(super) started: Instant,
+}
+
+/// Readers' handle.
+pub type SharedHandle = Arc<Mutex<Shared>>;
+
+/// Lock `shared`, also after a reader panicked while holding it (the data
+/// is counters and a list; it stays consistent).
+pub fn lock(shared: &SharedHandle) -> std::sync::MutexGuard<'_, Shared> {
+    shared
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Shared {
+    /// Every counter, read without stopping a worker.
+    pub fn snapshot(&self) -> Snapshot {
+        let taken_at_unix_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            .unwrap_or(0);
+        Snapshot {
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            pid: std::process::id(),
+            uptime_seconds: self.started.elapsed().as_secs_f64(),
+            taken_at_unix_ms,
+            state: self.state.clone(),
+            config_path: self.config_path.clone(),
+            workers: self.workers.iter().map(|w| worker_snapshot(w)).collect(),
+            flows: self.flows.iter().map(flow_snapshot).collect(),
+        }
+    }
+}
+
+fn worker_snapshot(w: &WorkerStats) -> WorkerSnapshot {
+    let pool = w.pool.snapshot();
+    let l = &w.loop_counters;
+    let u32_of = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
+    WorkerSnapshot {
+        index: w.index,
+        cpu: w.cpu,
+        receive_mode: if w.multishot { "multishot" } else { "single" }.to_owned(),
+        loop_turns: l.turns.get(),
+        completions: l.completions.get(),
+        sends_submitted: l.sends_submitted.get(),
+        pools: mcrelay_pool::Class::ALL
+            .iter()
+            .map(|&class| {
+                let c = pool.class(class);
+                PoolClassSnapshot {
+                    class: class.name().to_owned(),
+                    buffer_bytes: u32_of(class.size() as u64),
+                    capacity: u32_of(c.capacity),
+                    in_use: u32_of(c.in_use),
+                    high_water: u32_of(c.high_water),
+                    taken: c.taken,
+                    exhausted: c.exhausted,
+                }
+            })
+            .collect(),
+    }
+}
+
+fn flow_snapshot(f: &FlowEntry) -> FlowSnapshot {
+    let c = &f.stats.input;
+    FlowSnapshot {
+        name: f.stats.name.clone(),
+        worker: f.worker,
+        input: f.input.clone(),
+        packets_in: c.packets_in.get(),
+        bytes_in: c.bytes_in.get(),
+        drops: IngressDropsSnapshot {
+            oversize: c.drops.oversize.get(),
+            pool_exhausted: c.drops.pool_exhausted.get(),
+            kernel: f.kernel_drops(),
+            truncated: c.frames.truncated.get(),
+            malformed: c.frames.malformed.get(),
+            fragment: c.frames.fragment.get(),
+            bad_checksum: c.frames.bad_checksum.get(),
+            not_this_flow: c.frames.not_this_flow.get(),
+        },
+        receive_errors: c.receive_errors.get(),
+        receive_rearms: c.receive_rearms.get(),
+        outputs: f
+            .stats
+            .outputs
+            .iter()
+            .map(|(label, o)| OutputSnapshot {
+                label: label.clone(),
+                packets_out: o.packets_out.get(),
+                bytes_out: o.bytes_out.get(),
+                drops_backlog: o.drop_backlog.get(),
+                drops_send_error: o.drop_send_error.get(),
+                last_error: match o.last_error.get() {
+                    0 => None,
+                    errno => Some(
+                        std::io::Error::from_raw_os_error(i32::try_from(errno).unwrap_or(0))
+                            .to_string(),
+                    ),
+                },
+                in_flight_high_water: o.in_flight_high_water.get(),
+                gso_sends: o.gso_sends.get(),
+                gso_fallbacks: o.gso_fallbacks.get(),
+            })
+            .collect(),
+        state: f.state.clone(),
+        interface_pauses: f.interface_pauses,
+    }
+}
+
+/// Fresh counters for `flow`.
+pub(super) fn new_stats(flow: &Flow) -> FlowStats {
+    FlowStats {
+        name: flow.name.clone(),
+        input: Arc::default(),
+        outputs: flow
+            .outputs
+            .iter()
+            .map(|o| (output_label(o), Arc::default()))
+            .collect(),
+    }
+}
+
+/// Another handle on the same counters.
+pub(super) fn share(stats: &FlowStats) -> FlowStats {
+    FlowStats {
+        name: stats.name.clone(),
+        input: Arc::clone(&stats.input),
+        outputs: stats
+            .outputs
+            .iter()
+            .map(|(label, c)| (label.clone(), Arc::clone(c)))
+            .collect(),
+    }
+}
+
+pub(super) fn entry_mut<'a>(shared: &'a mut Shared, name: &str) -> Option<&'a mut FlowEntry> {
+    shared.flows.iter_mut().find(|e| e.stats.name == name)
+}
+
+/// `flow` as readers see it, with fresh counters, running.
+pub(super) fn new_entry(flow: &Flow, worker: usize) -> FlowEntry {
+    let input = &flow.input;
+    FlowEntry {
+        worker,
+        input: format!(
+            "{} on {}",
+            std::net::SocketAddr::new(input.address, input.port),
+            input.interface
+        ),
+        stats: new_stats(flow),
+        ingress: None,
+        kernel_drops_before: 0,
+        state: FlowState::Running,
+        interface_pauses: 0,
+    }
+}
+
+/// One `key=value` line per flow, output, worker and pool class on stderr,
+/// for operators and for tests.
+pub(super) fn print_final(shared: &Shared) {
+    let snapshot = shared.snapshot();
+    for flow in &snapshot.flows {
+        eprintln!(
+            "final flow={} worker={} packets_in={} bytes_in={} drop_oversize={} drop_pool_exhausted={} drop_kernel={} drop_truncated={} drop_malformed={} drop_fragment={} drop_bad_checksum={} drop_not_this_flow={} receive_errors={} state={} interface_pauses={}",
+            flow.name,
+            flow.worker,
+            flow.packets_in,
+            flow.bytes_in,
+            flow.drops.oversize,
+            flow.drops.pool_exhausted,
+            flow.drops.kernel,
+            flow.drops.truncated,
+            flow.drops.malformed,
+            flow.drops.fragment,
+            flow.drops.bad_checksum,
+            flow.drops.not_this_flow,
+            flow.receive_errors,
+            flow.state.tag(),
+            flow.interface_pauses,
+        );
+        for o in &flow.outputs {
+            eprintln!(
+                "final output flow={} output={} packets_out={} bytes_out={} drop_backlog={} drop_send_error={} last_error={:?} in_flight_high_water={} gso_sends={} gso_fallbacks={}",
+                flow.name,
+                o.label,
+                o.packets_out,
+                o.bytes_out,
+                o.drops_backlog,
+                o.drops_send_error,
+                o.last_error.as_deref().unwrap_or(""),
+                o.in_flight_high_water,
+                o.gso_sends,
+                o.gso_fallbacks,
+            );
+        }
+    }
+    for w in &snapshot.workers {
+        eprintln!(
+            "final worker={} turns={} completions={} sends_submitted={}",
+            w.index, w.loop_turns, w.completions, w.sends_submitted
+        );
+        for p in &w.pools {
+            eprintln!(
+                "final pool worker={} class={} capacity={} taken={} exhausted={} high_water={} in_use={}",
+                w.index, p.class, p.capacity, p.taken, p.exhausted, p.high_water, p.in_use
+            );
+        }
+    }
+}
