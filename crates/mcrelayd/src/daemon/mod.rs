@@ -12,6 +12,7 @@
 //! interface it names is up again.
 
 mod placement;
+mod plan;
 mod report;
 
 use std::path::{Path, PathBuf};
@@ -27,6 +28,7 @@ use mcrelay_dataplane::{Command, Event, FlowSockets, ReceiveMode, WorkerConfig, 
 use mcrelay_pool::PoolConfig;
 
 use self::placement::{Placement, start_order, worker_cpus};
+use self::plan::ReloadPlan;
 pub use self::report::{Shared, SharedHandle, lock};
 use self::report::{entry_mut, new_entry, print_final, share};
 use crate::links::{self, Blocked, LinkTable};
@@ -477,13 +479,14 @@ impl Daemon {
     }
 
     fn apply_reload(&mut self) -> ReloadOutcome {
-        let mut outcome = ReloadOutcome::default();
         let new = match mcrelay_config::load(&self.path) {
             Ok(c) => c,
             Err(errors) => {
-                outcome.errors = errors.to_string().lines().map(str::to_owned).collect();
                 tracing::error!("reload rejected; the running configuration stays:\n{errors}");
-                return outcome;
+                return ReloadOutcome {
+                    errors: errors.to_string().lines().map(str::to_owned).collect(),
+                    ..ReloadOutcome::default()
+                };
             }
         };
         if new.daemon != self.config.daemon || new.pools != self.config.pools {
@@ -491,56 +494,38 @@ impl Daemon {
                 "reload: [daemon] and [pools] changes take effect at the next restart; flows are applied now"
             );
         }
-        // The diff against the flows configured now, running or not. A flow
-        // that is paused, waiting or failed to start stays as it is when
-        // unchanged (and is retried at once); a changed one restarts, or
-        // stays paused if its interface is still down.
-        let mut stopping = Vec::new();
-        let mut starting = Vec::new();
-        for m in &self.flows {
-            match new.flows.by_name(&m.flow.name) {
-                None => {
-                    outcome.removed.push(m.flow.name.clone());
-                    stopping.push(m.flow.name.clone());
-                }
-                Some(n) if *n == m.flow => outcome.unchanged += 1,
-                Some(n) => {
-                    outcome.changed.push(m.flow.name.clone());
-                    stopping.push(m.flow.name.clone());
-                    starting.push(n.clone());
-                }
-            }
-        }
-        for n in new.flows.iter() {
-            if !self.flows.iter().any(|m| m.flow.name == n.name) {
-                outcome.added.push(n.name.clone());
-                starting.push(n.clone());
-            }
-        }
+        // The diff against the flows configured now, running or not (they
+        // are exactly `self.config.flows`).
+        let plan = ReloadPlan::new(&self.config.flows, &new.flows, |name| {
+            self.flows.iter().any(|m| m.running && m.flow.name == name)
+        });
+        let mut outcome = plan.outcome();
         let mut problems = Vec::new();
-        for name in stopping {
-            if let Err(e) = self.forget_flow(&name) {
+        for name in &plan.stop {
+            if let Err(e) = self.forget_flow(name) {
                 problems.push(format!("flow {name:?}: {e:#}"));
             }
         }
-        if !starting.is_empty()
+        if !plan.start.is_empty()
             && let Err(e) = self.opener.reload()
         {
             problems.push(format!("{e:#}"));
         }
-        for flow in &starting {
+        for flow in &plan.start {
             if let Err(e) = self.add_flow(flow) {
                 problems.push(format!("flow {:?}: {e:#}", flow.name));
             }
         }
         for m in &mut self.flows {
-            m.retry = None;
+            if plan.retry.contains(&m.flow.name) {
+                m.retry = None;
+            }
         }
         self.reconcile();
         outcome.errors.clone_from(&problems);
         {
             let shared = lock(&self.shared);
-            for flow in &starting {
+            for flow in &plan.start {
                 if let Some(FlowState::OpenFailed { error }) = shared
                     .flows
                     .iter()
@@ -556,7 +541,6 @@ impl Daemon {
         self.reload_problem =
             (!problems.is_empty()).then(|| format!("reload: {}", problems.join("; ")));
         self.config = new;
-        outcome.applied = true;
         tracing::info!(
             added = ?outcome.added,
             removed = ?outcome.removed,

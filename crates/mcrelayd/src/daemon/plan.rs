@@ -1,0 +1,192 @@
+//! What a reload does, decided before anything is touched. Pure: the flows
+//! configured now, the flows just loaded and which flows are relaying in,
+//! a [`ReloadPlan`] out. [`FlowTable::diff`] classifies every flow; the
+//! plan turns that into steps:
+//!
+//! - removed flows stop (a paused or failed one is just forgotten);
+//! - changed flows stop and start again with their new settings (fresh
+//!   counters; one whose interface is down stays waiting for it);
+//! - added flows start (once their interfaces are up);
+//! - unchanged flows are not touched, except one that is not relaying (its
+//!   start failed, or it waits for an interface): its retry delay is
+//!   cleared, so a failed one is retried at once.
+
+use mcrelay_config::{Flow, FlowTable};
+use mcrelay_control::ReloadOutcome;
+
+/// The steps of one reload, and what it reports.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReloadPlan {
+    /// Flows in the new table only, in name order.
+    pub added: Vec<String>,
+    /// Flows in the running table only, in name order.
+    pub removed: Vec<String>,
+    /// Flows in both with different settings, in name order.
+    pub changed: Vec<String>,
+    /// How many flows are in both with the same settings.
+    pub unchanged: usize,
+    /// Stop (if running) and forget these: the removed, then the changed.
+    pub stop: Vec<String>,
+    /// Configure these (the reconciler starts them): the changed, then the
+    /// added, with their new settings.
+    pub start: Vec<Flow>,
+    /// Unchanged flows not relaying now: retry them at once.
+    pub retry: Vec<String>,
+}
+
+impl ReloadPlan {
+    /// The plan that takes the daemon from `current` (every configured
+    /// flow, relaying or not) to `newer`; `running(name)` tells whether a
+    /// flow relays now.
+    pub fn new(current: &FlowTable, newer: &FlowTable, running: impl Fn(&str) -> bool) -> Self {
+        let diff = current.diff(newer);
+        let names = |table: &FlowTable, ids: &[mcrelay_config::FlowId]| -> Vec<String> {
+            ids.iter()
+                .filter_map(|&id| table.get(id).map(|f| f.name.clone()))
+                .collect()
+        };
+        let removed = names(current, &diff.removed);
+        let changed = names(current, &diff.changed);
+        let added = names(newer, &diff.added);
+        let start = diff
+            .changed
+            .iter()
+            .chain(&diff.added)
+            .filter_map(|&id| newer.get(id).cloned())
+            .collect();
+        let retry = names(current, &diff.unchanged)
+            .into_iter()
+            .filter(|name| !running(name))
+            .collect();
+        Self {
+            stop: removed.iter().chain(&changed).cloned().collect(),
+            added,
+            removed,
+            changed,
+            unchanged: diff.unchanged.len(),
+            start,
+            retry,
+        }
+    }
+
+    /// The outcome this plan reports once applied, before the problems
+    /// met applying it are added.
+    pub fn outcome(&self) -> ReloadOutcome {
+        ReloadOutcome {
+            applied: true,
+            added: self.added.clone(),
+            removed: self.removed.clone(),
+            changed: self.changed.clone(),
+            unchanged: self.unchanged,
+            errors: Vec::new(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::daemon::placement::tests::{flow, flow_on};
+
+    fn table(flows: &[Flow]) -> FlowTable {
+        FlowTable::new(flows.to_vec()).unwrap()
+    }
+
+    fn names(flows: &[Flow]) -> Vec<&str> {
+        flows.iter().map(|f| f.name.as_str()).collect()
+    }
+
+    #[test]
+    fn each_flow_gets_the_step_its_diff_calls_for() {
+        let current = table(&[
+            flow("gone", 1, None),
+            flow("moved", 1, None),
+            flow("same", 2, None),
+        ]);
+        let newer = table(&[
+            flow("fresh", 1, None),
+            flow_on("moved", 5001, 1, None),
+            flow("same", 2, None),
+        ]);
+        let plan = ReloadPlan::new(&current, &newer, |_| true);
+        assert_eq!(plan.added, ["fresh"]);
+        assert_eq!(plan.removed, ["gone"]);
+        assert_eq!(plan.changed, ["moved"]);
+        assert_eq!(plan.unchanged, 1);
+        assert_eq!(plan.stop, ["gone", "moved"]);
+        // The changed flow starts again with its new settings.
+        assert_eq!(names(&plan.start), ["moved", "fresh"]);
+        assert_eq!(plan.start[0].input.port, 5001);
+        assert!(plan.retry.is_empty());
+        let outcome = plan.outcome();
+        assert!(outcome.applied && outcome.errors.is_empty());
+        assert_eq!(
+            (
+                outcome.added,
+                outcome.removed,
+                outcome.changed,
+                outcome.unchanged
+            ),
+            (
+                vec!["fresh".into()],
+                vec!["gone".into()],
+                vec!["moved".into()],
+                1
+            )
+        );
+    }
+
+    #[test]
+    fn the_same_file_again_touches_nothing_that_relays() {
+        let current = table(&[flow("a", 1, None), flow("b", 3, Some(1))]);
+        let plan = ReloadPlan::new(&current, &current.clone(), |_| true);
+        assert_eq!(
+            plan,
+            ReloadPlan {
+                unchanged: 2,
+                ..ReloadPlan::default()
+            }
+        );
+    }
+
+    #[test]
+    fn an_unchanged_flow_that_is_not_relaying_is_retried() {
+        let current = table(&[flow("failed", 1, None), flow("ok", 1, None)]);
+        let plan = ReloadPlan::new(&current, &current.clone(), |name| name == "ok");
+        assert_eq!(plan.retry, ["failed"]);
+        assert!(plan.stop.is_empty() && plan.start.is_empty());
+        assert_eq!(plan.unchanged, 2);
+    }
+
+    #[test]
+    fn a_changed_core_restarts_the_flow() {
+        let current = table(&[flow("a", 1, None)]);
+        let newer = table(&[flow("a", 1, Some(3))]);
+        let plan = ReloadPlan::new(&current, &newer, |_| true);
+        assert_eq!(plan.changed, ["a"]);
+        assert_eq!(plan.stop, ["a"]);
+        assert_eq!(plan.start[0].core, Some(3));
+    }
+
+    #[test]
+    fn removed_and_changed_flows_are_stopped_whether_or_not_they_relay() {
+        // A paused flow that is removed must be forgotten all the same.
+        let current = table(&[flow("paused", 1, None), flow("x", 1, None)]);
+        let newer = table(&[flow_on("x", 7000, 1, None)]);
+        let plan = ReloadPlan::new(&current, &newer, |_| false);
+        assert_eq!(plan.stop, ["paused", "x"]);
+        assert!(plan.retry.is_empty());
+    }
+
+    #[test]
+    fn from_nothing_everything_is_added_and_to_nothing_everything_removed() {
+        let some = table(&[flow("a", 1, None), flow("b", 1, None)]);
+        let none = FlowTable::default();
+        let up = ReloadPlan::new(&none, &some, |_| false);
+        assert_eq!((up.added.len(), up.start.len()), (2, 2));
+        let down = ReloadPlan::new(&some, &none, |_| true);
+        assert_eq!(down.removed, ["a", "b"]);
+        assert_eq!(down.stop, ["a", "b"]);
+        assert!(down.start.is_empty());
+    }
+}
