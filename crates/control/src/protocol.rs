@@ -8,8 +8,11 @@
 //!
 //! Commands are `status`, `flows`, `stats` (each answered with a
 //! [`Snapshot`](crate::Snapshot); the client picks what to print) and
-//! `reload` (answered with a [`ReloadOutcome`]). Unknown fields are ignored
-//! so that later clients can add optional ones. A response is
+//! `reload` (answered with a [`ReloadOutcome`]). `reload` takes one optional
+//! field, `"allow_empty":true`, which lets a reload remove every flow (see
+//! [`Request::Reload`]); without it, such a reload is refused. Unknown fields
+//! are ignored so that later clients can add optional ones (a daemon that
+//! predates `allow_empty` ignores it). A response is
 //!
 //! ```text
 //! {"v":1,"ok":true,"result":{...}}
@@ -47,7 +50,13 @@ pub enum Request {
     Stats,
     /// Re-read the configuration file and apply it. Answered with a
     /// [`ReloadOutcome`].
-    Reload,
+    Reload {
+        /// Apply a file that has no flows though some are configured now.
+        /// Without it such a reload is refused: an empty file is far more
+        /// often one read half-written than an operator's intent. On the
+        /// wire, `"allow_empty":true`; absent means false (old clients).
+        allow_empty: bool,
+    },
 }
 
 impl Request {
@@ -56,7 +65,7 @@ impl Request {
         Request::Status,
         Request::Flows,
         Request::Stats,
-        Request::Reload,
+        Request::Reload { allow_empty: false },
     ];
 
     /// The `cmd` string on the wire.
@@ -65,11 +74,12 @@ impl Request {
             Request::Status => "status",
             Request::Flows => "flows",
             Request::Stats => "stats",
-            Request::Reload => "reload",
+            Request::Reload { .. } => "reload",
         }
     }
 
-    /// The request whose `cmd` string is `command`, if any.
+    /// The request whose `cmd` string is `command`, if any, with its
+    /// optional fields absent.
     pub fn from_command(command: &str) -> Option<Request> {
         Request::ALL.into_iter().find(|r| r.command() == command)
     }
@@ -114,6 +124,16 @@ pub enum ProtocolError {
     /// A response line that doesn't follow the protocol.
     #[error("malformed response from the daemon: {0}")]
     MalformedResponse(&'static str),
+    /// An optional field of the command has the wrong type.
+    #[error("\"{field}\" must be {expected}; found {found}")]
+    BadField {
+        /// The field's name.
+        field: &'static str,
+        /// What it must be.
+        expected: &'static str,
+        /// The value as sent (JSON text, shortened).
+        found: String,
+    },
     /// The daemon answered with an error.
     #[error("the daemon refused the request: {0}")]
     Remote(String),
@@ -138,19 +158,36 @@ pub fn parse_request(line: &[u8]) -> Result<Request, ProtocolError> {
     let value: Value = serde_json::from_str(text).map_err(ProtocolError::InvalidJson)?;
     let object = value.as_object().ok_or(ProtocolError::NotAnObject)?;
     check_version(object.get("v"))?;
-    match object.get("cmd") {
-        None => Err(ProtocolError::MissingCommand),
+    let request = match object.get("cmd") {
+        None => return Err(ProtocolError::MissingCommand),
         Some(cmd) => cmd
             .as_str()
             .and_then(Request::from_command)
-            .ok_or_else(|| ProtocolError::UnknownCommand { found: quote(cmd) }),
+            .ok_or_else(|| ProtocolError::UnknownCommand { found: quote(cmd) })?,
+    };
+    match request {
+        Request::Reload { .. } => Ok(Request::Reload {
+            allow_empty: match object.get("allow_empty") {
+                None => false,
+                Some(v) => v.as_bool().ok_or_else(|| ProtocolError::BadField {
+                    field: "allow_empty",
+                    expected: "true or false",
+                    found: quote(v),
+                })?,
+            },
+        }),
+        other => Ok(other),
     }
 }
 
 /// The wire form of `request`: one JSON object and a newline.
 pub fn encode_request(request: &Request) -> String {
+    let extra = match request {
+        Request::Reload { allow_empty: true } => ",\"allow_empty\":true",
+        _ => "",
+    };
     format!(
-        "{{\"v\":{PROTOCOL_VERSION},\"cmd\":\"{}\"}}\n",
+        "{{\"v\":{PROTOCOL_VERSION},\"cmd\":\"{}\"{extra}}}\n",
         request.command()
     )
 }
@@ -326,6 +363,35 @@ mod tests {
         assert_eq!(
             encode_request(&Request::Status),
             "{\"v\":1,\"cmd\":\"status\"}\n"
+        );
+    }
+
+    #[test]
+    fn reload_may_allow_emptying_and_old_clients_do_not() {
+        let allow = Request::Reload { allow_empty: true };
+        let line = encode_request(&allow);
+        assert_eq!(line, "{\"v\":1,\"cmd\":\"reload\",\"allow_empty\":true}\n");
+        assert_eq!(parse_request(line.as_bytes()).unwrap(), allow);
+        // What every client before allow_empty sends.
+        assert_eq!(
+            parse_request(b"{\"v\":1,\"cmd\":\"reload\"}\n").unwrap(),
+            Request::Reload { allow_empty: false }
+        );
+        assert_eq!(
+            encode_request(&Request::Reload { allow_empty: false }),
+            "{\"v\":1,\"cmd\":\"reload\"}\n"
+        );
+        assert_eq!(
+            parse_request(b"{\"v\":1,\"cmd\":\"reload\",\"allow_empty\":false}").unwrap(),
+            Request::Reload { allow_empty: false }
+        );
+        let e = err("{\"v\":1,\"cmd\":\"reload\",\"allow_empty\":\"yes\"}");
+        assert!(matches!(e, ProtocolError::BadField { .. }), "{e}");
+        assert!(e.to_string().contains("true or false"), "{e}");
+        // Other commands ignore it, as any unknown field.
+        assert_eq!(
+            parse_request(b"{\"v\":1,\"cmd\":\"status\",\"allow_empty\":1}").unwrap(),
+            Request::Status
         );
     }
 

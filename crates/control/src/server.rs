@@ -12,8 +12,10 @@ pub trait ControlHandler {
     fn snapshot(&mut self) -> crate::Snapshot;
 
     /// Re-reads and applies the configuration file; on failure keeps the
-    /// running configuration and says why in the outcome's `errors`.
-    fn reload(&mut self) -> crate::ReloadOutcome;
+    /// running configuration and says why in the outcome's `errors`. A file
+    /// with no flows replaces a non-empty configuration only if
+    /// `allow_empty`.
+    fn reload(&mut self, allow_empty: bool) -> crate::ReloadOutcome;
 }
 
 /// The response to one request line. Every failure becomes an error
@@ -21,7 +23,7 @@ pub trait ControlHandler {
 pub fn answer_line(line: &[u8], handler: &mut impl ControlHandler) -> Response {
     match parse_request(line) {
         Ok(Request::Status | Request::Flows | Request::Stats) => Response::ok(&handler.snapshot()),
-        Ok(Request::Reload) => Response::ok(&handler.reload()),
+        Ok(Request::Reload { allow_empty }) => Response::ok(&handler.reload(allow_empty)),
         Err(e) => Response::error(e),
     }
 }
@@ -51,7 +53,7 @@ mod tests {
         fn snapshot(&mut self) -> Snapshot {
             sample()
         }
-        fn reload(&mut self) -> ReloadOutcome {
+        fn reload(&mut self, _allow_empty: bool) -> ReloadOutcome {
             self.reloads += 1;
             ReloadOutcome {
                 applied: true,

@@ -58,10 +58,17 @@ enum Cmd {
     Stats(Output),
     /// Re-read the configuration file and apply it; waits until done.
     /// Exits 1 (printing the errors) if the daemon rejected the file.
+    ///
+    /// A file with no flows is refused while flows are configured (it is
+    /// most often one read half-written; replace config files atomically:
+    /// write, then rename), unless --allow-empty is given.
     Reload {
         /// Print the daemon's reply (outcome and any errors) as JSON.
         #[arg(long)]
         json: bool,
+        /// Apply the file even if it has no flows, stopping every flow.
+        #[arg(long)]
+        allow_empty: bool,
     },
     /// Print this program's manual page, mcrelayctl(8), in roff
     /// (generated from the same definitions as --help).
@@ -119,8 +126,10 @@ fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
         Cmd::Status(o) => show(&client, Request::Status, o, |s, _| render_status(s)),
         Cmd::Flows(o) => show(&client, Request::Flows, o, render_flows),
         Cmd::Stats(o) => show(&client, Request::Stats, o, render_stats),
-        Cmd::Reload { json } => {
-            let outcome: ReloadOutcome = client.ask(Request::Reload)?;
+        Cmd::Reload { json, allow_empty } => {
+            let outcome: ReloadOutcome = client.ask(Request::Reload {
+                allow_empty: *allow_empty,
+            })?;
             if *json {
                 println!("{}", serde_json::to_string_pretty(&outcome)?);
             } else {

@@ -33,7 +33,12 @@ const RELOAD_TIMEOUT: Duration = Duration::from_secs(30);
 /// What the control socket asks of the supervisor.
 #[derive(Debug)]
 pub enum ToSupervisor {
-    Reload(mpsc::Sender<ReloadOutcome>),
+    /// Reload; the outcome goes back on the sender. `allow_empty` lets it
+    /// remove every flow ([`Request::Reload`]).
+    Reload {
+        allow_empty: bool,
+        reply: mpsc::Sender<ReloadOutcome>,
+    },
 }
 
 /// The bound control socket, not yet served.
@@ -228,9 +233,12 @@ fn answer(
 ) -> Response {
     match request {
         Request::Status | Request::Flows | Request::Stats => Response::ok(&lock(shared).snapshot()),
-        Request::Reload => {
-            let (tx, rx) = mpsc::channel();
-            if supervisor.send(ToSupervisor::Reload(tx)).is_err() {
+        Request::Reload { allow_empty } => {
+            let (reply, rx) = mpsc::channel();
+            if supervisor
+                .send(ToSupervisor::Reload { allow_empty, reply })
+                .is_err()
+            {
                 return Response::error("the daemon is stopping");
             }
             match rx.recv_timeout(RELOAD_TIMEOUT) {

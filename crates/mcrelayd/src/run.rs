@@ -164,11 +164,13 @@ fn supervise(
     loop {
         match wake.recv_timeout(TICK) {
             Ok(Wake::Signal(SIGHUP)) => {
-                reload(&mut daemon, notifier.as_ref());
+                // A SIGHUP never removes every flow: the file may be
+                // half-written (see Daemon::reload).
+                reload(&mut daemon, notifier.as_ref(), false);
             }
             Ok(Wake::Signal(_)) | Err(mpsc::RecvTimeoutError::Disconnected) => break,
-            Ok(Wake::Control(ToSupervisor::Reload(reply))) => {
-                let outcome = reload(&mut daemon, notifier.as_ref());
+            Ok(Wake::Control(ToSupervisor::Reload { allow_empty, reply })) => {
+                let outcome = reload(&mut daemon, notifier.as_ref(), allow_empty);
                 let _ = reply.send(outcome);
             }
             Ok(Wake::Links(table)) => daemon.links_changed(table),
@@ -203,12 +205,12 @@ fn supervise(
     daemon.stop()
 }
 
-fn reload(daemon: &mut Daemon, notifier: Option<&Notifier>) -> ReloadOutcome {
+fn reload(daemon: &mut Daemon, notifier: Option<&Notifier>, allow_empty: bool) -> ReloadOutcome {
     tracing::info!("reloading the configuration");
     if let Some(n) = notifier {
         let _ = n.reloading();
     }
-    let outcome = daemon.reload();
+    let outcome = daemon.reload(allow_empty);
     if let Some(n) = notifier {
         let status = if outcome.applied {
             status_line(daemon)

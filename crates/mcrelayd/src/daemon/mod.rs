@@ -459,15 +459,17 @@ impl Daemon {
         }
     }
 
-    /// Re-read the config file and apply the difference: removed flows
-    /// stop (or, if paused, are forgotten), added ones start, changed ones
-    /// restart — added and changed ones only once their interfaces are up
-    /// — and unchanged ones are not touched (one that failed to start is
-    /// retried at once). A file that doesn't validate changes nothing.
-    pub fn reload(&mut self) -> ReloadOutcome {
+    /// Re-read the config file and apply the difference (a
+    /// [`ReloadPlan`]): removed flows stop (or, if paused, are forgotten),
+    /// added ones start, changed ones restart — added and changed ones only
+    /// once their interfaces are up — and unchanged ones are not touched
+    /// (one that failed to start is retried at once). A file that doesn't
+    /// validate changes nothing; nor does one with no flows while some are
+    /// configured, unless `allow_empty` ([`plan::refuse_emptying`]).
+    pub fn reload(&mut self, allow_empty: bool) -> ReloadOutcome {
         let before = std::mem::replace(&mut lock(&self.shared).state, DaemonState::Reloading);
         self.reloading = true;
-        let outcome = self.apply_reload();
+        let outcome = self.apply_reload(allow_empty);
         self.reloading = false;
         if outcome.applied {
             self.refresh_state();
@@ -478,7 +480,7 @@ impl Daemon {
         outcome
     }
 
-    fn apply_reload(&mut self) -> ReloadOutcome {
+    fn apply_reload(&mut self, allow_empty: bool) -> ReloadOutcome {
         let new = match mcrelay_config::load(&self.path) {
             Ok(c) => c,
             Err(errors) => {
@@ -489,6 +491,15 @@ impl Daemon {
                 };
             }
         };
+        if let Err(e) =
+            plan::refuse_emptying(&self.config.flows, &new.flows, allow_empty, &self.path)
+        {
+            tracing::error!("reload rejected: {e}");
+            return ReloadOutcome {
+                errors: vec![e.to_string()],
+                ..ReloadOutcome::default()
+            };
+        }
         if new.daemon != self.config.daemon || new.pools != self.config.pools {
             tracing::warn!(
                 "reload: [daemon] and [pools] changes take effect at the next restart; flows are applied now"

@@ -10,9 +10,51 @@
 //! - unchanged flows are not touched, except one that is not relaying (its
 //!   start failed, or it waits for an interface): its retry delay is
 //!   cleared, so a failed one is retried at once.
+//!
+//! Before any of that, [`refuse_emptying`] stops a file with no flows from
+//! replacing a configuration that has some, unless the operator asked for
+//! it: an empty file is far more often one read while it was being
+//! rewritten than an intent.
+
+use std::path::{Path, PathBuf};
 
 use mcrelay_config::{Flow, FlowTable};
 use mcrelay_control::ReloadOutcome;
+
+/// A reload refused because it would leave no flow configured.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{}: this configuration has no flows, so applying it would stop all {flows} configured \
+     flows; refused, the running configuration stays. If the file was read while it was being \
+     rewritten, replace it atomically instead (write a new file, then rename it over this one) \
+     and reload again. To remove every flow on purpose, run `mcrelayctl reload --allow-empty` \
+     (control protocol: {{\"v\":1,\"cmd\":\"reload\",\"allow_empty\":true}}); a SIGHUP \
+     never removes every flow",
+    path.display()
+)]
+pub struct WouldRemoveEveryFlow {
+    /// The configuration file.
+    pub path: PathBuf,
+    /// How many flows are configured now.
+    pub flows: usize,
+}
+
+/// Refuse going from `current` to `newer` when that leaves no flow while
+/// some are configured, unless `allow_empty`.
+pub fn refuse_emptying(
+    current: &FlowTable,
+    newer: &FlowTable,
+    allow_empty: bool,
+    path: &Path,
+) -> Result<(), WouldRemoveEveryFlow> {
+    if newer.is_empty() && !current.is_empty() && !allow_empty {
+        return Err(WouldRemoveEveryFlow {
+            path: path.to_owned(),
+            flows: current.len(),
+        });
+    }
+    Ok(())
+}
 
 /// The steps of one reload, and what it reports.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -94,6 +136,31 @@ mod tests {
 
     fn names(flows: &[Flow]) -> Vec<&str> {
         flows.iter().map(|f| f.name.as_str()).collect()
+    }
+
+    #[test]
+    fn emptying_a_configuration_needs_allow_empty() {
+        let some = table(&[flow("a", 1, None), flow("b", 1, None)]);
+        let none = FlowTable::default();
+        let path = Path::new("/etc/mcrelay/mcrelay.toml");
+        let e = refuse_emptying(&some, &none, false, path).unwrap_err();
+        assert_eq!(e.flows, 2);
+        let text = e.to_string();
+        for part in [
+            "/etc/mcrelay/mcrelay.toml: ",
+            "stop all 2 configured flows",
+            "mcrelayctl reload --allow-empty",
+            "\"allow_empty\":true",
+            "a SIGHUP never removes every flow",
+            "rename",
+        ] {
+            assert!(text.contains(part), "{part:?} missing from: {text}");
+        }
+        assert_eq!(refuse_emptying(&some, &none, true, path), Ok(()));
+        // Nothing to lose, or something left: no question asked.
+        assert_eq!(refuse_emptying(&none, &none, false, path), Ok(()));
+        let other = table(&[flow("c", 1, None)]);
+        assert_eq!(refuse_emptying(&some, &other, false, path), Ok(()));
     }
 
     #[test]
