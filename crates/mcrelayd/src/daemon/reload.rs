@@ -1,0 +1,147 @@
+//! Applying a reload: read and check the file, build the
+//! [`ReloadPlan`], stop what it removes or changes, configure what it adds
+//! or changes, and let [`Daemon::reconcile`] start them.
+
+use mcrelay_config::Flow;
+use mcrelay_control::{DaemonState, FlowState, ReloadOutcome};
+
+use super::placement::Placement;
+use super::plan::{self, ReloadPlan};
+use super::report::new_entry;
+use super::{Daemon, Managed, lock};
+
+impl Daemon {
+    /// Re-read the config file and apply the difference (a
+    /// [`ReloadPlan`]): removed flows stop (or, if paused, are forgotten),
+    /// added ones start, changed ones restart — added and changed ones only
+    /// once their interfaces are up — and unchanged ones are not touched
+    /// (one that failed to start is retried at once). A file that doesn't
+    /// validate changes nothing; nor does one with no flows while some are
+    /// configured, unless `allow_empty` ([`plan::refuse_emptying`]).
+    pub fn reload(&mut self, allow_empty: bool) -> ReloadOutcome {
+        let before = std::mem::replace(&mut lock(&self.shared).state, DaemonState::Reloading);
+        self.reloading = true;
+        let outcome = self.apply_reload(allow_empty);
+        self.reloading = false;
+        if outcome.applied {
+            self.refresh_state();
+        } else {
+            // Rejected: the running config stays, and so does its state.
+            self.set_state(before);
+        }
+        outcome
+    }
+
+    fn apply_reload(&mut self, allow_empty: bool) -> ReloadOutcome {
+        let new = match mcrelay_config::load(&self.path) {
+            Ok(c) => c,
+            Err(errors) => {
+                tracing::error!("reload rejected; the running configuration stays:\n{errors}");
+                return ReloadOutcome {
+                    errors: errors.to_string().lines().map(str::to_owned).collect(),
+                    ..ReloadOutcome::default()
+                };
+            }
+        };
+        if let Err(e) =
+            plan::refuse_emptying(&self.config.flows, &new.flows, allow_empty, &self.path)
+        {
+            tracing::error!("reload rejected: {e}");
+            return ReloadOutcome {
+                errors: vec![e.to_string()],
+                ..ReloadOutcome::default()
+            };
+        }
+        if new.daemon != self.config.daemon || new.pools != self.config.pools {
+            tracing::warn!(
+                "reload: [daemon] and [pools] changes take effect at the next restart; flows are applied now"
+            );
+        }
+        // The diff against the flows configured now, running or not (they
+        // are exactly `self.config.flows`).
+        let plan = ReloadPlan::new(&self.config.flows, &new.flows, |name| {
+            self.flows.iter().any(|m| m.running && m.flow.name == name)
+        });
+        let mut outcome = plan.outcome();
+        let mut problems = Vec::new();
+        for name in &plan.stop {
+            if let Err(e) = self.forget_flow(name) {
+                problems.push(format!("flow {name:?}: {e:#}"));
+            }
+        }
+        if !plan.start.is_empty()
+            && let Err(e) = self.opener.reload()
+        {
+            problems.push(format!("{e:#}"));
+        }
+        for flow in &plan.start {
+            if let Err(e) = self.add_flow(flow) {
+                problems.push(format!("flow {:?}: {e:#}", flow.name));
+            }
+        }
+        for m in &mut self.flows {
+            if plan.retry.contains(&m.flow.name) {
+                m.retry = None;
+            }
+        }
+        self.reconcile();
+        outcome.errors.clone_from(&problems);
+        {
+            let shared = lock(&self.shared);
+            for flow in &plan.start {
+                if let Some(FlowState::OpenFailed { error }) = shared
+                    .flows
+                    .iter()
+                    .find(|e| e.stats.name == flow.name)
+                    .map(|e| &e.state)
+                {
+                    outcome
+                        .errors
+                        .push(format!("flow {:?}: {error}", flow.name));
+                }
+            }
+        }
+        self.reload_problem =
+            (!problems.is_empty()).then(|| format!("reload: {}", problems.join("; ")));
+        self.config = new;
+        tracing::info!(
+            added = ?outcome.added,
+            removed = ?outcome.removed,
+            changed = ?outcome.changed,
+            unchanged = outcome.unchanged,
+            errors = outcome.errors.len(),
+            "reloaded"
+        );
+        outcome
+    }
+
+    /// Stop flow `name` if it runs, and forget it.
+    fn forget_flow(&mut self, name: &str) -> anyhow::Result<()> {
+        let Some(i) = self.flows.iter().position(|m| m.flow.name == name) else {
+            return Ok(());
+        };
+        let m = self.flows.remove(i);
+        lock(&self.shared).flows.retain(|e| e.stats.name != name);
+        if m.running {
+            self.remove_from_worker(name, m.worker)?;
+        }
+        Ok(())
+    }
+
+    /// Configure `flow` (not started yet: [`Self::reconcile`] does that),
+    /// on the least loaded worker or its `core`.
+    fn add_flow(&mut self, flow: &Flow) -> anyhow::Result<()> {
+        let w = Placement::with(&self.cpus, self.flows.iter().map(|m| (m.worker, &m.flow)))
+            .place(flow)?;
+        // Published as running: reconcile, right after, starts it or says
+        // why not, before the reload's outcome is published.
+        lock(&self.shared).flows.push(new_entry(flow, w));
+        self.flows.push(Managed {
+            flow: flow.clone(),
+            worker: w,
+            running: false,
+            retry: None,
+        });
+        Ok(())
+    }
+}
