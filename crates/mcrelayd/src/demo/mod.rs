@@ -18,24 +18,24 @@
 //! namespaces), 130 when interrupted.
 
 mod netns;
+mod relay;
 mod summary;
 mod sys;
 mod traffic;
 
-use std::io::{BufRead, BufReader, IsTerminal, Read, Write};
+use std::io::{IsTerminal, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
-use std::os::unix::net::UnixStream;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use mcrelay_control::{Rates, Request, Snapshot, encode_request, parse_response, render_top};
+use mcrelay_control::{Rates, Request, Snapshot, render_top};
 
 use netns::Topology;
+use relay::{Daemon, ask, cpu_ticks};
 use summary::{Cpu, OutputResult, Summary};
 use traffic::{Receiver, Sender, Stream};
 
@@ -307,122 +307,6 @@ impl Drop for WorkDir {
     }
 }
 
-/// The daemon, started in the relay namespace; stopped on drop.
-struct Daemon {
-    child: Child,
-    log: PathBuf,
-    socket: PathBuf,
-}
-
-impl Daemon {
-    fn start(
-        topology: &Topology,
-        dir: &Path,
-        config_text: &str,
-        stop: &AtomicBool,
-    ) -> anyhow::Result<Self> {
-        let socket = dir.join("control.sock");
-        let config = dir.join("mcrelay.toml");
-        std::fs::write(&config, config_text)
-            .with_context(|| format!("writing {}", config.display()))?;
-        let log = dir.join("mcrelayd.log");
-        let log_file =
-            std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
-        let exe = std::env::current_exe().context("finding this executable")?;
-        // `ip netns exec` enters the namespace and execs the daemon, so the
-        // child's PID is the daemon's. Its own process group keeps a
-        // terminal's Ctrl-C away from it: the demo stops it, in order.
-        let child = Command::new("ip")
-            .args(["netns", "exec", &topology.relay])
-            .arg(exe)
-            .arg("--config")
-            .arg(&config)
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(log_file.try_clone().context("log file")?)
-            .stderr(log_file)
-            .process_group(0)
-            .spawn()
-            .context("starting mcrelayd in the relay namespace")?;
-        let mut daemon = Daemon { child, log, socket };
-        let deadline = Instant::now() + START_TIMEOUT;
-        loop {
-            // Up, and every flow relaying: a freshly created veth reports
-            // its carrier a moment after it is set up, and until then the
-            // daemon holds the flows that use it.
-            if ask::<Snapshot>(&daemon.socket, Request::Status).is_ok_and(|s| {
-                !s.flows.is_empty()
-                    && s.flows
-                        .iter()
-                        .all(|f| f.state == mcrelay_control::FlowState::Running)
-            }) {
-                return Ok(daemon);
-            }
-            if stop.load(Ordering::Relaxed) {
-                bail!("interrupted while mcrelayd was starting");
-            }
-            if let Some(status) = daemon.exited() {
-                bail!(
-                    "mcrelayd exited ({status}) while starting\n{}",
-                    daemon.log_tail()
-                );
-            }
-            if Instant::now() > deadline {
-                bail!(
-                    "mcrelayd did not answer on its control socket within {START_TIMEOUT:?}\n{}",
-                    daemon.log_tail()
-                );
-            }
-            std::thread::sleep(POLL);
-        }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// Whether it has exited (and so is reaped).
-    fn exited(&mut self) -> Option<std::process::ExitStatus> {
-        self.child.try_wait().ok().flatten()
-    }
-
-    /// The last lines of its log, indented.
-    fn log_tail(&self) -> String {
-        let mut text = String::new();
-        let _ = std::fs::File::open(&self.log).and_then(|mut f| f.read_to_string(&mut text));
-        let lines: Vec<&str> = text.lines().collect();
-        let tail = &lines[lines.len().saturating_sub(20)..];
-        format!(
-            "mcrelayd's log ({}):\n    {}",
-            self.log.display(),
-            tail.join("\n    ")
-        )
-    }
-
-    /// SIGTERM, then wait (SIGKILL after 5 s); its exit status.
-    fn stop(&mut self) -> Option<std::process::ExitStatus> {
-        if let Some(status) = self.exited() {
-            return Some(status);
-        }
-        let _ = sys::terminate(self.pid());
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if let Some(status) = self.exited() {
-                return Some(status);
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let _ = self.child.kill();
-        self.child.wait().ok()
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
 /// Everything between building and removing the namespaces.
 fn with_topology(
     args: &DemoArgs,
@@ -622,60 +506,6 @@ fn show_frame(current: &Snapshot, rates: &Rates, elapsed: Duration, args: &DemoA
     let _ = out.flush();
 }
 
-/// User plus system clock ticks of `pid` (all its threads) and of its
-/// children (the daemon's privileged helper).
-fn cpu_ticks(pid: u32) -> Option<u64> {
-    let own = stat_ticks(pid)?;
-    let children: u64 = std::fs::read_dir(format!("/proc/{pid}/task"))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
-        .flat_map(|list| {
-            list.split_whitespace()
-                .filter_map(|c| c.parse::<u32>().ok())
-                .collect::<Vec<_>>()
-        })
-        .filter_map(stat_ticks)
-        .sum();
-    Some(own + children)
-}
-
-/// utime + stime from `/proc/PID/stat`.
-fn stat_ticks(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    parse_stat_ticks(&stat)
-}
-
-/// utime + stime (fields 14 and 15) of a `/proc/PID/stat` line; the
-/// command name (field 2) may hold spaces and parentheses.
-fn parse_stat_ticks(stat: &str) -> Option<u64> {
-    let after = &stat[stat.rfind(')')? + 1..];
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let utime: u64 = fields.get(11)?.parse().ok()?;
-    let stime: u64 = fields.get(12)?.parse().ok()?;
-    Some(utime + stime)
-}
-
-/// Replies larger than this are refused.
-const MAX_REPLY_BYTES: u64 = 64 << 20;
-
-/// One request on the daemon's control socket, its decoded reply.
-fn ask<T: serde::de::DeserializeOwned>(socket: &Path, request: Request) -> anyhow::Result<T> {
-    let mut conn = UnixStream::connect(socket)
-        .with_context(|| format!("connecting to {}", socket.display()))?;
-    conn.set_read_timeout(Some(Duration::from_secs(5)))?;
-    conn.set_write_timeout(Some(Duration::from_secs(5)))?;
-    conn.write_all(encode_request(&request).as_bytes())
-        .context("sending a control request")?;
-    let mut line = Vec::new();
-    BufReader::new(conn)
-        .take(MAX_REPLY_BYTES)
-        .read_until(b'\n', &mut line)
-        .context("reading the control reply")?;
-    Ok(parse_response(&line)?.into_result()?)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -709,13 +539,5 @@ mod tests {
         assert_eq!(parse_cpu_list("0-1023").len(), 8);
         assert_eq!(parse_cpu_list("x"), Vec::<usize>::new());
         assert!(!allowed_cpus().is_empty());
-    }
-
-    #[test]
-    fn stat_fields() {
-        let line = "1234 (mcrelayd (x) y) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 75 0 0 20 0 3 0";
-        assert_eq!(parse_stat_ticks(line), Some(325));
-        assert_eq!(parse_stat_ticks("garbage"), None);
-        assert_eq!(parse_stat_ticks("1 (x) S 1 2"), None);
     }
 }
