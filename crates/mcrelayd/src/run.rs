@@ -202,7 +202,7 @@ fn supervise(
     if let Some(n) = &notifier {
         tell("stopping", n.stopping());
     }
-    daemon.stop()
+    daemon.stop().map_err(Into::into)
 }
 
 fn reload(daemon: &mut Daemon, notifier: Option<&Notifier>, allow_empty: bool) -> ReloadOutcome {

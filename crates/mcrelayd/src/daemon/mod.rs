@@ -11,6 +11,7 @@
 //! sockets, on the same worker and with the same counters, when every
 //! interface it names is up again.
 
+mod error;
 mod placement;
 mod plan;
 mod reload;
@@ -21,13 +22,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
 use mcrelay_config::{Config, Flow};
 use mcrelay_control::{DaemonState, FlowState};
 use mcrelay_dataplane::counters::FlowStats;
-use mcrelay_dataplane::{Command, Event, FlowSockets, ReceiveMode, WorkerConfig, WorkerHandle};
+use mcrelay_dataplane::{
+    Command, Event, FlowSockets, ReceiveMode, WorkerConfig, WorkerError, WorkerHandle,
+};
 use mcrelay_pool::PoolConfig;
 
+use self::error::FlowCommandError;
+pub use self::error::StartError;
 use self::placement::{Placement, start_order, worker_cpus};
 
 pub use self::report::{Shared, SharedHandle, lock};
@@ -122,14 +126,14 @@ impl Daemon {
     /// single-threaded), then start one worker per CPU. A flow with an
     /// interface missing or down waits for it; a flow that can't open
     /// otherwise fails the start, before any worker runs.
-    pub fn start(
+    pub fn start<E: Into<Box<dyn std::error::Error + Send + Sync>>>(
         path: &Path,
         config: Config,
         options: RunOptions,
         mut opener: Opener,
         links: Option<LinkTable>,
-        before_workers: impl FnOnce() -> anyhow::Result<()>,
-    ) -> anyhow::Result<Self> {
+        before_workers: impl FnOnce() -> Result<(), E>,
+    ) -> Result<Self, StartError> {
         let cpus = worker_cpus(&config)?;
         let pools = PoolConfig {
             small: config.pools.small,
@@ -145,8 +149,9 @@ impl Daemon {
             let mut entry = new_entry(flow, w);
             let running = match blocked(links.as_ref(), flow) {
                 None => {
-                    let opened = with_counters(opener.open(flow)?, &entry.stats);
-                    entry.ingress = Some(clone_ingress(&opened)?);
+                    let opened = opener.open(flow).map_err(StartError::Open)?;
+                    let opened = with_counters(opened, &entry.stats);
+                    entry.ingress = Some(clone_ingress(&opened).map_err(StartError::Ingress)?);
                     per_worker[w].push(opened);
                     true
                 }
@@ -164,7 +169,7 @@ impl Daemon {
                 retry: None,
             });
         }
-        before_workers()?;
+        before_workers().map_err(|e| StartError::BeforeWorkers(e.into()))?;
         let stop = Arc::new(AtomicBool::new(false));
         let (events_tx, events) = mpsc::channel();
         let mut workers: Vec<WorkerHandle> = Vec::with_capacity(cpus.len());
@@ -418,57 +423,69 @@ impl Daemon {
 
     /// Open flow `i`'s sockets and hand them to its worker, with the
     /// flow's counters. The state it had before.
-    fn start_on_worker(&mut self, i: usize) -> anyhow::Result<FlowState> {
+    fn start_on_worker(&mut self, i: usize) -> Result<FlowState, FlowCommandError> {
         let (flow, w) = (&self.flows[i].flow, self.flows[i].worker);
         let stats = {
             let mut shared = lock(&self.shared);
-            let e = entry_mut(&mut shared, &flow.name).context("flow not published")?;
+            let e = entry_mut(&mut shared, &flow.name).ok_or(FlowCommandError::NotPublished)?;
             share(&e.stats)
         };
-        let opened = with_counters(self.opener.open(flow)?, &stats);
-        let ingress = clone_ingress(&opened)?;
-        let handle = self.workers.get(w).context("no such worker")?;
+        let opened = self.opener.open(flow).map_err(FlowCommandError::Open)?;
+        let opened = with_counters(opened, &stats);
+        let ingress = clone_ingress(&opened).map_err(FlowCommandError::Ingress)?;
+        let handle = self.workers.get(w).ok_or(FlowCommandError::NoSuchWorker)?;
         if handle.command(Command::AddFlow(opened)).is_err() {
-            bail!("worker {w} is not taking commands");
+            return Err(FlowCommandError::NotTakingCommands { worker: w });
         }
         let name = flow.name.clone();
         match self.await_event(&name)? {
             Event::FlowAdded { .. } => {
                 self.flows[i].running = true;
                 let mut shared = lock(&self.shared);
-                let e = entry_mut(&mut shared, &name).context("flow not published")?;
+                let e = entry_mut(&mut shared, &name).ok_or(FlowCommandError::NotPublished)?;
                 e.ingress = Some(ingress);
                 Ok(std::mem::replace(&mut e.state, FlowState::Running))
             }
-            other => bail!("worker {w} refused it: {other:?}"),
+            other => Err(FlowCommandError::Refused {
+                worker: w,
+                answer: format!("{other:?}"),
+            }),
         }
     }
 
     /// Remove flow `name` from `worker` and wait until its sockets are
     /// closed.
-    fn remove_from_worker(&self, name: &str, worker: usize) -> anyhow::Result<()> {
-        let handle = self.workers.get(worker).context("no such worker")?;
+    fn remove_from_worker(&self, name: &str, worker: usize) -> Result<(), FlowCommandError> {
+        let handle = self
+            .workers
+            .get(worker)
+            .ok_or(FlowCommandError::NoSuchWorker)?;
         if handle
             .command(Command::RemoveFlow(name.to_owned()))
             .is_err()
         {
-            bail!("worker {worker} is not taking commands");
+            return Err(FlowCommandError::NotTakingCommands { worker });
         }
         match self.await_event(name)? {
             Event::FlowRemoved { .. } | Event::FlowUnknown { .. } => Ok(()),
-            other => bail!("unexpected answer {other:?}"),
+            other => Err(FlowCommandError::Unexpected {
+                answer: format!("{other:?}"),
+            }),
         }
     }
 
     /// The worker's answer about flow `name`.
-    fn await_event(&self, name: &str) -> anyhow::Result<Event> {
+    fn await_event(&self, name: &str) -> Result<Event, FlowCommandError> {
         let deadline = Instant::now() + COMMAND_TIMEOUT;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            let event = self
-                .events
-                .recv_timeout(left)
-                .with_context(|| format!("no answer from the worker within {COMMAND_TIMEOUT:?}"))?;
+            let event =
+                self.events
+                    .recv_timeout(left)
+                    .map_err(|source| FlowCommandError::NoAnswer {
+                        timeout: COMMAND_TIMEOUT,
+                        source,
+                    })?;
             let about = match &event {
                 Event::FlowAdded { flow, .. }
                 | Event::FlowRefused { flow, .. }
@@ -484,7 +501,7 @@ impl Daemon {
 
     /// Stop every worker (each lets its in-flight sends finish, at most a
     /// second), then print the final counters.
-    pub fn stop(self) -> anyhow::Result<()> {
+    pub fn stop(self) -> Result<(), WorkerError> {
         self.stop.store(true, Ordering::Relaxed);
         let mut failed = None;
         for w in self.workers {
@@ -495,16 +512,13 @@ impl Daemon {
         }
         print_final(&lock(&self.shared));
         match failed {
-            Some(e) => Err(e.into()),
+            Some(e) => Err(e),
             None => Ok(()),
         }
     }
 }
 
-fn clone_ingress(opened: &FlowSockets) -> anyhow::Result<mcrelay_dataplane::sockets::KernelDrops> {
-    let fd = opened
-        .ingress
-        .try_clone_fd()
-        .context("duplicating the ingress socket for its drop counter")?;
+fn clone_ingress(opened: &FlowSockets) -> std::io::Result<mcrelay_dataplane::sockets::KernelDrops> {
+    let fd = opened.ingress.try_clone_fd()?;
     Ok(mcrelay_dataplane::sockets::KernelDrops::new(fd))
 }

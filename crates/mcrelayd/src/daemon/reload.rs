@@ -5,7 +5,8 @@
 use mcrelay_config::Flow;
 use mcrelay_control::{DaemonState, FlowState, ReloadOutcome};
 
-use super::placement::Placement;
+use super::error::FlowCommandError;
+use super::placement::{Placement, PlacementError};
 use super::plan::{self, ReloadPlan};
 use super::report::new_entry;
 use super::{Daemon, Managed, lock};
@@ -116,7 +117,7 @@ impl Daemon {
     }
 
     /// Stop flow `name` if it runs, and forget it.
-    fn forget_flow(&mut self, name: &str) -> anyhow::Result<()> {
+    fn forget_flow(&mut self, name: &str) -> Result<(), FlowCommandError> {
         let Some(i) = self.flows.iter().position(|m| m.flow.name == name) else {
             return Ok(());
         };
@@ -130,7 +131,7 @@ impl Daemon {
 
     /// Configure `flow` (not started yet: [`Self::reconcile`] does that),
     /// on the least loaded worker or its `core`.
-    fn add_flow(&mut self, flow: &Flow) -> anyhow::Result<()> {
+    fn add_flow(&mut self, flow: &Flow) -> Result<(), PlacementError> {
         let w = Placement::with(&self.cpus, self.flows.iter().map(|m| (m.worker, &m.flow)))
             .place(flow)?;
         // Published as running: reconcile, right after, starts it or says
