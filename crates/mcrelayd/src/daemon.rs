@@ -669,6 +669,11 @@ impl Daemon {
                 return outcome;
             }
         };
+        if let Err(e) = crate::fdbudget::at_reload(&self.path, &new) {
+            tracing::error!("reload rejected; the running configuration stays:\n{e}");
+            outcome.errors = vec![e];
+            return outcome;
+        }
         if new.daemon != self.config.daemon || new.pools != self.config.pools {
             tracing::warn!(
                 "reload: [daemon] and [pools] changes take effect at the next restart; flows are applied now"

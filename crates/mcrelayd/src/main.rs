@@ -10,6 +10,8 @@ mod check;
 mod control;
 mod daemon;
 mod demo;
+mod fdbudget;
+mod hardening;
 mod links;
 mod manpage;
 mod metrics;
@@ -17,6 +19,7 @@ mod netlink;
 mod notify;
 mod peercred;
 mod run;
+mod socketfile;
 mod sockets;
 
 use std::path::PathBuf;

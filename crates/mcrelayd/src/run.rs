@@ -76,6 +76,8 @@ fn supervise(
     // the metrics port, open every flow's sockets, then drop to the
     // service user with no capabilities before the first worker starts.
     let privileges = Privileges::of_this_process(&config.daemon.user)?;
+    // Before the helper starts: it inherits the raised limit.
+    crate::fdbudget::at_start(path, &config)?;
     let opener = if privileges.any() {
         Opener::spawn_helper(path)?
     } else {
@@ -294,6 +296,7 @@ impl Privileges {
         }
         if self.any() {
             mcrelay_helper::drop_all_capabilities().context("dropping capabilities")?;
+            crate::hardening::seal().context("making the daemon non-dumpable")?;
             let me = mcrelay_helper::status_of(std::process::id())
                 .context("reading /proc/self/status")?;
             tracing::info!(
