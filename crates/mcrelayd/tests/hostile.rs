@@ -286,24 +286,7 @@ fn a_same_uid_process_cannot_take_fds_or_ptrace_after_a_root_start() {
 
 /// One status request on a new connection; the reply line, or the error.
 fn request(socket: &Path) -> String {
-    let mut conn = match UnixStream::connect(socket) {
-        Ok(c) => c,
-        Err(e) => return format!("connect: {e}"),
-    };
-    let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
-    if let Err(e) = conn.write_all(b"{\"v\":1,\"cmd\":\"status\"}\n") {
-        return format!("write: {e}");
-    }
-    let mut reply = Vec::new();
-    let mut byte = [0u8; 1];
-    while !reply.ends_with(b"\n") {
-        match conn.read(&mut byte) {
-            Ok(0) => break,
-            Ok(_) => reply.push(byte[0]),
-            Err(e) => return format!("read: {e}"),
-        }
-    }
-    String::from_utf8_lossy(&reply).into_owned()
+    control(socket, "status")
 }
 
 #[test]
@@ -488,22 +471,27 @@ fn flows(n: usize) -> String {
         .collect()
 }
 
+/// `cmd` on a new connection; the reply line, or the error.
 fn control(socket: &Path, cmd: &str) -> String {
     let mut conn = match UnixStream::connect(socket) {
         Ok(c) => c,
         Err(e) => return format!("connect: {e}"),
     };
+    // A reload of hundreds of flows may take a while on a loaded machine.
     let _ = conn.set_read_timeout(Some(Duration::from_secs(120)));
-    let _ = conn.write_all(format!("{{\"v\":1,\"cmd\":\"{cmd}\"}}\n").as_bytes());
-    let mut reply = String::new();
+    if let Err(e) = conn.write_all(format!("{{\"v\":1,\"cmd\":\"{cmd}\"}}\n").as_bytes()) {
+        return format!("write: {e}");
+    }
+    let mut reply = Vec::new();
     let mut byte = [0u8; 1];
-    while !reply.ends_with('\n') {
+    while !reply.ends_with(b"\n") {
         match conn.read(&mut byte) {
-            Ok(1) => reply.push(char::from(byte[0])),
-            _ => break,
+            Ok(0) => break,
+            Ok(_) => reply.push(byte[0]),
+            Err(e) => return format!("read: {e}"),
         }
     }
-    reply
+    String::from_utf8_lossy(&reply).into_owned()
 }
 
 #[test]
