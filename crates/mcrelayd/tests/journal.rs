@@ -1,0 +1,147 @@
+//! Under systemd the daemon's and the helper's log lines reach journald's
+//! stream socket, named by `JOURNAL_STREAM=dev:ino`. Each line must carry
+//! the `<N>` syslog prefix of its level (journald files unprefixed lines at
+//! PRIORITY=6, hiding warnings and errors from `journalctl -p warning`) and
+//! no ANSI colour, and the helper must follow `daemon.log_level` too.
+//!
+//! The test stands in for journald: the daemon's stderr is one end of a
+//! Unix stream socket pair whose device and inode go in `JOURNAL_STREAM`.
+//! The daemon is given a control socket path that is a regular file, so it
+//! starts (as root: with its privileged helper), logs, fails with an error
+//! and exits, without touching the network.
+
+use std::io::Read;
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("mcrelayd-journal-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+}
+
+/// Everything the daemon writes to stderr with `log_level`, with stderr
+/// a socket named by `JOURNAL_STREAM` (or not, `as_journal` false).
+fn run_daemon(name: &str, log_level: &str, as_journal: bool) -> String {
+    let dir = scratch(name);
+    let not_a_socket = dir.join("control.sock");
+    std::fs::write(&not_a_socket, "a regular file").unwrap();
+    let config = dir.join("mcrelay.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"[daemon]
+user = "nobody"
+control_socket = "{}"
+log_level = "{log_level}"
+cores = [0]
+
+[[flow]]
+name = "loop"
+input = {{ interface = "lo", address = "127.0.0.1", port = 45901 }}
+outputs = [{{ interface = "lo", address = "127.0.0.1", port = 45902 }}]
+"#,
+            not_a_socket.display()
+        ),
+    )
+    .unwrap();
+    let (mut journal, stream) = UnixStream::pair().unwrap();
+    let meta = std::fs::File::from(std::os::fd::OwnedFd::from(stream.try_clone().unwrap()))
+        .metadata()
+        .unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_mcrelayd"));
+    command
+        .args(["--config", config.to_str().unwrap()])
+        .env_remove("RUST_LOG")
+        .env_remove("NOTIFY_SOCKET")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::os::fd::OwnedFd::from(stream));
+    if as_journal {
+        command.env("JOURNAL_STREAM", format!("{}:{}", meta.dev(), meta.ino()));
+    } else {
+        command.env_remove("JOURNAL_STREAM");
+    }
+    let mut child = command.spawn().expect("run mcrelayd");
+    drop(command); // our copy of the socket's daemon end
+    let mut out = String::new();
+    // EOF once the daemon and its helper have both exited.
+    journal.read_to_string(&mut out).unwrap();
+    let status = child.wait().unwrap();
+    assert!(!status.success(), "the daemon should fail: {out}");
+    let _ = std::fs::remove_dir_all(&dir);
+    out
+}
+
+#[test]
+fn journal_lines_carry_their_priority_and_no_colour() {
+    let out = run_daemon("info", "info", true);
+    assert!(!out.contains('\x1b'), "ANSI escape in the journal: {out:?}");
+    let error = out
+        .lines()
+        .find(|l| l.contains("is not a socket"))
+        .unwrap_or_else(|| panic!("no control-socket error logged:\n{out}"));
+    assert!(
+        error.starts_with("<3>"),
+        "error not at priority 3: {error:?}"
+    );
+    let info: Vec<&str> = out.lines().filter(|l| l.starts_with("<6>")).collect();
+    if is_root() {
+        // The helper's own lines, through its own subscriber.
+        assert!(
+            info.iter().any(|l| l.contains("helper")),
+            "no <6> line from the helper:\n{out}"
+        );
+    }
+    // Every tracing line is prefixed; only the daemon's final plain
+    // `mcrelayd: ...` summary for a terminal is not.
+    for line in out.lines() {
+        assert!(
+            line.starts_with('<') || line.starts_with("mcrelayd: "),
+            "unprefixed line {line:?} in:\n{out}"
+        );
+    }
+}
+
+#[test]
+fn daemon_and_helper_follow_log_level() {
+    let out = run_daemon("error", "error", true);
+    assert!(
+        out.lines().any(|l| l.starts_with("<3>")),
+        "no error line:\n{out}"
+    );
+    let below: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("<4>") || l.starts_with("<6>") || l.starts_with("<7>"))
+        .collect();
+    assert!(
+        below.is_empty(),
+        "lines below log_level = \"error\": {below:?}"
+    );
+}
+
+#[test]
+fn without_journal_stream_there_is_no_prefix_and_no_colour() {
+    let out = run_daemon("plain", "info", false);
+    assert!(
+        !out.contains('\x1b'),
+        "ANSI escape on a non-terminal: {out:?}"
+    );
+    assert!(
+        out.lines()
+            .any(|l| l.contains("ERROR") && l.contains("is not a socket")),
+        "{out}"
+    );
+    assert!(!out.lines().any(|l| l.starts_with("<3>")), "{out}");
+}
