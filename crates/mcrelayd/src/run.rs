@@ -146,7 +146,7 @@ fn supervise(
         }
     };
     if let Some(n) = &notifier {
-        tell("ready", n.ready());
+        tell("ready", n.ready_with_status(&status_line(&daemon)));
     }
     let watchdog = notifier.as_ref().and_then(Notifier::watchdog_interval);
     let mut turns = daemon.turns();
@@ -208,8 +208,7 @@ fn reload(daemon: &mut Daemon, notifier: Option<&Notifier>) -> ReloadOutcome {
                 outcome.errors.len()
             )
         };
-        let _ = n.status(&status);
-        let _ = n.ready();
+        let _ = n.ready_with_status(&status);
     }
     outcome
 }
