@@ -48,6 +48,12 @@ pub fn init(level: &str) {
     };
 }
 
+/// The prefix for an error line written to stderr without tracing
+/// (`mcrelayd check`): `<3>` when stderr is the journal, else nothing.
+pub fn error_prefix() -> &'static str {
+    if stderr_is_journal() { "<3>" } else { "" }
+}
+
 /// Whether stderr is the journal stream `JOURNAL_STREAM` names.
 fn stderr_is_journal() -> bool {
     let Some(value) = std::env::var_os("JOURNAL_STREAM") else {

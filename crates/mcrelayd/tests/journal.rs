@@ -31,6 +31,16 @@ fn is_root() -> bool {
         .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
 }
 
+/// journald's end of a stream, the process's end (for its stderr) and
+/// the `JOURNAL_STREAM` value naming the latter.
+fn journal_pair() -> (UnixStream, UnixStream, String) {
+    let (journal, stream) = UnixStream::pair().unwrap();
+    let meta = std::fs::File::from(std::os::fd::OwnedFd::from(stream.try_clone().unwrap()))
+        .metadata()
+        .unwrap();
+    (journal, stream, format!("{}:{}", meta.dev(), meta.ino()))
+}
+
 /// Everything the daemon writes to stderr with `log_level`, with stderr
 /// a socket named by `JOURNAL_STREAM` (or not, `as_journal` false).
 fn run_daemon(name: &str, log_level: &str, as_journal: bool) -> String {
@@ -56,10 +66,7 @@ outputs = [{{ interface = "lo", address = "127.0.0.1", port = 45902 }}]
         ),
     )
     .unwrap();
-    let (mut journal, stream) = UnixStream::pair().unwrap();
-    let meta = std::fs::File::from(std::os::fd::OwnedFd::from(stream.try_clone().unwrap()))
-        .metadata()
-        .unwrap();
+    let (mut journal, stream, journal_stream) = journal_pair();
     let mut command = Command::new(env!("CARGO_BIN_EXE_mcrelayd"));
     command
         .args(["--config", config.to_str().unwrap()])
@@ -69,7 +76,7 @@ outputs = [{{ interface = "lo", address = "127.0.0.1", port = 45902 }}]
         .stdout(Stdio::null())
         .stderr(std::os::fd::OwnedFd::from(stream));
     if as_journal {
-        command.env("JOURNAL_STREAM", format!("{}:{}", meta.dev(), meta.ino()));
+        command.env("JOURNAL_STREAM", journal_stream);
     } else {
         command.env_remove("JOURNAL_STREAM");
     }
@@ -144,4 +151,32 @@ fn without_journal_stream_there_is_no_prefix_and_no_colour() {
         "{out}"
     );
     assert!(!out.lines().any(|l| l.starts_with("<3>")), "{out}");
+}
+
+#[test]
+fn check_errors_reach_the_journal_as_errors() {
+    // ExecStartPre runs `mcrelayd check`: its errors are what the operator
+    // looks for with `journalctl -p err` when the unit does not start.
+    let dir = scratch("check");
+    let config = dir.join("broken.toml");
+    std::fs::write(&config, "[daemon]\nlog_level = \"loud\"\n").unwrap();
+    let (mut journal, stream, journal_stream) = journal_pair();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_mcrelayd"));
+    command
+        .args(["check", "--config", config.to_str().unwrap()])
+        .env("JOURNAL_STREAM", journal_stream)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::os::fd::OwnedFd::from(stream));
+    let status = command.status().expect("run mcrelayd check");
+    drop(command);
+    assert!(!status.success());
+    let mut out = String::new();
+    journal.read_to_string(&mut out).unwrap();
+    assert!(out.contains("log_level"), "{out}");
+    assert!(out.lines().count() >= 2, "{out}");
+    for line in out.lines() {
+        assert!(line.starts_with("<3>"), "not at priority 3: {line:?}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
