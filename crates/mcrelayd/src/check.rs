@@ -28,14 +28,18 @@ pub fn run(path: &Path) -> ExitCode {
             }
         }
         Err(errors) => {
+            // `<3>` under systemd (ExecStartPre): error priority in the journal.
+            let prefix = crate::journal::error_prefix();
             let mut err = std::io::stderr().lock();
             for e in &errors {
-                let _ = writeln!(err, "{e}");
+                for line in e.to_string().lines() {
+                    let _ = writeln!(err, "{prefix}{line}");
+                }
             }
             let n = errors.len();
             let _ = writeln!(
                 err,
-                "mcrelayd: {} has {n} error{}; nothing was changed",
+                "{prefix}mcrelayd: {} has {n} error{}; nothing was changed",
                 path.display(),
                 if n == 1 { "" } else { "s" }
             );

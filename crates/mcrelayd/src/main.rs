@@ -12,6 +12,7 @@ mod daemon;
 mod demo;
 mod fdbudget;
 mod hardening;
+mod journal;
 mod links;
 mod manpage;
 mod metrics;
@@ -120,13 +121,14 @@ fn main() -> ExitCode {
 /// The helper process's whole life.
 #[allow(unsafe_code)]
 fn helper(config: &std::path::Path) -> ExitCode {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .try_init();
+    // The daemon's log level (`daemon.log_level`) from the file the helper
+    // serves; the helper re-reads it (and reports errors) when it starts.
+    // Reading it here closes the file again before sanitize_process.
+    let level = mcrelay_config::load(config).map_or_else(
+        |_| mcrelay_config::DEFAULT_LOG_LEVEL.to_owned(),
+        |c| c.daemon.log_level,
+    );
+    journal::init(&level);
     // SAFETY: called first thing in a process that owns no fds but the
     // standard three and the connection `spawn_helper` put on fd 3; the
     // tracing subscriber holds none. Closing every other fd is exactly what

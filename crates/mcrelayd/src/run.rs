@@ -30,7 +30,7 @@ pub fn run(path: &Path, options: RunOptions) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    init_logging(&config.daemon.log_level);
+    crate::journal::init(&config.daemon.log_level);
     match supervise(path, config, options) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -39,16 +39,6 @@ pub fn run(path: &Path, options: RunOptions) -> ExitCode {
             ExitCode::from(1)
         }
     }
-}
-
-fn init_logging(level: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
 }
 
 /// What the main thread waits for.
@@ -158,7 +148,7 @@ fn supervise(
         }
     };
     if let Some(n) = &notifier {
-        tell("ready", n.ready());
+        tell("ready", n.ready_with_status(&status_line(&daemon)));
     }
     let watchdog = notifier.as_ref().and_then(Notifier::watchdog_interval);
     let mut turns = daemon.turns();
@@ -220,8 +210,7 @@ fn reload(daemon: &mut Daemon, notifier: Option<&Notifier>) -> ReloadOutcome {
                 outcome.errors.len()
             )
         };
-        let _ = n.status(&status);
-        let _ = n.ready();
+        let _ = n.ready_with_status(&status);
     }
     outcome
 }
