@@ -270,6 +270,14 @@ impl HelperClient {
     }
 }
 
+impl std::os::fd::AsFd for HelperClient {
+    /// The connection, to watch for the helper hanging up
+    /// ([`crate::zygote::hung_up`]); never read or write through it.
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.conn.as_fd()
+    }
+}
+
 fn unexpected<T>(reply: Reply, fds: &[OwnedFd]) -> Result<T, HelperError> {
     match reply {
         Reply::Refused(reason) if fds.is_empty() => Err(HelperError::Refused(reason)),
