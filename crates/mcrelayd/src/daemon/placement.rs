@@ -160,6 +160,7 @@ pub(super) mod tests {
                 })
                 .collect(),
             core,
+            health: mcrelay_config::Health::default(),
         }
     }
 

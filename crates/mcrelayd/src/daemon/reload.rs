@@ -44,6 +44,13 @@ impl Daemon {
                 };
             }
         };
+        if let Err(e) = crate::fdbudget::at_reload(&self.path, &new) {
+            tracing::error!("reload rejected; the running configuration stays:\n{e}");
+            return ReloadOutcome {
+                errors: vec![e],
+                ..ReloadOutcome::default()
+            };
+        }
         if let Err(e) =
             plan::refuse_emptying(&self.config.flows, &new.flows, allow_empty, &self.path)
         {
