@@ -8,6 +8,7 @@
 //! mcrelayctl flows
 //! mcrelayctl stats --json
 //! mcrelayctl reload        # exits 1 and prints the errors if the new config was rejected
+//! mcrelayctl reload --allow-empty   # also apply a file with no flows (stops every flow)
 //! mcrelayctl top
 //! ```
 

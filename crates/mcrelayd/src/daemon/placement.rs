@@ -127,8 +127,6 @@ fn weight(flow: &Flow) -> usize {
 
 #[cfg(test)]
 pub(super) mod tests {
-    use mcrelay_config::{FlowId, IngressKind, Input, Output};
-
     use super::*;
 
     /// A flow named `name` with `outputs` outputs, pinned to `core` if any.
@@ -136,32 +134,26 @@ pub(super) mod tests {
         flow_on(name, 5000, outputs, core)
     }
 
-    /// [`flow`] with input port `port`.
+    /// [`flow`] with input port `port`, parsed from TOML as an operator
+    /// would write it.
     pub fn flow_on(name: &str, port: u16, outputs: usize, core: Option<usize>) -> Flow {
-        Flow {
-            id: FlowId::from_name(name),
-            name: name.to_owned(),
-            input: Input {
-                interface: "eth0".into(),
-                address: "239.1.1.1".parse().unwrap(),
-                port,
-                source: None,
-                ingress: IngressKind::Socket,
-                receive_buffer_bytes: mcrelay_config::DEFAULT_RECEIVE_BUFFER_BYTES,
-            },
-            outputs: (0..outputs)
-                .map(|i| Output {
-                    interface: "eth1".into(),
-                    address: "239.2.2.2".parse().unwrap(),
-                    port: 6000 + u16::try_from(i).unwrap(),
-                    ttl: 1,
-                    source_address: None,
-                    queue_depth: mcrelay_config::DEFAULT_OUTPUT_QUEUE_DEPTH,
-                })
-                .collect(),
-            core,
-            health: mcrelay_config::Health::default(),
-        }
+        let outputs: Vec<String> = (0..outputs)
+            .map(|i| {
+                format!(
+                    "{{ interface = \"eth1\", address = \"239.2.2.2\", port = {} }}",
+                    6000 + i
+                )
+            })
+            .collect();
+        let core = core.map(|c| format!("core = {c}\n")).unwrap_or_default();
+        let text = format!(
+            "[[flow]]\nname = \"{name}\"\n\
+             input = {{ interface = \"eth0\", address = \"239.1.1.1\", port = {port} }}\n\
+             outputs = [ {} ]\n{core}",
+            outputs.join(", ")
+        );
+        let config = mcrelay_config::parse(&text, "test").unwrap_or_else(|e| panic!("{e}\n{text}"));
+        config.flows.iter().next().cloned().expect("one flow")
     }
 
     #[test]
@@ -195,10 +187,11 @@ pub(super) mod tests {
         assert_eq!(p.place(&flow("a", 4, None)).unwrap(), 0); // loads 5 0 0
         assert_eq!(p.place(&flow("b", 1, None)).unwrap(), 1); // 5 2 0
         assert_eq!(p.place(&flow("c", 2, None)).unwrap(), 2); // 5 2 3
-        assert_eq!(p.place(&flow("d", 0, None)).unwrap(), 1); // 5 3 3
-        assert_eq!(p.place(&flow("e", 1, None)).unwrap(), 1); // 5 5 3
-        assert_eq!(p.place(&flow("f", 1, None)).unwrap(), 2); // 5 5 5
-        assert_eq!(p.place(&flow("g", 1, None)).unwrap(), 0);
+        assert_eq!(p.place(&flow("d", 1, None)).unwrap(), 1); // 5 4 3
+        assert_eq!(p.place(&flow("e", 1, None)).unwrap(), 2); // 5 4 5
+        assert_eq!(p.place(&flow("f", 1, None)).unwrap(), 1); // 5 6 5
+        assert_eq!(p.place(&flow("g", 1, None)).unwrap(), 0); // 7 6 5
+        assert_eq!(p.place(&flow("h", 2, None)).unwrap(), 2); // 7 6 8
     }
 
     #[test]
@@ -216,7 +209,7 @@ pub(super) mod tests {
         let cpus = [0, 1];
         let (a, b) = (flow("a", 3, None), flow("b", 1, None));
         let mut p = Placement::with(&cpus, [(0, &a), (1, &b)]);
-        assert_eq!(p.place(&flow("c", 0, None)).unwrap(), 1);
+        assert_eq!(p.place(&flow("c", 1, None)).unwrap(), 1);
         // A worker index out of range (never produced) is ignored, not a
         // panic.
         let p = Placement::with(&cpus, [(9, &a)]);
