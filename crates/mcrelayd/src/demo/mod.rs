@@ -17,6 +17,7 @@
 //! on an error), 2 when the demo cannot run here (not root, no network
 //! namespaces), 130 when interrupted.
 
+mod error;
 mod netns;
 mod relay;
 mod summary;
@@ -31,7 +32,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use error::{DemoError, IoContext};
 use mcrelay_control::{Rates, Request, Snapshot, render_top};
 
 use netns::Topology;
@@ -260,17 +261,17 @@ fn demo(args: &DemoArgs) -> Result<ExitCode, Refusal> {
 struct WorkDir(PathBuf);
 
 impl WorkDir {
-    fn create(pid: u32) -> anyhow::Result<Self> {
+    fn create(pid: u32) -> Result<Self, DemoError> {
         use std::os::unix::fs::DirBuilderExt;
         let path = std::env::temp_dir().join(format!("mcrelay-demo-{pid}"));
         if path.exists() {
             std::fs::remove_dir_all(&path)
-                .with_context(|| format!("removing the stale {}", path.display()))?;
+                .ctx(|| format!("removing the stale {}", path.display()))?;
         }
         std::fs::DirBuilder::new()
             .mode(0o755)
             .create(&path)
-            .with_context(|| format!("creating {}", path.display()))?;
+            .ctx(|| format!("creating {}", path.display()))?;
         Ok(WorkDir(path))
     }
 }
@@ -313,7 +314,7 @@ fn with_topology(
     topology: &Topology,
     stop: &AtomicBool,
     redraw: bool,
-) -> anyhow::Result<Summary> {
+) -> Result<Summary, DemoError> {
     let pid = std::process::id();
     let dir = WorkDir::create(pid)?;
     let socket_path = dir.0.join("control.sock");
@@ -366,7 +367,7 @@ fn with_topology(
             sizes: f.sizes,
         })
         .collect();
-    let duration = Duration::try_from_secs_f64(args.duration).context("bad --duration")?;
+    let duration = Duration::try_from_secs_f64(args.duration).map_err(DemoError::Duration)?;
     let cpu_start = cpu_ticks(daemon.pid());
     let started = Instant::now();
     let sender = Sender::start(&topology.sender, streams, run_id, args.rate, duration)?;
@@ -389,10 +390,11 @@ fn with_topology(
             break;
         }
         if let Some(status) = daemon.exited() {
-            bail!(
-                "mcrelayd exited ({status}) while relaying\n{}",
-                daemon.log_tail()
-            );
+            return Err(DemoError::DaemonExited {
+                status,
+                when: "relaying",
+                log: daemon.log_tail(),
+            });
         }
         let now = Instant::now();
         if now >= next_frame {

@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use super::error::{DemoError, IoContext};
 use mcrelay_control::{Request, Snapshot, encode_request, parse_response};
 
 use super::netns::Topology;
@@ -29,15 +29,13 @@ impl Daemon {
         dir: &Path,
         config_text: &str,
         stop: &AtomicBool,
-    ) -> anyhow::Result<Self> {
+    ) -> Result<Self, DemoError> {
         let socket = dir.join("control.sock");
         let config = dir.join("mcrelay.toml");
-        std::fs::write(&config, config_text)
-            .with_context(|| format!("writing {}", config.display()))?;
+        std::fs::write(&config, config_text).ctx(|| format!("writing {}", config.display()))?;
         let log = dir.join("mcrelayd.log");
-        let log_file =
-            std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
-        let exe = std::env::current_exe().context("finding this executable")?;
+        let log_file = std::fs::File::create(&log).ctx(|| format!("creating {}", log.display()))?;
+        let exe = std::env::current_exe().ctx(|| "finding this executable".into())?;
         // `ip netns exec` enters the namespace and execs the daemon, so the
         // child's PID is the daemon's. Its own process group keeps a
         // terminal's Ctrl-C away from it: the demo stops it, in order.
@@ -48,11 +46,11 @@ impl Daemon {
             .arg(&config)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
-            .stdout(log_file.try_clone().context("log file")?)
+            .stdout(log_file.try_clone().ctx(|| "log file".into())?)
             .stderr(log_file)
             .process_group(0)
             .spawn()
-            .context("starting mcrelayd in the relay namespace")?;
+            .ctx(|| "starting mcrelayd in the relay namespace".into())?;
         let mut daemon = Daemon { child, log, socket };
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
@@ -68,19 +66,20 @@ impl Daemon {
                 return Ok(daemon);
             }
             if stop.load(Ordering::Relaxed) {
-                bail!("interrupted while mcrelayd was starting");
+                return Err(DemoError::Interrupted);
             }
             if let Some(status) = daemon.exited() {
-                bail!(
-                    "mcrelayd exited ({status}) while starting\n{}",
-                    daemon.log_tail()
-                );
+                return Err(DemoError::DaemonExited {
+                    status,
+                    when: "starting",
+                    log: daemon.log_tail(),
+                });
             }
             if Instant::now() > deadline {
-                bail!(
-                    "mcrelayd did not answer on its control socket within {START_TIMEOUT:?}\n{}",
-                    daemon.log_tail()
-                );
+                return Err(DemoError::DaemonSilent {
+                    timeout: START_TIMEOUT,
+                    log: daemon.log_tail(),
+                });
             }
             std::thread::sleep(POLL);
         }
@@ -174,18 +173,18 @@ const MAX_REPLY_BYTES: u64 = 64 << 20;
 pub(super) fn ask<T: serde::de::DeserializeOwned>(
     socket: &Path,
     request: Request,
-) -> anyhow::Result<T> {
-    let mut conn = UnixStream::connect(socket)
-        .with_context(|| format!("connecting to {}", socket.display()))?;
+) -> Result<T, DemoError> {
+    let mut conn =
+        UnixStream::connect(socket).ctx(|| format!("connecting to {}", socket.display()))?;
     conn.set_read_timeout(Some(Duration::from_secs(5)))?;
     conn.set_write_timeout(Some(Duration::from_secs(5)))?;
     conn.write_all(encode_request(&request).as_bytes())
-        .context("sending a control request")?;
+        .ctx(|| "sending a control request".into())?;
     let mut line = Vec::new();
     BufReader::new(conn)
         .take(MAX_REPLY_BYTES)
         .read_until(b'\n', &mut line)
-        .context("reading the control reply")?;
+        .ctx(|| "reading the control reply".into())?;
     Ok(parse_response(&line)?.into_result()?)
 }
 

@@ -14,7 +14,7 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
+use super::error::{DemoError, IoContext};
 use mcrelay_loadgen::pacer::Pacer;
 use mcrelay_loadgen::payload;
 use mcrelay_loadgen::sock::{self, Iface, RecvBatch, SendBatch};
@@ -36,7 +36,7 @@ pub struct Stream {
 pub struct Sender {
     stop: Arc<AtomicBool>,
     sent: Arc<[AtomicU64]>,
-    thread: JoinHandle<anyhow::Result<()>>,
+    thread: JoinHandle<Result<(), DemoError>>,
 }
 
 impl Sender {
@@ -48,7 +48,7 @@ impl Sender {
         run_id: u32,
         rate: u64,
         duration: Duration,
-    ) -> anyhow::Result<Self> {
+    ) -> Result<Self, DemoError> {
         let stop = Arc::new(AtomicBool::new(false));
         let sent: Arc<[AtomicU64]> = streams.iter().map(|_| AtomicU64::new(0)).collect();
         let (ready_tx, ready_rx) = mpsc::channel();
@@ -70,12 +70,14 @@ impl Sender {
                     };
                     send_loop(&sockets, &streams, run_id, rate, duration, &stop, &sent)
                 })
-                .context("starting the sender thread")?
+                .ctx(|| "starting the sender thread".into())?
         };
         match ready_rx.recv() {
             Ok(Ok(())) => Ok(Sender { stop, sent, thread }),
-            Ok(Err(e)) => anyhow::bail!("sender: {e}"),
-            Err(_) => anyhow::bail!("the sender thread ended before opening its sockets"),
+            Ok(Err(e)) => Err(DemoError::Thread(format!("sender: {e}"))),
+            Err(_) => Err(DemoError::Thread(
+                "the sender thread ended before opening its sockets".into(),
+            )),
         }
     }
 
@@ -93,11 +95,11 @@ impl Sender {
     }
 
     /// Stop (if still sending) and return what each stream sent.
-    pub fn finish(self) -> anyhow::Result<Vec<u64>> {
+    pub fn finish(self) -> Result<Vec<u64>, DemoError> {
         self.stop.store(true, Ordering::Relaxed);
         match self.thread.join() {
             Ok(r) => r?,
-            Err(_) => anyhow::bail!("the sender thread panicked"),
+            Err(_) => return Err(DemoError::Thread("the sender thread panicked".into())),
         }
         Ok(self
             .sent
@@ -107,10 +109,10 @@ impl Sender {
     }
 }
 
-fn open_senders(ns: &str, streams: &[Stream]) -> anyhow::Result<Vec<UdpSocket>> {
+fn open_senders(ns: &str, streams: &[Stream]) -> Result<Vec<UdpSocket>, DemoError> {
     super::sys::enter_netns(ns)?;
     let iface = Iface::from_options(Some(netns::SENDER_IF), None)
-        .with_context(|| format!("interface {} in {ns}", netns::SENDER_IF))?;
+        .ctx(|| format!("interface {} in {ns}", netns::SENDER_IF))?;
     streams
         .iter()
         .map(|s| {
@@ -121,7 +123,7 @@ fn open_senders(ns: &str, streams: &[Stream]) -> anyhow::Result<Vec<UdpSocket>> 
                 ttl: 8,
                 multicast_loop: false,
             })
-            .with_context(|| format!("sending to {}", s.dest))
+            .ctx(|| format!("sending to {}", s.dest))
         })
         .collect()
 }
@@ -139,7 +141,7 @@ fn send_loop(
     duration: Duration,
     stop: &AtomicBool,
     sent: &[AtomicU64],
-) -> anyhow::Result<()> {
+) -> Result<(), DemoError> {
     const BATCH: usize = 64;
     let start = Instant::now();
     let end = start + duration;
@@ -183,7 +185,7 @@ fn send_loop(
                     {
                         std::thread::sleep(Duration::from_micros(50));
                     }
-                    Err(e) => return Err(e).with_context(|| format!("sending to {}", stream.dest)),
+                    Err(e) => return Err(e).ctx(|| format!("sending to {}", stream.dest)),
                 }
             }
             *seq += due as u64;
@@ -207,13 +209,13 @@ pub struct Receiver {
     /// Valid datagrams received so far (for knowing when all arrived).
     valid: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
-    thread: JoinHandle<anyhow::Result<Received>>,
+    thread: JoinHandle<Result<Received, DemoError>>,
 }
 
 impl Receiver {
     /// Join `group` on the receivers' interface in namespace `ns`; returns
     /// once the socket is bound and joined.
-    pub fn start(ns: &str, group: SocketAddr, run_id: u32) -> anyhow::Result<Self> {
+    pub fn start(ns: &str, group: SocketAddr, run_id: u32) -> Result<Self, DemoError> {
         let stop = Arc::new(AtomicBool::new(false));
         let valid = Arc::new(AtomicU64::new(0));
         let (ready_tx, ready_rx) = mpsc::channel();
@@ -235,7 +237,7 @@ impl Receiver {
                     };
                     receive_loop(&socket, run_id, &stop, &valid)
                 })
-                .context("starting a receiver thread")?
+                .ctx(|| "starting a receiver thread".into())?
         };
         match ready_rx.recv() {
             Ok(Ok(())) => Ok(Receiver {
@@ -244,8 +246,10 @@ impl Receiver {
                 stop,
                 thread,
             }),
-            Ok(Err(e)) => anyhow::bail!("receiver for {group}: {e}"),
-            Err(_) => anyhow::bail!("the receiver thread for {group} ended before joining"),
+            Ok(Err(e)) => Err(DemoError::Thread(format!("receiver for {group}: {e}"))),
+            Err(_) => Err(DemoError::Thread(format!(
+                "the receiver thread for {group} ended before joining"
+            ))),
         }
     }
 
@@ -255,26 +259,29 @@ impl Receiver {
     }
 
     /// Stop and return the counts.
-    pub fn finish(self) -> anyhow::Result<Received> {
+    pub fn finish(self) -> Result<Received, DemoError> {
         self.stop.store(true, Ordering::Relaxed);
         match self.thread.join() {
             Ok(r) => r,
-            Err(_) => anyhow::bail!("the receiver thread for {} panicked", self.group),
+            Err(_) => Err(DemoError::Thread(format!(
+                "the receiver thread for {} panicked",
+                self.group
+            ))),
         }
     }
 }
 
-fn open_receiver(ns: &str, group: SocketAddr) -> anyhow::Result<UdpSocket> {
+fn open_receiver(ns: &str, group: SocketAddr) -> Result<UdpSocket, DemoError> {
     super::sys::enter_netns(ns)?;
     let iface = Iface::from_options(Some(netns::RECEIVER_IF), None)
-        .with_context(|| format!("interface {} in {ns}", netns::RECEIVER_IF))?;
+        .ctx(|| format!("interface {} in {ns}", netns::RECEIVER_IF))?;
     let (socket, _) = sock::receiver(&sock::ReceiverOptions {
         addr: group,
         iface,
         source: None,
         control: false,
     })
-    .with_context(|| format!("joining {group}"))?;
+    .ctx(|| format!("joining {group}"))?;
     // Bounds how long a stop waits for the loop.
     socket.set_read_timeout(Some(Duration::from_millis(50)))?;
     Ok(socket)
@@ -288,7 +295,7 @@ fn receive_loop(
     run_id: u32,
     stop: &AtomicBool,
     valid: &AtomicU64,
-) -> anyhow::Result<Received> {
+) -> Result<Received, DemoError> {
     let mut rx = RecvBatch::new(64, RECV_STRIDE, false);
     let mut streams = Streams::new(mcrelay_loadgen::tracker::DEFAULT_LIMIT);
     while !stop.load(Ordering::Relaxed) {
@@ -302,7 +309,7 @@ fn receive_loop(
             {
                 continue;
             }
-            Err(e) => return Err(e).context("receiving"),
+            Err(e) => return Err(e).ctx(|| "receiving".into()),
         };
         for i in 0..n {
             // Failures are counted by kind inside.
