@@ -10,6 +10,11 @@
 //! left, its buffers back in the pool) and re-added with freshly opened
 //! sockets, on the same worker and with the same counters, when every
 //! interface it names is up again.
+//!
+//! The pure decisions live in their own modules, tested without a worker:
+//! [`placement`] (which worker runs a flow) and [`plan`] (what a reload
+//! does, from `FlowTable::diff`). [`reload`] applies a plan, [`report`]
+//! holds what readers see, [`error`] the typed errors.
 
 mod error;
 mod placement;
@@ -33,7 +38,6 @@ use mcrelay_pool::PoolConfig;
 use self::error::FlowCommandError;
 pub use self::error::StartError;
 use self::placement::{Placement, start_order, worker_cpus};
-
 pub use self::report::{Shared, SharedHandle, lock};
 use self::report::{entry_mut, new_entry, print_final, share};
 use crate::links::{self, Blocked, LinkTable};
