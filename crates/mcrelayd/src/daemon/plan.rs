@@ -256,4 +256,41 @@ mod tests {
         assert_eq!(down.stop, ["a", "b"]);
         assert!(down.start.is_empty());
     }
+
+    proptest::proptest! {
+        /// Whatever the two tables and which flows relay: every flow of
+        /// either table gets exactly one verdict, the steps follow from the
+        /// verdicts, and applying them to the current names gives the new
+        /// table's names.
+        #[test]
+        fn every_flow_gets_one_verdict_and_the_steps_reach_the_new_table(
+            old in proptest::collection::btree_map(0u8..12, (5000u16..5003, proptest::bool::ANY), 0..8),
+            new in proptest::collection::btree_map(0u8..12, 5000u16..5003, 0..8),
+        ) {
+            let name = |n: u8| format!("f{n}");
+            let current = table(&old.iter().map(|(&n, &(port, _))| flow_on(&name(n), port, 1, None)).collect::<Vec<_>>());
+            let newer = table(&new.iter().map(|(&n, &port)| flow_on(&name(n), port, 1, None)).collect::<Vec<_>>());
+            let running = |f: &str| old.iter().any(|(&n, &(_, r))| r && name(n) == f);
+            let plan = ReloadPlan::new(&current, &newer, running);
+            let all: std::collections::BTreeSet<u8> = old.keys().chain(new.keys()).copied().collect();
+            proptest::prop_assert_eq!(
+                plan.added.len() + plan.removed.len() + plan.changed.len() + plan.unchanged,
+                all.len()
+            );
+            let mut names: std::collections::BTreeSet<String> = current.iter().map(|f| f.name.clone()).collect();
+            for n in &plan.stop {
+                proptest::prop_assert!(names.remove(n), "stopped {} twice or unknown", n);
+            }
+            for f in &plan.start {
+                proptest::prop_assert!(names.insert(f.name.clone()), "started {} twice", f.name);
+                proptest::prop_assert_eq!(Some(f), newer.by_name(&f.name));
+            }
+            let wanted: std::collections::BTreeSet<String> = newer.iter().map(|f| f.name.clone()).collect();
+            proptest::prop_assert_eq!(names, wanted);
+            for n in &plan.retry {
+                proptest::prop_assert!(!running(n));
+                proptest::prop_assert_eq!(current.by_name(n), newer.by_name(n));
+            }
+        }
+    }
 }
