@@ -395,7 +395,7 @@ mod tests {
             // Keep the connection open until the client is done.
             let _ = recv_with_fds(&helper, &mut buf, 0);
         });
-        HelperClient::with_timeout(daemon, Duration::from_secs(5)).expect("client")
+        HelperClient::with_timeout(daemon, Duration::from_secs(60)).expect("client")
     }
 
     fn udp() -> UdpSocket {

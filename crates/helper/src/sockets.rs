@@ -308,7 +308,7 @@ mod tests {
         };
         let egress = open_egress(&out, interface_index("lo").expect("lo")).expect("egress");
         egress.send(b"out").expect("send");
-        let t = Some(std::time::Duration::from_secs(5));
+        let t = Some(std::time::Duration::from_secs(60));
         listener.set_read_timeout(t).expect("timeout");
         let mut buf = [0u8; 16];
         let (n, from) = listener.recv_from(&mut buf).expect("recv");

@@ -178,7 +178,7 @@ fn helper_child(mode: &str) -> Outcome {
         let flow = client
             .open_flow("lo")
             .map_err(|e| format!("open_flow: {e}"))?;
-        let t = Some(Duration::from_secs(5));
+        let t = Some(Duration::from_secs(60));
         let probe = UdpSocket::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
         probe
             .send_to(b"in", ("127.0.0.1", ingress_port))
