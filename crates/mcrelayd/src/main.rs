@@ -10,6 +10,8 @@ mod check;
 mod control;
 mod daemon;
 mod demo;
+mod fdbudget;
+mod hardening;
 mod journal;
 mod links;
 mod manpage;
@@ -18,6 +20,7 @@ mod netlink;
 mod notify;
 mod peercred;
 mod run;
+mod socketfile;
 mod sockets;
 
 use std::path::PathBuf;
@@ -65,12 +68,16 @@ enum Gso {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// The privileged helper (started by mcrelayd itself, its connection
-    /// on fd 3): opens the sockets the config allows, nothing else.
+    /// The privileged zygote (started by mcrelayd itself, its connection
+    /// on fd 3): forks helpers, which open the sockets the config allows,
+    /// nothing else; as `--user` (started as root) with only the network
+    /// capabilities.
     #[command(hide = true)]
     Helper {
         #[arg(long, value_name = "FILE")]
         config: PathBuf,
+        #[arg(long, value_name = "USER")]
+        user: Option<String>,
     },
     /// Validate a configuration file: print a one-line summary and exit 0,
     /// or print every error (file:line:column: message) and exit 1.
@@ -101,7 +108,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Some(Command::Check { config }) => check::run(&config),
-        Some(Command::Helper { config }) => helper(&config),
+        Some(Command::Helper { config, user }) => helper(&config, user.as_deref()),
         Some(Command::Man { config_file }) => man(config_file),
         Some(Command::Demo(args)) => demo::run(&args),
         None => {
@@ -115,9 +122,9 @@ fn main() -> ExitCode {
     }
 }
 
-/// The helper process's whole life.
+/// The zygote process's whole life, and each helper's it forks.
 #[allow(unsafe_code)]
-fn helper(config: &std::path::Path) -> ExitCode {
+fn helper(config: &std::path::Path, user: Option<&str>) -> ExitCode {
     // The daemon's log level (`daemon.log_level`) from the file the helper
     // serves; the helper re-reads it (and reports errors) when it starts.
     // Reading it here closes the file again before sanitize_process.
@@ -130,7 +137,7 @@ fn helper(config: &std::path::Path) -> ExitCode {
     // standard three and the connection `spawn_helper` put on fd 3; the
     // tracing subscriber holds none. Closing every other fd is exactly what
     // is wanted.
-    match unsafe { mcrelay_helper::run_helper(mcrelay_helper::HELPER_FD, config) } {
+    match unsafe { mcrelay_helper::run_zygote(mcrelay_helper::HELPER_FD, config, user) } {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("mcrelayd helper: {e}");

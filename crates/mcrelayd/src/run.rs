@@ -47,6 +47,8 @@ enum Wake {
     Control(ToSupervisor),
     /// The interfaces changed; all of them as they are now.
     Links(LinkTable),
+    /// The privileged helper's connection hung up.
+    HelperExited,
 }
 
 /// How often the supervisor checks its workers, updates `STATUS=` and, when
@@ -66,8 +68,10 @@ fn supervise(
     // the metrics port, open every flow's sockets, then drop to the
     // service user with no capabilities before the first worker starts.
     let privileges = Privileges::of_this_process(&config.daemon.user)?;
+    // Before the helper starts: it inherits the raised limit.
+    crate::fdbudget::at_start(path, &config)?;
     let opener = if privileges.any() {
-        Opener::spawn_helper(path)?
+        Opener::spawn_helper(path, privileges.user.as_ref().map(|u| u.name.as_str()))?
     } else {
         tracing::info!("started without privileges: opening sockets in this process, no helper");
         Opener::direct()
@@ -97,6 +101,10 @@ fn supervise(
         || privileges.drop(),
     )?;
     let (wake_tx, wake) = mpsc::channel();
+    let helper_tx = wake_tx.clone();
+    daemon.on_helper_exit(std::sync::Arc::new(move || {
+        let _ = helper_tx.send(Wake::HelperExited);
+    }))?;
     let mut signals =
         Signals::new([SIGTERM, SIGINT, SIGHUP]).context("installing signal handlers")?;
     let signal_tx = wake_tx.clone();
@@ -162,6 +170,7 @@ fn supervise(
                 let _ = reply.send(outcome);
             }
             Ok(Wake::Links(table)) => daemon.links_changed(table),
+            Ok(Wake::HelperExited) => daemon.check_helper(),
             Err(mpsc::RecvTimeoutError::Timeout) => {}
         }
         if last_check.elapsed() < TICK {
@@ -283,6 +292,7 @@ impl Privileges {
         }
         if self.any() {
             mcrelay_helper::drop_all_capabilities().context("dropping capabilities")?;
+            crate::hardening::seal().context("making the daemon non-dumpable")?;
             let me = mcrelay_helper::status_of(std::process::id())
                 .context("reading /proc/self/status")?;
             tracing::info!(
