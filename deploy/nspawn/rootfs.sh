@@ -6,9 +6,10 @@
 #
 # The cache lives in $MCRELAY_CI_CACHE (default /var/cache/mcrelay-ci) under
 # a name keyed by the suite (the host's), variant, package list and
-# architecture, so changing any of them builds a new one. The Debian mirror is read from this machine's
-# apt configuration at run time (deb822 .sources or sources.list), so the
-# rootfs comes from wherever this host gets its own packages. Needs root.
+# architecture, so changing any of them builds a new one. The Debian
+# mirror is read from this machine's apt configuration at run time (deb822
+# .sources or sources.list), so the rootfs comes from wherever this host
+# gets its own packages. Needs root.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 
