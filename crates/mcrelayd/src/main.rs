@@ -15,6 +15,7 @@ mod manpage;
 mod metrics;
 mod netlink;
 mod notify;
+mod outputs;
 mod peercred;
 mod run;
 mod sockets;

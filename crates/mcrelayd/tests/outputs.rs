@@ -1,0 +1,111 @@
+//! One bad output doesn't stop its flow: an output with no route starts
+//! not connected while the flow relays to its other outputs, is shown as
+//! such (`mcrelayctl flows --json`, counted), and starts relaying once a
+//! route appears, while the good output loses nothing. In network
+//! namespaces (topology in `common/mod.rs`); needs root (CI runs as root),
+//! skips with a message otherwise.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use mcrelay_control::{OutputSnapshot, Snapshot};
+
+mod common;
+use common::*;
+
+fn output(socket: &Path, label: &str) -> OutputSnapshot {
+    let (code, json) = ctl(socket, &["flows", "--json"]);
+    assert_eq!(code, 0, "{json}");
+    let s: Snapshot = serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}: {json}"));
+    s.flow("mixed")
+        .and_then(|f| f.outputs.iter().find(|o| o.label == label).cloned())
+        .unwrap_or_else(|| panic!("no output {label} in {json}"))
+}
+
+fn wait_output(socket: &Path, label: &str, what: &str, done: impl Fn(&OutputSnapshot) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let o = output(socket, label);
+        if done(&o) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "output {label} not {what}: {o:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn an_unroutable_output_waits_while_the_others_relay_and_joins_once_routed() {
+    let Some(t) = Topology::new() else { return };
+    // B answers on 10.10.7.2, but R has no route to 10.10.7.0/24 yet.
+    t.ip(&t.b, &["addr", "add", "10.10.7.2/24", "dev", "vB"]);
+    let socket = t.dir.join("control.sock");
+    let relay = t.relay(
+        r#"
+[[flow]]
+name = "mixed"
+input = { interface = "vRA", address = "239.1.1.1", port = 5000 }
+outputs = [
+  { interface = "vRB", address = "239.2.2.2", port = 6000 },
+  { interface = "vRB", address = "10.10.7.2", port = 6001 },
+]
+"#,
+        &[],
+    );
+    let bad = "10.10.7.2:6001@vRB";
+    let o = output(&socket, bad);
+    assert!(
+        o.not_connected
+            .as_deref()
+            .is_some_and(|e| e.contains("unreachable")),
+        "{o:?}\n{}",
+        relay.log()
+    );
+    assert!(o.connect_failures >= 1, "{o:?}");
+    let (_, status) = ctl(&socket, &["status"]);
+    assert!(status.contains("not connected"), "{status}");
+
+    let good = t.receiver("239.2.2.2:6000", 30_000, &[]);
+    let late = t.receiver("10.10.7.2:6001", 1, &["--idle-exit", "5"]);
+    let sender = t
+        .command(&t.a, &loadgen())
+        .args(["send", "--dest", "239.1.1.1:5000", "--interface", "vA"])
+        .args(["--count", "30000", "--rate", "10000", "--size", "1316"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("sender");
+    std::thread::sleep(Duration::from_millis(800));
+    // The route appears: the output connects and relays, within seconds.
+    t.ip(&t.r, &["route", "add", "10.10.7.0/24", "dev", "vRB"]);
+    wait_output(&socket, bad, "connected and relaying", |o| {
+        o.not_connected.is_none() && o.packets_out > 0
+    });
+    let _ = sender.wait_with_output();
+    let good = finish(good);
+    let late = finish(late);
+    let log = relay.stop();
+    clean(&good);
+    assert_eq!(
+        (field(&good, "valid"), field(&good, "lost")),
+        (30_000, 0),
+        "the good output lost nothing: {good}\n{log}"
+    );
+    assert!(
+        field(&late, "valid") > 0,
+        "the late output relays: {late}\n{log}"
+    );
+    assert!(
+        counter(&log, &["output=10.10.7.2:6001"], "drop_send_error") > 0,
+        "its sends while not connected were counted:\n{log}"
+    );
+    assert_eq!(
+        log.matches("output not connected").count(),
+        1,
+        "logged once:\n{log}"
+    );
+    assert!(log.contains("output connected; relaying to it"), "{log}");
+}
