@@ -109,3 +109,64 @@ outputs = [
     );
     assert!(log.contains("output connected; relaying to it"), "{log}");
 }
+
+/// An IPv6 output whose source address is missing (as after a link flap
+/// took it away) starts not connected, the flow's other output relays, and
+/// it relays once the address is back.
+#[test]
+fn an_ipv6_output_whose_source_address_is_missing_joins_when_it_returns() {
+    let Some(t) = Topology::new() else { return };
+    let socket = t.dir.join("control.sock");
+    let relay = t.relay(
+        r#"
+[[flow]]
+name = "mixed"
+input = { interface = "vRA", address = "ff3e::1:1", port = 5000 }
+outputs = [
+  { interface = "vRB", address = "ff3e::2:2", port = 6000 },
+  { interface = "vRB", address = "ff3e::2:3", port = 6001, source_address = "fd02::9" },
+]
+"#,
+        &[],
+    );
+    let bad = "[ff3e::2:3]:6001@vRB";
+    let o = output(&socket, bad);
+    assert!(
+        o.not_connected
+            .as_deref()
+            .is_some_and(|e| e.contains("assign requested address")),
+        "{o:?}\n{}",
+        relay.log()
+    );
+    let good = t.receiver("[ff3e::2:2]:6000", 20_000, &[]);
+    let late = t.receiver("[ff3e::2:3]:6001", 1, &["--idle-exit", "5"]);
+    let sender = t
+        .command(&t.a, &loadgen())
+        .args(["send", "--dest", "[ff3e::1:1]:5000", "--interface", "vA"])
+        .args(["--count", "20000", "--rate", "10000", "--size", "1316"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("sender");
+    std::thread::sleep(Duration::from_millis(500));
+    t.ip(
+        &t.r,
+        &["-6", "addr", "add", "fd02::9/64", "dev", "vRB", "nodad"],
+    );
+    wait_output(&socket, bad, "connected and relaying", |o| {
+        o.not_connected.is_none() && o.packets_out > 0
+    });
+    let _ = sender.wait_with_output();
+    let good = finish(good);
+    let late = finish(late);
+    let log = relay.stop();
+    clean(&good);
+    assert_eq!(
+        (field(&good, "valid"), field(&good, "lost")),
+        (20_000, 0),
+        "the good output lost nothing: {good}\n{log}"
+    );
+    assert!(
+        field(&late, "valid") > 0,
+        "the late output relays: {late}\n{log}"
+    );
+}
