@@ -127,7 +127,7 @@ fn flow_families(m: &mut Exposition, s: &Snapshot) {
 
 fn output_families(m: &mut Exposition, s: &Snapshot) {
     type Value = fn(&OutputSnapshot) -> u64;
-    let simple: [(&str, Kind, &str, Value); 5] = [
+    let simple: [(&str, Kind, &str, Value); 7] = [
         (
             "mcrelay_output_sent_packets_total",
             Kind::Counter,
@@ -157,6 +157,19 @@ fn output_families(m: &mut Exposition, s: &Snapshot) {
             Kind::Counter,
             "GSO sends the kernel refused; their datagrams were sent one by one.",
             |o| o.gso_fallbacks,
+        ),
+        (
+            "mcrelay_output_connected",
+            Kind::Gauge,
+            "1 if the output is connected; 0 while it waits for a route or its source \
+             address (its sends fail; retried every second).",
+            |o| u64::from(o.not_connected.is_none()),
+        ),
+        (
+            "mcrelay_output_connect_failures_total",
+            Kind::Counter,
+            "Attempts to connect the output that failed (no route, source address missing).",
+            |o| o.connect_failures,
         ),
     ];
     for (name, kind, help, value) in simple {

@@ -305,11 +305,15 @@ fn output_drops(output: &OutputSnapshot, rates: Option<&OutputRates>) -> String 
         ("backlog", output.drops_backlog),
         ("send_error", output.drops_send_error),
     ];
-    drops_text(
+    let mut text = drops_text(
         &reasons,
         output.last_error.as_deref(),
         rates.map(|r| r.drops_per_second),
-    )
+    );
+    if let Some(why) = &output.not_connected {
+        let _ = write!(text, " NOT CONNECTED: {why}");
+    }
+    text
 }
 
 /// `kernel=3 pool_exhausted=2 (1.50/s) last: ENOBUFS`, listing only

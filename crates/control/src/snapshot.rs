@@ -250,6 +250,15 @@ pub struct OutputSnapshot {
     /// GSO sends the kernel refused; their datagrams went one by one.
     #[serde(default)]
     pub gso_fallbacks: u64,
+    /// Why the output is not connected, while it isn't (no route to its
+    /// destination, or its source address missing): its sends fail, counted
+    /// as `drops_send_error`, and the connection is retried every second
+    /// and on every interface change; the flow's other outputs relay on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_connected: Option<String>,
+    /// Times opening or connecting this output failed (each attempt).
+    #[serde(default)]
+    pub connect_failures: u64,
 }
 
 impl OutputSnapshot {
@@ -364,6 +373,8 @@ pub(crate) fn sample() -> Snapshot {
                     in_flight_high_water: 8,
                     gso_sends: 0,
                     gso_fallbacks: 0,
+                    not_connected: None,
+                    connect_failures: 0,
                 },
                 OutputSnapshot {
                     label: "239.2.2.2:7000".into(),
@@ -375,6 +386,8 @@ pub(crate) fn sample() -> Snapshot {
                     in_flight_high_water: 2,
                     gso_sends: 10,
                     gso_fallbacks: 1,
+                    not_connected: None,
+                    connect_failures: 0,
                 },
             ],
             state: FlowState::Running,

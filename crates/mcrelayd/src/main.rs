@@ -18,6 +18,7 @@ mod manpage;
 mod metrics;
 mod netlink;
 mod notify;
+mod outputs;
 mod peercred;
 mod run;
 mod socketfile;

@@ -626,7 +626,7 @@ fn show_frame(current: &Snapshot, rates: &Rates, elapsed: Duration, args: &DemoA
 }
 
 /// User plus system clock ticks of `pid` (all its threads) and of its
-/// children (the daemon's privileged helper).
+/// descendants (the daemon's privileged zygote and the helper it forked).
 fn cpu_ticks(pid: u32) -> Option<u64> {
     let own = stat_ticks(pid)?;
     let children: u64 = std::fs::read_dir(format!("/proc/{pid}/task"))
@@ -639,7 +639,7 @@ fn cpu_ticks(pid: u32) -> Option<u64> {
                 .filter_map(|c| c.parse::<u32>().ok())
                 .collect::<Vec<_>>()
         })
-        .filter_map(stat_ticks)
+        .filter_map(cpu_ticks)
         .sum();
     Some(own + children)
 }
