@@ -10,6 +10,7 @@ mod check;
 mod control;
 mod daemon;
 mod demo;
+mod health;
 mod links;
 mod manpage;
 mod metrics;

@@ -82,7 +82,7 @@ fn answer(mut conn: TcpStream, shared: &SharedHandle) -> std::io::Result<()> {
     }
     match request_path(&request) {
         Some("/metrics") => {
-            let body = mcrelay_control::render_metrics(&lock(shared).snapshot());
+            let body = mcrelay_control::render_metrics(&lock(shared).read());
             respond(
                 &mut conn,
                 "200 OK",

@@ -153,7 +153,8 @@ impl Opener {
                 OutputSocket::new(label, socket, o.queue_depth)
             })
             .collect();
-        Ok(FlowSockets::new(flow.name.clone(), ingress, outputs))
+        Ok(FlowSockets::new(flow.name.clone(), ingress, outputs)
+            .with_health(crate::health::settings(flow)))
     }
 }
 
