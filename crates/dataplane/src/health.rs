@@ -16,6 +16,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
 
+pub use mcrelay_wire::health::is_silent;
 use mcrelay_wire::health::{InputTracker, Payload};
 pub use mcrelay_wire::rtp::jitter_ns;
 
@@ -181,6 +182,11 @@ impl InputHealth {
             counters,
             base,
         }
+    }
+
+    /// Where it publishes.
+    pub fn counters(&self) -> &HealthCounters {
+        &self.counters.health
     }
 
     /// The packet path: read `d`, arrived now, and publish.

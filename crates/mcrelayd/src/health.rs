@@ -29,7 +29,8 @@ pub fn snapshot(c: &HealthCounters, take_gap: bool) -> InputHealth {
     };
     let now = now_ns();
     let silence_ns = u64::from(s.silence_ms) * 1_000_000;
-    let quiet_since = c.last_arrival().unwrap_or(0).max(c.added_ns.get());
+    let silent =
+        mcrelay_dataplane::health::is_silent(c.last_arrival(), c.added_ns.get(), now, silence_ns);
     let rtp = s.payload.has_rtp().then(|| RtpHealth {
         packets: c.rtp_packets.get(),
         lost: c.rtp_lost.get(),
@@ -51,7 +52,7 @@ pub fn snapshot(c: &HealthCounters, take_gap: bool) -> InputHealth {
     });
     InputHealth {
         payload: s.payload.as_str().to_owned(),
-        silent: now.saturating_sub(quiet_since) >= silence_ns,
+        silent,
         silence_ms: u64::from(s.silence_ms),
         max_gap_ns: if take_gap {
             c.take_max_gap(now)
