@@ -108,6 +108,16 @@ pub fn lock(shared: &SharedHandle) -> std::sync::MutexGuard<'_, Shared> {
 impl Shared {
     /// Every counter, read without stopping a worker.
     pub fn snapshot(&self) -> Snapshot {
+        self.snapshot_with(false)
+    }
+
+    /// [`Self::snapshot`] for an operator's read (control socket, metrics):
+    /// each input's max gap starts a new period.
+    pub fn read(&self) -> Snapshot {
+        self.snapshot_with(true)
+    }
+
+    fn snapshot_with(&self, take_gaps: bool) -> Snapshot {
         let taken_at_unix_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
@@ -120,7 +130,11 @@ impl Shared {
             state: self.state.clone(),
             config_path: self.config_path.clone(),
             workers: self.workers.iter().map(|w| worker_snapshot(w)).collect(),
-            flows: self.flows.iter().map(flow_snapshot).collect(),
+            flows: self
+                .flows
+                .iter()
+                .map(|f| flow_snapshot(f, take_gaps))
+                .collect(),
         }
     }
 }
@@ -154,7 +168,7 @@ fn worker_snapshot(w: &WorkerStats) -> WorkerSnapshot {
     }
 }
 
-fn flow_snapshot(f: &FlowEntry) -> FlowSnapshot {
+fn flow_snapshot(f: &FlowEntry, take_gaps: bool) -> FlowSnapshot {
     let c = &f.stats.input;
     FlowSnapshot {
         name: f.stats.name.clone(),
@@ -201,6 +215,7 @@ fn flow_snapshot(f: &FlowEntry) -> FlowSnapshot {
             .collect(),
         state: f.state.clone(),
         interface_pauses: f.interface_pauses,
+        health: crate::health::snapshot(&c.health, take_gaps),
     }
 }
 

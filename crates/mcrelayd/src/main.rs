@@ -12,6 +12,7 @@ mod daemon;
 mod demo;
 mod fdbudget;
 mod hardening;
+mod health;
 mod journal;
 mod links;
 mod manpage;

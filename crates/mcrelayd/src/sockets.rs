@@ -228,7 +228,8 @@ impl Opener {
             })
             .collect();
         Ok((
-            FlowSockets::new(flow.name.clone(), ingress, outputs),
+            FlowSockets::new(flow.name.clone(), ingress, outputs)
+                .with_health(crate::health::settings(flow)),
             pending,
         ))
     }
