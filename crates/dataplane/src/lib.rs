@@ -10,6 +10,10 @@
 //! as frames from an AF_PACKET socket ([`ingress`]) parsed by
 //! [`mcrelay_wire`] — the same copy and sends follow.
 //!
+//! Every received datagram is also read, never changed, for its flow's
+//! stream [`health`] (arrival and silence always; RTP and MPEG-TS headers
+//! when the flow's `payload` says so).
+//!
 //! `unsafe` lives in the modules that talk to the kernel: `bufring`
 //! (receive buffer memory shared with the kernel), `submit` (the SQE push),
 //! [`sockets`] and [`affinity`] (socket options and CPU masks via libc).
@@ -20,6 +24,7 @@ pub mod affinity;
 mod bufring;
 pub mod counters;
 mod egress;
+pub mod health;
 mod inflight;
 pub mod ingress;
 mod packet_ring;

@@ -76,6 +76,8 @@ pub struct FlowSockets {
     pub outputs: Vec<OutputSocket>,
     /// Written by the worker, read by anyone.
     pub counters: Arc<FlowCounters>,
+    /// What the datagrams carry, for stream health.
+    pub health: crate::health::HealthSettings,
 }
 
 impl FlowSockets {
@@ -85,7 +87,13 @@ impl FlowSockets {
             ingress,
             outputs,
             counters: Arc::default(),
+            health: crate::health::HealthSettings::default(),
         }
+    }
+
+    /// With stream-health settings other than the default (`udp`).
+    pub fn with_health(self, health: crate::health::HealthSettings) -> Self {
+        Self { health, ..self }
     }
 
     /// The handles a reader keeps to watch this flow's counters.
@@ -302,6 +310,7 @@ struct Flow {
     fd: i32,
     outputs: Box<[Output]>,
     counters: Arc<FlowCounters>,
+    health: crate::health::InputHealth,
     /// The receive is armed in the kernel.
     armed: bool,
     /// The first receive error was logged.
@@ -364,6 +373,7 @@ impl Flow {
             ring_pending: false,
             ring,
             outputs,
+            health: crate::health::InputHealth::new(f.health, Arc::clone(&f.counters)),
             counters: f.counters,
             armed: false,
             error_logged: false,
@@ -1177,6 +1187,7 @@ enum Queued {
 /// room.
 fn copy_and_queue(flow: &mut Flow, f: usize, payload: &[u8], parts: Parts<'_>) -> Queued {
     let len = payload.len();
+    flow.health.observe(payload);
     flow.counters.packets_in.inc();
     flow.counters.bytes_in.add(len as u64);
     if len > MAX_PAYLOAD {

@@ -274,7 +274,7 @@ fn answer(
     supervisor: &mpsc::Sender<ToSupervisor>,
 ) -> Response {
     match request {
-        Request::Status | Request::Flows | Request::Stats => Response::ok(&lock(shared).snapshot()),
+        Request::Status | Request::Flows | Request::Stats => Response::ok(&lock(shared).read()),
         Request::Reload { allow_empty } => {
             let (reply, rx) = mpsc::channel();
             if supervisor

@@ -39,8 +39,9 @@ use self::error::FlowCommandError;
 pub use self::error::StartError;
 use self::placement::{Placement, start_order, worker_cpus};
 pub use self::report::{Shared, SharedHandle, lock};
-use self::report::{entry_mut, new_entry, print_final, share};
+use self::report::{entry_mut, log_output, new_entry, note_outputs, print_final, share};
 use crate::links::{self, Blocked, LinkTable};
+use crate::outputs::Unconnected;
 use crate::sockets::Opener;
 
 /// How long a reload waits for a worker to answer a command.
@@ -70,6 +71,8 @@ struct Managed {
     /// After a failed start: not before this instant, and the delay after
     /// the next failure.
     retry: Option<(Instant, Duration)>,
+    /// Its outputs not connected yet, while it runs.
+    unconnected: Vec<Unconnected>,
 }
 
 /// The interfaces `flow` names: its input's, then its outputs'.
@@ -151,11 +154,13 @@ impl Daemon {
         for flow in start_order(config.flows.as_slice()) {
             let w = placement.place(flow)?;
             let mut entry = new_entry(flow, w);
+            let mut unconnected = Vec::new();
             let running = match blocked(links.as_ref(), flow) {
                 None => {
-                    let opened = opener.open(flow).map_err(StartError::Open)?;
+                    let (opened, pending) = opener.open(flow).map_err(StartError::Open)?;
                     let opened = with_counters(opened, &entry.stats);
                     entry.ingress = Some(clone_ingress(&opened).map_err(StartError::Ingress)?);
+                    unconnected = note_outputs(&mut entry, pending);
                     per_worker[w].push(opened);
                     true
                 }
@@ -171,6 +176,7 @@ impl Daemon {
                 worker: w,
                 running,
                 retry: None,
+                unconnected,
             });
         }
         before_workers().map_err(|e| StartError::BeforeWorkers(e.into()))?;
@@ -312,6 +318,18 @@ impl Daemon {
             .iter()
             .filter(|f| !f.state.is_running())
             .map(|f| format!("flow {:?} {}", f.stats.name, f.state))
+            .chain(shared.flows.iter().flat_map(|f| {
+                f.outputs_state
+                    .iter()
+                    .zip(&f.stats.outputs)
+                    .filter_map(move |(s, (label, _))| {
+                        let why = s.not_connected.as_ref()?;
+                        Some(format!(
+                            "flow {:?} output {label} not connected: {why}",
+                            f.stats.name
+                        ))
+                    })
+            }))
             .collect();
         const LISTED: usize = 3;
         match stopped.len() {
@@ -342,6 +360,7 @@ impl Daemon {
     /// stopped flow whose interfaces are all up is started (a failed start
     /// is retried with a growing delay). Other flows are not touched.
     pub fn reconcile(&mut self) {
+        self.retry_outputs();
         for i in 0..self.flows.len() {
             let m = &self.flows[i];
             match (m.running, blocked(self.links.as_ref(), &m.flow)) {
@@ -365,6 +384,19 @@ impl Daemon {
         self.refresh_state();
     }
 
+    /// Try again to connect the outputs of running flows that aren't.
+    fn retry_outputs(&mut self) {
+        for m in self.flows.iter_mut().filter(|m| !m.unconnected.is_empty()) {
+            let results = crate::outputs::retry(&mut m.unconnected);
+            let mut shared = lock(&self.shared);
+            if let Some(e) = entry_mut(&mut shared, &m.flow.name) {
+                for (index, result) in results {
+                    log_output(e, index, result);
+                }
+            }
+        }
+    }
+
     /// Set flow `name`'s published state; whether it changed.
     fn set_flow_state(&self, name: &str, state: FlowState) -> bool {
         let mut shared = lock(&self.shared);
@@ -385,6 +417,7 @@ impl Daemon {
         }
         self.flows[i].running = false;
         self.flows[i].retry = None;
+        self.flows[i].unconnected.clear();
         let mut shared = lock(&self.shared);
         if let Some(e) = entry_mut(&mut shared, &name) {
             e.close_ingress();
@@ -431,7 +464,7 @@ impl Daemon {
             let e = entry_mut(&mut shared, &flow.name).ok_or(FlowCommandError::NotPublished)?;
             share(&e.stats)
         };
-        let opened = self.opener.open(flow).map_err(FlowCommandError::Open)?;
+        let (opened, pending) = self.opener.open(flow).map_err(FlowCommandError::Open)?;
         let opened = with_counters(opened, &stats);
         let ingress = clone_ingress(&opened).map_err(FlowCommandError::Ingress)?;
         let handle = self.workers.get(w).ok_or(FlowCommandError::NoSuchWorker)?;
@@ -445,6 +478,7 @@ impl Daemon {
                 let mut shared = lock(&self.shared);
                 let e = entry_mut(&mut shared, &name).ok_or(FlowCommandError::NotPublished)?;
                 e.ingress = Some(ingress);
+                self.flows[i].unconnected = note_outputs(e, pending);
                 Ok(std::mem::replace(&mut e.state, FlowState::Running))
             }
             other => Err(FlowCommandError::Refused {

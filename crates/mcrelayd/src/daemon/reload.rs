@@ -149,6 +149,7 @@ impl Daemon {
             worker: w,
             running: false,
             retry: None,
+            unconnected: Vec::new(),
         });
         Ok(())
     }

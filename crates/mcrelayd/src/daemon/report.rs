@@ -14,6 +14,7 @@ use mcrelay_control::{
 use mcrelay_dataplane::WorkerStats;
 use mcrelay_dataplane::counters::FlowStats;
 
+use crate::outputs::{OutputState, Unconnected};
 use crate::sockets::output_label;
 
 /// One configured flow as readers see it, relaying or not.
@@ -31,6 +32,8 @@ pub(super) struct FlowEntry {
     kernel_drops_before: u64,
     pub(super) state: FlowState,
     pub(super) interface_pauses: u64,
+    /// Each output's connection, in config order.
+    pub(super) outputs_state: Vec<OutputState>,
 }
 
 impl FlowEntry {
@@ -74,6 +77,16 @@ pub fn lock(shared: &SharedHandle) -> std::sync::MutexGuard<'_, Shared> {
 impl Shared {
     /// Every counter, read without stopping a worker.
     pub fn snapshot(&self) -> Snapshot {
+        self.snapshot_with(false)
+    }
+
+    /// [`Self::snapshot`] for an operator's read (control socket, metrics):
+    /// each input's max gap starts a new period.
+    pub fn read(&self) -> Snapshot {
+        self.snapshot_with(true)
+    }
+
+    fn snapshot_with(&self, take_gaps: bool) -> Snapshot {
         let taken_at_unix_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
@@ -86,7 +99,11 @@ impl Shared {
             state: self.state.clone(),
             config_path: self.config_path.clone(),
             workers: self.workers.iter().map(|w| worker_snapshot(w)).collect(),
-            flows: self.flows.iter().map(flow_snapshot).collect(),
+            flows: self
+                .flows
+                .iter()
+                .map(|f| flow_snapshot(f, take_gaps))
+                .collect(),
         }
     }
 }
@@ -120,7 +137,7 @@ fn worker_snapshot(w: &WorkerStats) -> WorkerSnapshot {
     }
 }
 
-fn flow_snapshot(f: &FlowEntry) -> FlowSnapshot {
+fn flow_snapshot(f: &FlowEntry, take_gaps: bool) -> FlowSnapshot {
     let c = &f.stats.input;
     FlowSnapshot {
         name: f.stats.name.clone(),
@@ -144,7 +161,8 @@ fn flow_snapshot(f: &FlowEntry) -> FlowSnapshot {
             .stats
             .outputs
             .iter()
-            .map(|(label, o)| OutputSnapshot {
+            .zip(f.outputs_state.iter())
+            .map(|((label, o), state)| OutputSnapshot {
                 label: label.clone(),
                 packets_out: o.packets_out.get(),
                 bytes_out: o.bytes_out.get(),
@@ -160,10 +178,13 @@ fn flow_snapshot(f: &FlowEntry) -> FlowSnapshot {
                 in_flight_high_water: o.in_flight_high_water.get(),
                 gso_sends: o.gso_sends.get(),
                 gso_fallbacks: o.gso_fallbacks.get(),
+                not_connected: state.not_connected.clone(),
+                connect_failures: state.connect_failures,
             })
             .collect(),
         state: f.state.clone(),
         interface_pauses: f.interface_pauses,
+        health: crate::health::snapshot(&c.health, take_gaps),
     }
 }
 
@@ -212,6 +233,56 @@ pub(super) fn new_entry(flow: &Flow, worker: usize) -> FlowEntry {
         kernel_drops_before: 0,
         state: FlowState::Running,
         interface_pauses: 0,
+        outputs_state: vec![OutputState::default(); flow.outputs.len()],
+    }
+}
+
+/// After `entry`'s flow opened: outputs not in `pending` are connected,
+/// those in it are not (each logged when that is news). The ones to retry.
+pub(super) fn note_outputs(
+    entry: &mut FlowEntry,
+    pending: Vec<(Unconnected, std::io::Error)>,
+) -> Vec<Unconnected> {
+    let name = entry.stats.name.clone();
+    for (index, state) in entry.outputs_state.iter_mut().enumerate() {
+        if !pending.iter().any(|(u, _)| u.index == index) && state.connected() {
+            let output = entry.stats.outputs.get(index).map(|(l, _)| l.as_str());
+            tracing::info!(flow = %name, output, "output connected; relaying to it");
+        }
+    }
+    pending
+        .into_iter()
+        .map(|(u, e)| {
+            log_output(entry, u.index, Err(e));
+            u
+        })
+        .collect()
+}
+
+/// Publish one attempt to connect output `index` of `entry`'s flow,
+/// logging it when it changes the output's state.
+pub(super) fn log_output(entry: &mut FlowEntry, index: usize, result: std::io::Result<()>) {
+    let output = entry.stats.outputs.get(index).map(|(l, _)| l.clone());
+    let Some(state) = entry.outputs_state.get_mut(index) else {
+        return;
+    };
+    let name = &entry.stats.name;
+    match result {
+        Ok(()) => {
+            if state.connected() {
+                tracing::info!(flow = %name, output, "output connected; relaying to it");
+            }
+        }
+        Err(e) => {
+            if state.failed(&e) {
+                tracing::warn!(
+                    flow = %name,
+                    output,
+                    "output not connected ({e}); the flow relays to its other outputs, \
+                     this one is retried every second and on interface changes"
+                );
+            }
+        }
     }
 }
 

@@ -161,7 +161,10 @@ fn parse_cpu_list(text: &str) -> Vec<usize> {
 /// after starting it.
 const START_TIMEOUT: Duration = Duration::from_secs(15);
 /// How long, after the sender stopped, receivers may take to get the rest.
-const DRAIN: Duration = Duration::from_secs(2);
+/// The wait ends as soon as every receiver has all it was sent, so this
+/// only bounds a run that lost something; generous, since on a loaded
+/// machine the receiver threads may not run for a while.
+const DRAIN: Duration = Duration::from_secs(10);
 /// How often the main loop looks at the signal flag and the threads.
 const POLL: Duration = Duration::from_millis(50);
 /// Live view refresh.

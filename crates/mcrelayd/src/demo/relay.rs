@@ -132,7 +132,7 @@ impl Drop for Daemon {
 }
 
 /// User plus system clock ticks of `pid` (all its threads) and of its
-/// children (the daemon's privileged helper).
+/// descendants (the daemon's privileged zygote and the helper it forked).
 pub(super) fn cpu_ticks(pid: u32) -> Option<u64> {
     let own = stat_ticks(pid)?;
     let children: u64 = std::fs::read_dir(format!("/proc/{pid}/task"))
@@ -145,7 +145,7 @@ pub(super) fn cpu_ticks(pid: u32) -> Option<u64> {
                 .filter_map(|c| c.parse::<u32>().ok())
                 .collect::<Vec<_>>()
         })
-        .filter_map(stat_ticks)
+        .filter_map(cpu_ticks)
         .sum();
     Some(own + children)
 }
