@@ -18,9 +18,9 @@
 
 pub mod affinity;
 mod bufring;
+pub mod core;
 pub mod counters;
 mod egress;
-mod inflight;
 pub mod ingress;
 mod packet_ring;
 pub mod sockets;
@@ -33,7 +33,7 @@ pub use bufring::RECEIVE_BUFFER_BYTES;
 /// kernel). Not a stable API.
 #[doc(hidden)]
 pub mod bench_support {
-    pub use crate::inflight::InFlight;
+    pub use crate::core::InFlight;
     pub use crate::submit::UserData;
 }
 pub use ingress::IngressSocket;

@@ -28,7 +28,7 @@ use mcrelay_pool::{MAX_PAYLOAD, PoolConfig, PoolSet, PoolStatsHandle, SharedBuff
 use crate::bufring::{BUFFER_LEN, ProvidedBuffers};
 use crate::counters::{FlowCounters, FlowStats, LoopCounters, OutputCounters};
 use crate::egress::{GsoTable, Pending, PendingSends};
-use crate::inflight::InFlight;
+use crate::core::InFlight;
 use crate::ingress::IngressSocket;
 use crate::packet_ring::PacketRing;
 use crate::submit::{MAX_FLOWS, Submit, UserData};

@@ -160,6 +160,20 @@ impl PoolSet {
         self.classes[i].take()
     }
 
+    /// Take a buffer of `class` exactly (no class choice): the caller picked
+    /// it, e.g. a larger class when the fitting one ran dry. `None`, counted
+    /// as that class's exhaustion, when it has no free buffer.
+    #[inline]
+    pub fn take_class(&mut self, class: Class) -> Option<Buffer> {
+        self.classes[class.index()].take()
+    }
+
+    /// Free buffers of `class` right now (owner's exact view).
+    #[inline]
+    pub fn free(&self, class: Class) -> u32 {
+        self.classes[class.index()].free_count()
+    }
+
     /// Take a buffer that fits `payload` and copy it in: the data plane's one
     /// copy. `None` as for [`PoolSet::take`].
     #[inline]
