@@ -7,7 +7,7 @@ use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use io_uring::{opcode, squeue, types::Fd};
-use mcrelay_dataplane::bench_support::{InFlight, UserData};
+use mcrelay_dataplane::bench_support::{FlowId, InFlight, OutputId, UserData};
 use mcrelay_pool::{MAX_PAYLOAD, PoolConfig, PoolSet, SharedBuffer};
 
 fn packet(c: &mut Criterion) {
@@ -15,6 +15,7 @@ fn packet(c: &mut Criterion) {
     let mut pool = PoolSet::new(config).expect("pool fits in memory");
     let mut in_flight = InFlight::with_capacity(config.small + config.standard + config.jumbo);
     let mut sqes: Vec<squeue::Entry> = Vec::with_capacity(4);
+    let flow = FlowId::new(0).expect("flow 0 exists");
     let mut group = c.benchmark_group("dataplane");
     for size in [1316usize, 8000] {
         let payload: Vec<u8> = (0..size).map(|i| i.to_le_bytes()[0]).collect();
@@ -46,8 +47,8 @@ fn packet(c: &mut Criterion) {
                                 .user_data(
                                     UserData::Send {
                                         slot,
-                                        flow: 0,
-                                        output,
+                                        flow,
+                                        output: OutputId(output),
                                     }
                                     .encode(),
                                 );

@@ -17,23 +17,23 @@
 #![deny(unsafe_code)]
 
 pub mod affinity;
-mod bufring;
 pub mod core;
 pub mod counters;
 mod egress;
 pub mod ingress;
 mod packet_ring;
+mod receive_buffers;
 pub mod sockets;
 mod submit;
 pub mod worker;
 
-pub use bufring::RECEIVE_BUFFER_BYTES;
+pub use receive_buffers::RECEIVE_BUFFER_BYTES;
 
 /// Internals the benchmarks drive directly (the packet path without the
 /// kernel). Not a stable API.
 #[doc(hidden)]
 pub mod bench_support {
-    pub use crate::core::InFlight;
+    pub use crate::core::{FlowId, InFlight, OutputId};
     pub use crate::submit::UserData;
 }
 pub use ingress::IngressSocket;

@@ -49,10 +49,7 @@ impl Reserve {
                 0
             };
             let per_flow = self.per_flow[c];
-            self.unmet[c] = flows
-                .clone()
-                .map(|h| per_flow.saturating_sub(h.0[c]))
-                .sum();
+            self.unmet[c] = flows.clone().map(|h| per_flow.saturating_sub(h.0[c])).sum();
         }
     }
 
@@ -143,8 +140,14 @@ mod tests {
                 other => panic!("expected a fallback, got {other:?}"),
             }
         }
-        assert!(matches!(r.take(&mut pool, &mut held, 1000), Taken::Exhausted));
-        assert!(matches!(r.take(&mut pool, &mut held, 5000), Taken::Exhausted));
+        assert!(matches!(
+            r.take(&mut pool, &mut held, 1000),
+            Taken::Exhausted
+        ));
+        assert!(matches!(
+            r.take(&mut pool, &mut held, 5000),
+            Taken::Exhausted
+        ));
         for b in bufs {
             let class = b.class();
             pool.give(b).expect("home");
@@ -180,7 +183,10 @@ mod tests {
                 other => panic!("the larger reserves are there: {other:?}"),
             }
         }
-        assert!(matches!(r.take(&mut pool, &mut quiet, 100), Taken::Exhausted));
+        assert!(matches!(
+            r.take(&mut pool, &mut quiet, 100),
+            Taken::Exhausted
+        ));
         for (bufs, held) in [(bufs, &mut flood), (quiet_bufs, &mut quiet)] {
             for b in bufs {
                 let class = b.class();

@@ -42,15 +42,17 @@ impl GsoRuns {
     /// Take a free record for `slots` (at most [`MAX_SEGMENTS`], at least
     /// one); `None` when every record is in flight (the caller sends the
     /// datagrams one by one).
-    pub fn start(&mut self, segment_size: u16, slots: impl ExactSizeIterator<Item = Slot>) -> Option<u32> {
+    pub fn start(
+        &mut self,
+        segment_size: u16,
+        slots: impl ExactSizeIterator<Item = Slot>,
+    ) -> Option<u32> {
         let n = slots.len();
         if n == 0 || n > MAX_SEGMENTS {
             return None;
         }
         let index = self.free.pop()?;
-        let Some(run) = self.runs.get_mut(index as usize) else {
-            return None;
-        };
+        let run = self.runs.get_mut(index as usize)?;
         for (dst, slot) in run.slots.iter_mut().zip(slots) {
             *dst = slot;
         }
@@ -100,7 +102,10 @@ mod tests {
         assert!(t.slots(r).is_empty());
         t.finish(r);
         assert!(t.start(1, [1u32].into_iter()).is_some(), "reused once");
-        assert!(t.start(1, [1u32].into_iter()).is_none(), "finish twice frees once");
+        assert!(
+            t.start(1, [1u32].into_iter()).is_none(),
+            "finish twice frees once"
+        );
         assert!(t.start(1, std::iter::empty()).is_none(), "empty run");
     }
 }

@@ -55,7 +55,10 @@ impl InFlight {
     /// The buffer parked in `slot`, for reading its address when a send is
     /// built. `None` for a free or unknown slot.
     pub fn buffer(&self, slot: u32) -> Option<&Buffer> {
-        self.slots.get(slot as usize)?.as_ref().map(SharedBuffer::buffer)
+        self.slots
+            .get(slot as usize)?
+            .as_ref()
+            .map(SharedBuffer::buffer)
     }
 
     /// Slots this table has.

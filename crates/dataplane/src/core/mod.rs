@@ -426,9 +426,9 @@ impl Core {
                 };
                 at += n;
                 let record = if n > 1 {
-                    u16::try_from(first.len)
-                        .ok()
-                        .and_then(|size| Some((size, self.gso.start(size, run.iter().map(|q| q.slot))?)))
+                    u16::try_from(first.len).ok().and_then(|size| {
+                        Some((size, self.gso.start(size, run.iter().map(|q| q.slot))?))
+                    })
                 } else {
                     None
                 };

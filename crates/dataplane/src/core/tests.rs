@@ -33,7 +33,11 @@ fn outputs(depths: &[u32], gso: bool) -> (Vec<OutputSpec>, Vec<Arc<OutputCounter
     (specs, counters)
 }
 
-fn add(core: &mut Core, depths: &[u32], gso: bool) -> (FlowId, Arc<FlowCounters>, Vec<Arc<OutputCounters>>) {
+fn add(
+    core: &mut Core,
+    depths: &[u32],
+    gso: bool,
+) -> (FlowId, Arc<FlowCounters>, Vec<Arc<OutputCounters>>) {
     let (specs, outs) = outputs(depths, gso);
     let counters = Arc::<FlowCounters>::default();
     let id = core
@@ -61,7 +65,11 @@ fn slots_of(req: &SendRequest<'_>) -> Vec<Slot> {
 
 fn complete_all(core: &mut Core, sent: Vec<(SendToken, Vec<Slot>)>, result: i32) {
     for (token, slots) in sent {
-        core.complete(token, result * i32::try_from(slots.len()).unwrap_or(1), &mut |_, _| true);
+        core.complete(
+            token,
+            result * i32::try_from(slots.len()).unwrap_or(1),
+            &mut |_, _| true,
+        );
     }
 }
 
@@ -96,9 +104,9 @@ fn full_outputs_pause_the_flow_until_one_drains_to_half() {
     let sent = flush_all(&mut c);
     assert_eq!(sent.len(), 6);
     // The depth-2 output's two sends complete: at 0 <= 1, it has drained.
-    let (first, rest): (Vec<_>, Vec<_>) = sent.into_iter().partition(
-        |(t, _)| matches!(t, SendToken::Plain { output, .. } if output.0 == 1),
-    );
+    let (first, rest): (Vec<_>, Vec<_>) = sent
+        .into_iter()
+        .partition(|(t, _)| matches!(t, SendToken::Plain { output, .. } if output.0 == 1));
     complete_all(&mut c, first, 100);
     assert!(c.resume(f));
     assert!(!c.is_paused(f));
@@ -138,12 +146,19 @@ fn a_flood_leaves_the_other_flows_their_reserve() {
         let _ = c.receive(flood, &[1; 1000]);
         let _ = flush_all(&mut c);
     }
-    assert!(flood_counters.drops.pool_exhausted.get() > 0, "the flood ran dry");
+    assert!(
+        flood_counters.drops.pool_exhausted.get() > 0,
+        "the flood ran dry"
+    );
     for _ in 0..25 {
         assert_eq!(c.receive(quiet, &[2; 1000]), Received::Queued);
     }
     assert_eq!(quiet_counters.drops.pool_exhausted.get(), 0);
-    assert_eq!(quiet_counters.pool_fallbacks.get(), 0, "its small reserve was kept");
+    assert_eq!(
+        quiet_counters.pool_fallbacks.get(),
+        0,
+        "its small reserve was kept"
+    );
 }
 
 #[test]
@@ -173,7 +188,10 @@ fn same_size_runs_go_as_one_gso_send_and_a_refusal_resends_them_plain() {
         c.receive(f, &[3; 1200]);
     }
     let sent = flush_all(&mut c);
-    assert!(sent.iter().all(|(t, _)| matches!(t, SendToken::Plain { .. })));
+    assert!(
+        sent.iter()
+            .all(|(t, _)| matches!(t, SendToken::Plain { .. }))
+    );
     complete_all(&mut c, sent, 1200);
     for _ in 0..2 {
         c.receive(f, &[3; 100]);
@@ -276,7 +294,10 @@ struct Model {
 }
 
 fn seq_of(core: &Core, in_flight: &InFlight, slot: Slot) -> u64 {
-    let bytes = in_flight.buffer(slot).map(|b| core_bytes(core, b)).unwrap_or_default();
+    let bytes = in_flight
+        .buffer(slot)
+        .map(|b| core_bytes(core, b))
+        .unwrap_or_default();
     u64::from_le_bytes(bytes)
 }
 
@@ -295,7 +316,12 @@ impl Model {
                 if let Some(id) = self.core.add_flow(specs, Arc::clone(&counters), 4) {
                     self.flows.retain(|f| f.id != id);
                     self.last_seq.retain(|(f, _), _| *f != id);
-                    self.flows.push(ModelFlow { id, counters, outputs, depths });
+                    self.flows.push(ModelFlow {
+                        id,
+                        counters,
+                        outputs,
+                        depths,
+                    });
                 }
             }
             Op::Remove(i) => {
@@ -304,7 +330,9 @@ impl Model {
                 }
             }
             Op::Receive { flow, len } => {
-                let Some(f) = self.flows.get(flow) else { return };
+                let Some(f) = self.flows.get(flow) else {
+                    return;
+                };
                 if self.core.is_removing(f.id) {
                     return;
                 }
@@ -314,7 +342,13 @@ impl Model {
                 let _ = self.core.receive(f.id, &payload);
             }
             Op::Flush { refuse_every } => {
-                let Self { core, out, last_seq, submits, .. } = self;
+                let Self {
+                    core,
+                    out,
+                    last_seq,
+                    submits,
+                    ..
+                } = self;
                 let mut pending = Vec::new();
                 let mut check = Vec::new();
                 // Order is checked on first-hand sends (a refused GSO
@@ -332,7 +366,10 @@ impl Model {
                     for slot in slots {
                         let seq = seq_of(core, core.in_flight(), slot);
                         let last = last_seq.entry((flow, output)).or_insert(0);
-                        assert!(seq > *last, "output {output:?} of {flow:?}: {seq} after {last}");
+                        assert!(
+                            seq > *last,
+                            "output {output:?} of {flow:?}: {seq} after {last}"
+                        );
                         *last = seq;
                     }
                 }
@@ -386,7 +423,11 @@ impl Model {
             .flat_map(|(_, s)| s.iter().copied())
             .chain(c.queued_slots())
             .collect();
-        assert_eq!(named.len(), c.in_flight().len(), "a buffer leaked or was freed early");
+        assert_eq!(
+            named.len(),
+            c.in_flight().len(),
+            "a buffer leaked or was freed early"
+        );
         for f in &self.flows {
             let k = &f.counters;
             let dropped_at_input = k.drops.oversize.get() + k.drops.pool_exhausted.get();
@@ -414,7 +455,10 @@ impl Model {
         for _ in 0..4 {
             self.step(Op::Flush { refuse_every: 0 });
             while !self.out.is_empty() {
-                self.step(Op::Complete { pick: 0, result: SendResult::Ok });
+                self.step(Op::Complete {
+                    pick: 0,
+                    result: SendResult::Ok,
+                });
             }
         }
         for f in &self.flows {

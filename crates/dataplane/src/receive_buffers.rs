@@ -2,7 +2,7 @@
 //! a page-aligned ring of `BufRingEntry` descriptors plus the buffer memory
 //! they point to. A multishot receive completes with the id of the buffer
 //! it filled; the worker copies the datagram into a pool buffer and hands
-//! the receive buffer straight back with [`ProvidedBuffers::recycle`].
+//! the receive buffer straight back with [`ReceiveBuffers::recycle`].
 //!
 //! Ownership protocol (what the `unsafe` below relies on): a buffer id is
 //! either in the ring (the kernel may write it at any time) or was reported
@@ -27,7 +27,7 @@ pub const RECEIVE_BUFFER_BYTES: usize = 9216;
 pub(crate) const BUFFER_LEN: u32 = RECEIVE_BUFFER_BYTES as u32;
 
 #[derive(Debug)]
-pub struct ProvidedBuffers {
+pub struct ReceiveBuffers {
     ring: NonNull<BufRingEntry>,
     ring_layout: Layout,
     data: NonNull<u8>,
@@ -38,7 +38,7 @@ pub struct ProvidedBuffers {
     group: u16,
 }
 
-impl ProvidedBuffers {
+impl ReceiveBuffers {
     /// Allocate `entries` (a power of two, at most 32768) buffers and fill
     /// the ring with all of them.
     pub fn new(entries: u16, group: u16) -> io::Result<Self> {
@@ -92,7 +92,7 @@ impl ProvidedBuffers {
     pub fn register(&self, submitter: &Submitter<'_>) -> io::Result<()> {
         // SAFETY: the ring memory is ours, page-aligned, `entries` long, and
         // lives until `self` is dropped; the worker drops its io_uring (which
-        // unregisters every buffer ring) before its `ProvidedBuffers`.
+        // unregisters every buffer ring) before its `ReceiveBuffers`.
         unsafe {
             submitter.register_buf_ring_with_flags(
                 self.ring.as_ptr() as u64,
@@ -139,7 +139,7 @@ impl ProvidedBuffers {
     }
 
     /// Put buffer `id` back in the ring (seen by the kernel after the next
-    /// [`ProvidedBuffers::publish`]). Ids outside the ring are ignored.
+    /// [`ReceiveBuffers::publish`]). Ids outside the ring are ignored.
     pub fn recycle(&mut self, id: u16) {
         if id >= self.entries {
             return;
@@ -172,7 +172,7 @@ impl ProvidedBuffers {
     }
 }
 
-impl Drop for ProvidedBuffers {
+impl Drop for ReceiveBuffers {
     fn drop(&mut self) {
         // SAFETY: it came from `alloc_zeroed` with this layout. The kernel
         // no longer uses it: the worker tears its io_uring down (unregistering
@@ -190,7 +190,7 @@ mod tests {
 
     #[test]
     fn ring_starts_full_and_reads_are_bounded() {
-        let bufs = ProvidedBuffers::new(8, 3).expect("alloc");
+        let bufs = ReceiveBuffers::new(8, 3).expect("alloc");
         assert_eq!(bufs.group(), 3);
         assert_eq!(bufs.tail, 8);
         assert_eq!(
@@ -198,6 +198,6 @@ mod tests {
             Some(RECEIVE_BUFFER_BYTES)
         );
         assert!(bufs.filled(8, 1).is_none(), "id outside the ring");
-        assert!(ProvidedBuffers::new(6, 0).is_err(), "not a power of two");
+        assert!(ReceiveBuffers::new(6, 0).is_err(), "not a power of two");
     }
 }
