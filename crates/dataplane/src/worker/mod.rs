@@ -12,6 +12,11 @@
 //! once. A send completion releases one use of the pool buffer per
 //! datagram, and the last one gives it back. Nothing in the turn allocates,
 //! locks, blocks (outside the enter) or logs per packet.
+//!
+//! Every one of those rules is the [`crate::core`]'s; this module is the
+//! public API, `driver` the loop and the translation of send requests into
+//! SQEs (and send completions back), `receive` that of receives and packet
+//! ring frames into the core's "datagram received".
 
 mod driver;
 mod receive;
