@@ -78,6 +78,11 @@ fn flow_families(m: &mut Exposition, s: &Snapshot) {
             "Times the provided receive buffers ran out and the receive was re-armed.",
             |f| f.receive_rearms,
         ),
+        (
+            "mcrelay_flow_pool_fallbacks_total",
+            "Datagrams copied into a larger pool class because the fitting one had no buffer for the flow.",
+            |f| f.pool_fallbacks,
+        ),
     ];
     for (name, help, value) in simple {
         m.family(name, Kind::Counter, help);

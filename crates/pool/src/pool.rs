@@ -359,6 +359,19 @@ mod tests {
     }
 
     #[test]
+    fn take_class_takes_that_class_and_free_counts_it() {
+        let mut p = small_set();
+        let free = p.free(Class::Jumbo);
+        let b = p.take_class(Class::Jumbo).expect("jumbo");
+        assert_eq!(b.class(), Class::Jumbo);
+        assert_eq!(p.free(Class::Jumbo), free - 1);
+        let mut b = b;
+        assert!(p.fill(&mut b, &[1; 100]), "a small payload fits a jumbo buffer");
+        p.give(b).expect("home");
+        assert_eq!(p.free(Class::Jumbo), free);
+    }
+
+    #[test]
     fn take_picks_smallest_fitting_class_and_refuses_oversize() {
         let mut p = small_set();
         let a = p.take(1).expect("small");
