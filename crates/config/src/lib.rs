@@ -27,8 +27,10 @@ pub const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
 /// Reads and parses the configuration file at `path`.
 ///
 /// Errors are labelled with `path` as given. A file that cannot be read, is
-/// larger than [`MAX_FILE_BYTES`] or is not UTF-8 is reported as a single
-/// [`ConfigError`].
+/// not a regular file (a FIFO, a device such as `/dev/zero`, a socket, even
+/// through a symlink), is larger than [`MAX_FILE_BYTES`] or is not UTF-8 is
+/// reported as a single [`ConfigError`]; `load` never blocks on the file
+/// and never reads more than [`MAX_FILE_BYTES`] + 1 bytes of it.
 pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
     let file = path.display().to_string();
     let one = |line: u32, column: u32, message: String| {
@@ -39,30 +41,32 @@ pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
             message,
         }])
     };
-    let bytes = match std::fs::metadata(path) {
-        Ok(m) if m.is_dir() => {
+    let bytes = match read_bounded(path) {
+        Ok(b) => b,
+        Err(ReadError::Io(e)) => return Err(one(0, 0, format!("cannot read: {e}"))),
+        Err(ReadError::Directory) => {
             return Err(one(
                 0,
                 0,
                 "cannot read: is a directory; give the path of a .toml file".to_owned(),
             ));
         }
-        Ok(m) if m.len() > MAX_FILE_BYTES => {
+        Err(ReadError::NotRegular) => {
             return Err(one(
                 0,
                 0,
-                format!(
-                    "file is {} bytes; the limit is {MAX_FILE_BYTES} bytes",
-                    m.len()
-                ),
+                "cannot read: not a regular file (a FIFO, device or socket); \
+                 give the path of a .toml file"
+                    .to_owned(),
             ));
         }
-        Ok(_) => std::fs::read(path),
-        Err(e) => Err(e),
-    };
-    let bytes = match bytes {
-        Ok(b) => b,
-        Err(e) => return Err(one(0, 0, format!("cannot read: {e}"))),
+        Err(ReadError::TooLarge(len)) => {
+            return Err(one(
+                0,
+                0,
+                format!("file is {len} bytes or more; the limit is {MAX_FILE_BYTES} bytes"),
+            ));
+        }
     };
     match String::from_utf8(bytes) {
         Ok(text) => parse(&text, &file),
@@ -79,6 +83,48 @@ pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
             ))
         }
     }
+}
+
+/// Why [`read_bounded`] refused.
+enum ReadError {
+    Io(std::io::Error),
+    Directory,
+    NotRegular,
+    TooLarge(u64),
+}
+
+/// The file's bytes, read without ever blocking or reading without bound:
+/// opened with `O_NONBLOCK` (a FIFO with no writer would block `open`
+/// forever), checked through the open descriptor (not the path, which may
+/// change between the check and the read) to be a regular file, then read
+/// at most [`MAX_FILE_BYTES`] + 1 bytes (the file may grow while read).
+fn read_bounded(path: &Path) -> Result<Vec<u8>, ReadError> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(ReadError::Io)?;
+    let meta = file.metadata().map_err(ReadError::Io)?;
+    if meta.is_dir() {
+        return Err(ReadError::Directory);
+    }
+    if !meta.is_file() {
+        return Err(ReadError::NotRegular);
+    }
+    if meta.len() > MAX_FILE_BYTES {
+        return Err(ReadError::TooLarge(meta.len()));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    file.take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(ReadError::Io)?;
+    let read = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
+    if read > MAX_FILE_BYTES {
+        return Err(ReadError::TooLarge(read));
+    }
+    Ok(bytes)
 }
 
 /// Fuzzing entry point: parses arbitrary bytes (as lossy UTF-8) and checks
@@ -158,6 +204,56 @@ mod tests {
                 "{}:2:6: file is not valid UTF-8; save it as UTF-8",
                 path.display()
             )
+        );
+    }
+
+    /// `load` on another thread, failing the test if it has not returned
+    /// within `limit` (a blocked `open` would otherwise hang it forever).
+    fn load_within(path: &Path, limit: std::time::Duration) -> Result<Config, ConfigErrors> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let owned = path.to_owned();
+        std::thread::spawn(move || {
+            let _ = tx.send(load(&owned));
+        });
+        rx.recv_timeout(limit)
+            .unwrap_or_else(|_| panic!("load({}) did not return in {limit:?}", path.display()))
+    }
+
+    #[test]
+    fn a_fifo_is_refused_without_blocking() {
+        let path = temp("fifo.toml", b"");
+        std::fs::remove_file(&path).unwrap();
+        let made = std::process::Command::new("mkfifo").arg(&path).status();
+        assert!(made.is_ok_and(|s| s.success()), "mkfifo {}", path.display());
+        let errors = load_within(&path, std::time::Duration::from_secs(10)).unwrap_err();
+        assert!(
+            errors.0[0].message.contains("not a regular file"),
+            "{errors}"
+        );
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn a_link_to_dev_zero_is_refused_without_reading_it() {
+        let path = temp("zero.toml", b"");
+        std::fs::remove_file(&path).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", &path).unwrap();
+        let errors = load_within(&path, std::time::Duration::from_secs(10)).unwrap_err();
+        assert!(
+            errors.0[0].message.contains("not a regular file"),
+            "{errors}"
+        );
+    }
+
+    #[test]
+    fn an_oversized_file_is_refused() {
+        let path = temp("big.toml", b"");
+        let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        file.set_len(MAX_FILE_BYTES + 1).unwrap();
+        let errors = load(&path).unwrap_err();
+        assert!(
+            errors.0[0].message.contains("the limit is 16777216 bytes"),
+            "{errors}"
         );
     }
 

@@ -8,6 +8,8 @@ use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 
+pub use mcrelay_wire::health::Payload;
+
 /// Default `SO_RCVBUF` request for ingress sockets (4 MiB).
 pub const DEFAULT_RECEIVE_BUFFER_BYTES: u32 = 4 * 1024 * 1024;
 /// Default cap on in-flight sends per output.
@@ -128,6 +130,37 @@ pub struct Output {
     pub queue_depth: u32,
 }
 
+/// What a flow carries, for stream health (`payload`, `silence_ms`,
+/// `rtp_clock_hz` in a `[[flow]]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Health {
+    /// `"udp"` (opaque, the default), `"rtp"`, `"mpegts"` or `"rtp-mpegts"`.
+    pub payload: Payload,
+    /// An input with no datagram for this long is silent.
+    pub silence_ms: u32,
+    /// The RTP timestamp clock, for jitter.
+    pub rtp_clock_hz: u32,
+}
+
+/// Default `silence_ms`.
+pub const DEFAULT_SILENCE_MS: u32 = 1000;
+/// Largest `silence_ms` (one day).
+pub const MAX_SILENCE_MS: u32 = 86_400_000;
+/// Default `rtp_clock_hz` (video, RFC 3551).
+pub const DEFAULT_RTP_CLOCK_HZ: u32 = 90_000;
+/// Largest `rtp_clock_hz`.
+pub const MAX_RTP_CLOCK_HZ: u32 = 1_000_000_000;
+
+impl Default for Health {
+    fn default() -> Self {
+        Self {
+            payload: Payload::Udp,
+            silence_ms: DEFAULT_SILENCE_MS,
+            rtp_clock_hz: DEFAULT_RTP_CLOCK_HZ,
+        }
+    }
+}
+
 /// A flow's identity: stable across restarts, platforms and Rust versions
 /// (a fixed hash of the flow's name, not `DefaultHasher`).
 ///
@@ -151,6 +184,8 @@ pub struct Flow {
     pub outputs: Vec<Output>,
     /// Pin this flow to one worker core.
     pub core: Option<usize>,
+    /// What its datagrams carry and how their health is judged.
+    pub health: Health,
 }
 
 impl FlowId {
@@ -281,8 +316,31 @@ impl Config {
             Some(cores) => format!("cores {cores:?}"),
             None => "cores: all CPUs in the affinity mask".to_owned(),
         };
+        // Flows that read their payload, by mode: "; stream health on 2
+        // flows (1 rtp, 1 rtp-mpegts)". Nothing when every flow is "udp".
+        let modes: Vec<String> = Payload::ALL[1..]
+            .iter()
+            .filter_map(|&p| {
+                let n = self.flows.iter().filter(|f| f.health.payload == p).count();
+                (n > 0).then(|| format!("{n} {p}"))
+            })
+            .collect();
+        let health_flows = self
+            .flows
+            .iter()
+            .filter(|f| f.health.payload != Payload::Udp)
+            .count();
+        let health = if health_flows == 0 {
+            String::new()
+        } else {
+            format!(
+                "; stream health on {} ({})",
+                plural(health_flows, "flow"),
+                modes.join(", ")
+            )
+        };
         format!(
-            "ok: {flows}, {outputs}, {cores}, pool memory {mem} per core ({s} small, {st} standard, {j} jumbo)",
+            "ok: {flows}, {outputs}, {cores}, pool memory {mem} per core ({s} small, {st} standard, {j} jumbo){health}",
             outputs = plural(self.output_count(), "output"),
             mem = fmt_mib(self.pools.bytes_per_core()),
             s = self.pools.small,
@@ -386,7 +444,7 @@ impl FlowTable {
     /// What changes going from `self` (running) to `newer` (just loaded).
     ///
     /// Flows are matched by id (that is, by name). A flow present in both
-    /// whose input, outputs or core differ is `changed`; the data plane
+    /// whose input, outputs, core or health settings differ is `changed`; the data plane
     /// restarts it, while `unchanged` flows keep running untouched. Each list
     /// is in name order.
     pub fn diff(&self, newer: &FlowTable) -> FlowDiff {
@@ -462,6 +520,7 @@ mod tests {
                 queue_depth: DEFAULT_OUTPUT_QUEUE_DEPTH,
             }],
             core: None,
+            health: Health::default(),
         }
     }
 
@@ -524,6 +583,17 @@ mod tests {
         let d = old.diff(&FlowTable::new(vec![pinned]).unwrap());
         assert_eq!(d.changed, [FlowId::from_name("keep")]);
         assert_eq!(d.removed.len(), 2);
+        // So is each health setting.
+        for edit in [
+            |h: &mut Health| h.payload = Payload::RtpMpegts,
+            |h: &mut Health| h.silence_ms = 5,
+            |h: &mut Health| h.rtp_clock_hz = 48_000,
+        ] {
+            let mut f = flow("keep", 1);
+            edit(&mut f.health);
+            let d = old.diff(&FlowTable::new(vec![f]).unwrap());
+            assert_eq!(d.changed, [FlowId::from_name("keep")]);
+        }
     }
 
     #[test]
@@ -557,6 +627,21 @@ mod tests {
             ..config
         };
         assert!(one.summary().starts_with("ok: 1 flow, 1 output, "));
+        let mut rtp = flow("b", 2);
+        rtp.health.payload = Payload::Rtp;
+        let mut ts = flow("c", 3);
+        ts.health.payload = Payload::RtpMpegts;
+        let mixed = Config {
+            flows: FlowTable::new(vec![flow("a", 1), rtp, ts]).unwrap(),
+            ..one
+        };
+        assert!(
+            mixed
+                .summary()
+                .ends_with(" jumbo); stream health on 2 flows (1 rtp, 1 rtp-mpegts)"),
+            "{}",
+            mixed.summary()
+        );
     }
 
     #[test]

@@ -29,7 +29,15 @@ const DAEMON_KEYS: &[&str] = &[
     "log_level",
 ];
 const POOL_KEYS: &[&str] = &["small", "standard", "jumbo"];
-const FLOW_KEYS: &[&str] = &["name", "input", "outputs", "core"];
+const FLOW_KEYS: &[&str] = &[
+    "name",
+    "input",
+    "outputs",
+    "core",
+    "payload",
+    "silence_ms",
+    "rtp_clock_hz",
+];
 const INPUT_KEYS: &[&str] = &[
     "interface",
     "address",
@@ -559,16 +567,53 @@ impl<'t> Walker<'t> {
             }
         }
 
-        if let (true, Some((name, _)), Some(input)) = (ok, &parts.name, input) {
+        let health = self.health(t, p);
+        ok &= health.is_some();
+
+        if let (true, Some((name, _)), Some(input), Some(health)) = (ok, &parts.name, input, health)
+        {
             parts.flow = Some(Flow {
                 id: FlowId::from_name(name),
                 name: name.clone(),
                 input,
                 outputs,
                 core,
+                health,
             });
         }
         parts
+    }
+
+    /// A flow's `payload`, `silence_ms` and `rtp_clock_hz`.
+    fn health(&mut self, t: &DeTable<'_>, p: &str) -> Option<Health> {
+        let mut h = Health::default();
+        let mut ok = true;
+        if let Some(v) = t.get("payload") {
+            match self.string(v, p, "payload") {
+                Some(s) => match Payload::from_name(s) {
+                    Some(payload) => h.payload = payload,
+                    None => {
+                        self.err(
+                            &v.span(),
+                            format!("{p}payload {s:?} is not valid; use \"udp\", \"rtp\", \"mpegts\" or \"rtp-mpegts\""),
+                        );
+                        ok = false;
+                    }
+                },
+                None => ok = false,
+            }
+        }
+        for (key, slot, hi) in [
+            ("silence_ms", &mut h.silence_ms, MAX_SILENCE_MS),
+            ("rtp_clock_hz", &mut h.rtp_clock_hz, MAX_RTP_CLOCK_HZ),
+        ] {
+            let Some(v) = t.get(key) else { continue };
+            match self.ranged(v, p, key, 1, i128::from(hi)) {
+                Some(n) => *slot = u32::try_from(n).unwrap_or(hi),
+                None => ok = false,
+            }
+        }
+        ok.then_some(h)
     }
 
     fn input(&mut self, v: &Value<'_>, p: &str) -> Option<Input> {
@@ -1123,7 +1168,7 @@ outputs = [{ interface = "eth1", address = "239.2.2.2", port = 6000, ttl = 255, 
                 "t.toml:3:1: unknown key \"usr\" in daemon (expected one of: user, control_socket, cores, metrics_listen, log_level)",
                 "t.toml:5:1: unknown key \"tiny\" in pools (expected one of: small, standard, jumbo)",
                 "t.toml:9:70: flow \"x\": unknown key \"tll\" in outputs[0] (expected one of: interface, address, port, ttl, source_address, queue_depth)",
-                "t.toml:10:1: flow \"x\": unknown key \"core_\" (expected one of: name, input, outputs, core)",
+                "t.toml:10:1: flow \"x\": unknown key \"core_\" (expected one of: name, input, outputs, core, payload, silence_ms, rtp_clock_hz)",
             ]
         );
     }
@@ -1387,6 +1432,51 @@ outputs = [{ interface = "eth1", address = "239.2.2.2", port = 6000, ttl = 255, 
             error(&flow(IN, "[\"eth1\"]")),
             "t.toml:4:12: flow \"x\": outputs[0] must be a table, found string"
         );
+    }
+
+    #[test]
+    fn health_settings() {
+        let f = |extra: &str| format!("{}{extra}\n", flow(IN, OUT));
+        let c = parse(&f(""), "t.toml").unwrap();
+        assert_eq!(c.flows.as_slice()[0].health, Health::default());
+        assert_eq!(
+            (
+                Health::default().payload,
+                Health::default().silence_ms,
+                Health::default().rtp_clock_hz
+            ),
+            (Payload::Udp, 1000, 90_000)
+        );
+        let c = parse(
+            &f("payload = \"rtp-mpegts\"\nsilence_ms = 250\nrtp_clock_hz = 27000000"),
+            "t.toml",
+        )
+        .unwrap();
+        assert_eq!(
+            c.flows.as_slice()[0].health,
+            Health {
+                payload: Payload::RtpMpegts,
+                silence_ms: 250,
+                rtp_clock_hz: 27_000_000
+            }
+        );
+        for p in ["udp", "rtp", "mpegts", "rtp-mpegts"] {
+            let c = parse(&f(&format!("payload = \"{p}\"")), "t.toml").unwrap();
+            assert_eq!(c.flows.as_slice()[0].health.payload.as_str(), p);
+        }
+        assert_eq!(
+            error(&f("payload = \"rtp_mpegts\"")),
+            "t.toml:5:11: flow \"x\": payload \"rtp_mpegts\" is not valid; use \"udp\", \"rtp\", \"mpegts\" or \"rtp-mpegts\""
+        );
+        assert_eq!(
+            error(&f("silence_ms = 0")),
+            "t.toml:5:14: flow \"x\": silence_ms 0 is out of range; use 1-86400000"
+        );
+        assert_eq!(
+            error(&f("rtp_clock_hz = -1")),
+            "t.toml:5:16: flow \"x\": rtp_clock_hz -1 is out of range; use 1-1000000000"
+        );
+        assert!(error(&f("payload = 3")).starts_with("t.toml:5:11: flow \"x\": payload"));
     }
 
     #[test]

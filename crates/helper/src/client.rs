@@ -8,7 +8,7 @@ use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
-use crate::fdpass::{MAX_FDS_PER_MESSAGE, recv_with_fds, send_with_fds};
+use crate::fdpass::{MAX_FDS_PER_MESSAGE, recv_record, send_with_fds};
 use crate::protocol::{MAX_REPLY_BYTES, ProtocolError, Reply, Request};
 
 /// How long [`HelperClient::new`] waits for each reply.
@@ -22,6 +22,8 @@ pub struct HelperClient {
     /// Set after an error that may have left a reply unread: the next
     /// reply could answer an earlier request, so the connection is unusable.
     broken: Option<String>,
+    /// The last reply received came with fds this process had no room for.
+    out_of_fds: bool,
 }
 
 /// The sockets of one flow, received from the helper.
@@ -67,6 +69,14 @@ pub enum HelperError {
     /// Receiving the reply failed.
     #[error("cannot receive from the privileged helper: {0}")]
     Receive(#[source] io::Error),
+    /// This process had no room for the fds the helper passed (`EMFILE`
+    /// or `ENFILE`): they were closed, the connection stays in step, and
+    /// the request can be retried once fds are free.
+    #[error(
+        "out of file descriptors receiving sockets from the privileged helper (EMFILE/ENFILE); \
+         will retry — raise LimitNOFILE= in mcrelay.service or run fewer flows"
+    )]
+    OutOfFds,
     /// An earlier error left the connection out of step.
     #[error("the privileged helper connection failed earlier ({0}); restart mcrelayd")]
     Broken(String),
@@ -78,7 +88,7 @@ impl HelperError {
     fn breaks_connection(&self) -> bool {
         !matches!(
             self,
-            HelperError::Refused(_) | HelperError::InvalidRequest(_)
+            HelperError::Refused(_) | HelperError::InvalidRequest(_) | HelperError::OutOfFds
         )
     }
 }
@@ -99,6 +109,7 @@ impl HelperClient {
             conn,
             timeout,
             broken: None,
+            out_of_fds: false,
         })
     }
 
@@ -180,19 +191,21 @@ impl HelperClient {
         })
     }
 
-    fn receive(&self) -> Result<(Reply, Vec<OwnedFd>), HelperError> {
+    /// The next reply and its fds; `self.out_of_fds` says whether fds it
+    /// carried were lost to a full fd table.
+    fn receive(&mut self) -> Result<(Reply, Vec<OwnedFd>), HelperError> {
         let mut buf = vec![0u8; MAX_REPLY_BYTES];
-        let (n, fds) =
-            recv_with_fds(&self.conn, &mut buf, MAX_FDS_PER_MESSAGE).map_err(|e| {
-                match e.kind() {
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
-                        HelperError::TimedOut(self.timeout)
-                    }
-                    io::ErrorKind::ConnectionReset => HelperError::Closed,
-                    io::ErrorKind::InvalidData => HelperError::Malformed(e.to_string()),
-                    _ => HelperError::Receive(e),
+        let record =
+            recv_record(&self.conn, &mut buf, MAX_FDS_PER_MESSAGE).map_err(|e| match e.kind() {
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
+                    HelperError::TimedOut(self.timeout)
                 }
+                io::ErrorKind::ConnectionReset => HelperError::Closed,
+                io::ErrorKind::InvalidData => HelperError::Malformed(e.to_string()),
+                _ => HelperError::Receive(e),
             })?;
+        let (n, fds) = (record.len, record.fds);
+        self.out_of_fds = record.out_of_fds;
         if n == 0 {
             return Err(HelperError::Closed);
         }
@@ -209,17 +222,29 @@ impl HelperClient {
         first: Vec<OwnedFd>,
     ) -> Result<Vec<OwnedFd>, HelperError> {
         let malformed = |what: String| Err(HelperError::Malformed(what));
-        if first.len() != count.min(MAX_FDS_PER_MESSAGE) {
+        // Records whose fds didn't fit in this process's fd table are
+        // still read to the end of the reply (keeping the connection in
+        // step), then the whole reply is given up as `OutOfFds`.
+        let mut lost = self.out_of_fds;
+        if !lost && first.len() != count.min(MAX_FDS_PER_MESSAGE) {
             return malformed(format!("SOCKETS {count} came with {} fds", first.len()));
         }
+        let mut received = count.min(MAX_FDS_PER_MESSAGE);
         let mut all = first;
-        while all.len() < count {
-            let remaining = count - all.len();
+        while received < count {
+            let remaining = count - received;
             match self.receive()? {
+                (Reply::MoreSockets { count: n }, _)
+                    if self.out_of_fds && n > 0 && n <= remaining =>
+                {
+                    lost = true;
+                    received += n;
+                }
                 (Reply::MoreSockets { count: n }, more)
                     if n == more.len() && n > 0 && n <= remaining =>
                 {
                     all.extend(more);
+                    received += n;
                 }
                 (reply, more) => {
                     return malformed(format!(
@@ -228,6 +253,9 @@ impl HelperClient {
                     ));
                 }
             }
+        }
+        if lost {
+            return Err(HelperError::OutOfFds);
         }
         for (i, fd) in all.iter().enumerate() {
             let kind = socket2::SockRef::from(fd).r#type();
@@ -239,6 +267,14 @@ impl HelperClient {
             }
         }
         Ok(all)
+    }
+}
+
+impl std::os::fd::AsFd for HelperClient {
+    /// The connection, to watch for the helper hanging up
+    /// ([`crate::zygote::hung_up`]); never read or write through it.
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.conn.as_fd()
     }
 }
 
@@ -255,7 +291,7 @@ fn unexpected<T>(reply: Reply, fds: &[OwnedFd]) -> Result<T, HelperError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fdpass::pair;
+    use crate::fdpass::{pair, recv_with_fds};
     use std::os::fd::AsFd;
     use std::time::Instant;
 
@@ -272,6 +308,69 @@ mod tests {
         send_with_fds(&helper, b"PONG", &[]).expect("late pong");
         let e = client.ping().expect_err("broken");
         assert!(matches!(e, HelperError::Broken(_)), "{e}");
+    }
+
+    #[test]
+    fn a_full_fd_table_is_retryable_and_keeps_the_connection() {
+        // In a child process of its own, with a small fd limit: this
+        // fills the fd table.
+        const CHILD: &str = "MCRELAY_HELPER_EMFILE_CHILD";
+        if std::env::var_os(CHILD).is_none() {
+            let out = std::process::Command::new("prlimit")
+                .arg("--nofile=256:256")
+                .arg(std::env::current_exe().expect("exe"))
+                .args([
+                    "client::tests::a_full_fd_table_is_retryable_and_keeps_the_connection",
+                    "--exact",
+                    "--test-threads=1",
+                    "--nocapture",
+                ])
+                .env(CHILD, "1")
+                .output()
+                .expect("child");
+            let text = String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "{text}");
+            assert!(text.contains("1 passed"), "{text}");
+            return;
+        }
+        let (daemon, helper) = pair().expect("pair");
+        // Two answers, each a flow of 3 sockets, one request at a time.
+        // Opened before the fd table fills up.
+        let sockets: Vec<UdpSocket> = (0..3).map(|_| udp()).collect();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 2048];
+            for _ in 0..2 {
+                if recv_with_fds(&helper, &mut buf, 0).is_err() {
+                    return;
+                }
+                let fds: Vec<_> = sockets.iter().map(AsFd::as_fd).collect();
+                let _ = send_with_fds(&helper, b"SOCKETS 100 3", &fds);
+            }
+            let _ = recv_with_fds(&helper, &mut buf, 0);
+        });
+        let mut client =
+            HelperClient::with_timeout(daemon, Duration::from_secs(10)).expect("client");
+        // Fill the fd table but one slot: 3 fds can't all arrive.
+        let mut filler = Vec::new();
+        loop {
+            match std::fs::File::open("/dev/null") {
+                Ok(f) => filler.push(f),
+                Err(e) => {
+                    assert_eq!(e.raw_os_error(), Some(libc::EMFILE), "{e}");
+                    break;
+                }
+            }
+            assert!(filler.len() < 1 << 20, "no fd limit to hit");
+        }
+        filler.pop();
+        let e = client.open_flow("f").expect_err("no room");
+        assert!(matches!(e, HelperError::OutOfFds), "{e}");
+        assert!(e.to_string().contains("raise LimitNOFILE="), "{e}");
+        assert!(client.broken.is_none(), "the connection stays in step");
+        drop(filler);
+        let flow = client.open_flow("f").expect("retried with fds free");
+        assert_eq!(flow.outputs.len(), 2);
     }
 
     #[test]

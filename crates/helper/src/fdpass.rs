@@ -142,12 +142,40 @@ pub fn send_with_fds(stream: &UnixStream, bytes: &[u8], fds: &[BorrowedFd<'_>]) 
 ///   more than `max_fds` fds came, or if the kernel had to discard some for
 ///   lack of room (`MSG_CTRUNC`);
 /// - `WouldBlock`/`TimedOut` when the socket's receive timeout expires;
+/// - the raw OS error `EMFILE` when this process's fd table was too full to
+///   take the fds (see [`recv_record`], which says so without failing);
 /// - any other error of `recvmsg`.
 pub fn recv_with_fds(
     stream: &UnixStream,
     buf: &mut [u8],
     max_fds: usize,
 ) -> io::Result<(usize, Vec<OwnedFd>)> {
+    let record = recv_record(stream, buf, max_fds)?;
+    if record.out_of_fds {
+        return Err(io::Error::from_raw_os_error(libc::EMFILE));
+    }
+    Ok((record.len, record.fds))
+}
+
+/// One record and its fds, from [`recv_record`].
+#[derive(Debug)]
+pub struct Record {
+    /// Bytes of the record in the buffer.
+    pub len: usize,
+    /// The fds that came with it.
+    pub fds: Vec<OwnedFd>,
+    /// The record came with fds that this process had no room for: the
+    /// kernel installed fewer than the buffer could take (it stops at the
+    /// first `EMFILE`/`ENFILE` and flags `MSG_CTRUNC`). Those that were
+    /// installed are closed and `fds` is empty. The record itself arrived
+    /// whole, so the stream is still in step: the caller can skip what the
+    /// record announced and try again once fds are free.
+    pub out_of_fds: bool,
+}
+
+/// [`recv_with_fds`], telling a full fd table (retryable) apart from a
+/// protocol error.
+pub fn recv_record(stream: &UnixStream, buf: &mut [u8], max_fds: usize) -> io::Result<Record> {
     let max_fds = max_fds.min(MAX_FDS_PER_MESSAGE);
     let mut iov = libc::iovec {
         iov_base: buf.as_mut_ptr().cast(),
@@ -212,6 +240,14 @@ pub fn recv_with_fds(
             format!("message longer than {} bytes; discarded", buf.len()),
         ));
     }
+    if msg.msg_flags & libc::MSG_CTRUNC != 0 && fds.len() < max_fds {
+        // The buffer had room for more than arrived: the fd table didn't.
+        return Ok(Record {
+            len: n,
+            fds: Vec::new(),
+            out_of_fds: true,
+        });
+    }
     if msg.msg_flags & libc::MSG_CTRUNC != 0 {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
@@ -229,7 +265,11 @@ pub fn recv_with_fds(
             ),
         ));
     }
-    Ok((n, fds))
+    Ok(Record {
+        len: n,
+        fds,
+        out_of_fds: false,
+    })
 }
 
 #[cfg(test)]

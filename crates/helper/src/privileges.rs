@@ -304,7 +304,31 @@ pub fn drop_all_capabilities() -> io::Result<()> {
             ));
         }
     }
+    trim_bounding_set(0)?;
+    capset(0, 0, 0)?;
+    set_no_new_privs()?;
+    let s = status_of(std::process::id())?;
+    if s.cap_eff != 0 || s.cap_prm != 0 || s.cap_inh != 0 || s.cap_amb != 0 || !s.no_new_privs {
+        return Err(io::Error::other(format!(
+            "capabilities remain after dropping them: {s:?}"
+        )));
+    }
+    debug!(
+        bounding = format_args!("{:#x}", s.cap_bnd),
+        "dropped all capabilities"
+    );
+    Ok(())
+}
+
+/// Drop every capability not in `keep` (bit n = capability n) from the
+/// bounding set (`PR_CAPBSET_DROP`). Needs `CAP_SETPCAP`; without it (a
+/// start with ambient capabilities, as under systemd) the set is left as
+/// is, which is harmless once no-new-privs is set.
+fn trim_bounding_set(keep: u64) -> io::Result<()> {
     for cap in 0..=last_capability() {
+        if cap < 64 && keep & (1u64 << cap) != 0 {
+            continue;
+        }
         if prctl(libc::PR_CAPBSET_DROP, libc::c_ulong::from(cap), 0) != 0 {
             let e = io::Error::last_os_error();
             match e.raw_os_error() {
@@ -322,15 +346,25 @@ pub fn drop_all_capabilities() -> io::Result<()> {
             }
         }
     }
+    Ok(())
+}
+
+/// Set this thread's effective, permitted and inheritable capability sets.
+fn capset(effective: u64, permitted: u64, inheritable: u64) -> io::Result<()> {
     let mut header = CapHeader {
         version: LINUX_CAPABILITY_VERSION_3,
         pid: 0,
     };
-    let data = [CapData {
-        effective: 0,
-        permitted: 0,
-        inheritable: 0,
-    }; 2];
+    // Version 3 splits each 64-bit set into a low and a high half.
+    let half = |set: u64, high: bool| {
+        let bits = if high { set >> 32 } else { set & 0xffff_ffff };
+        u32::try_from(bits).unwrap_or(u32::MAX)
+    };
+    let data = [false, true].map(|high| CapData {
+        effective: half(effective, high),
+        permitted: half(permitted, high),
+        inheritable: half(inheritable, high),
+    });
     // SAFETY: `header` and `data` are live, correctly laid out
     // (`#[repr(C)]`) and sized for version 3 (two data structs); the kernel
     // reads `data` and may write `header.version`.
@@ -339,6 +373,10 @@ pub fn drop_all_capabilities() -> io::Result<()> {
         let e = io::Error::last_os_error();
         return Err(io::Error::new(e.kind(), format!("capset: {e}")));
     }
+    Ok(())
+}
+
+fn set_no_new_privs() -> io::Result<()> {
     if prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0) != 0 {
         let e = io::Error::last_os_error();
         return Err(io::Error::new(
@@ -346,18 +384,77 @@ pub fn drop_all_capabilities() -> io::Result<()> {
             format!("PR_SET_NO_NEW_PRIVS: {e}"),
         ));
     }
-    let s = status_of(std::process::id())?;
-    if s.cap_eff != 0 || s.cap_prm != 0 || s.cap_inh != 0 || s.cap_amb != 0 || !s.no_new_privs {
-        return Err(io::Error::other(format!(
-            "capabilities remain after dropping them: {s:?}"
-        )));
-    }
-    debug!(
-        bounding = format_args!("{:#x}", s.cap_bnd),
-        "dropped all capabilities"
-    );
     Ok(())
 }
+
+/// `CAP_NET_BIND_SERVICE`, `CAP_NET_ADMIN` and `CAP_NET_RAW`: what the
+/// helper needs (ports below 1024; `SO_RCVBUFFORCE`/`SO_SNDBUFFORCE`;
+/// `AF_PACKET` ingress and, before Linux 5.7, `SO_BINDTODEVICE`) and what
+/// the shipped unit grants.
+pub const HELPER_CAPABILITIES: u64 = (1 << 10) | (1 << 12) | (1 << 13);
+
+/// Keep `keep` and nothing more, for good, in a process that must go on
+/// holding them (the zygote): the mirror of what systemd does with
+/// `User=`, `CapabilityBoundingSet=` and `AmbientCapabilities=`.
+///
+/// 1. trim the bounding set to `keep` (needs `CAP_SETPCAP`: done when
+///    started as root, skipped under an ambient-capability start, whose
+///    bounding set the service manager already trimmed);
+/// 2. with `user` (started as root): become that user with
+///    `PR_SET_KEEPCAPS`, so the permitted set survives the uid change;
+/// 3. permitted = inheritable = `keep` ∩ what is held; effective empty
+///    unless `effective` (the helper raises them with
+///    [`raise_kept_capabilities`], the zygote never uses them);
+/// 4. `PR_SET_NO_NEW_PRIVS`;
+/// 5. check `/proc/self/status`: nothing outside `keep` in any set (the
+///    bounding set too when step 1 ran), and root not regainable.
+///
+/// Single-threaded only, as [`drop_all_capabilities`].
+pub fn keep_only_capabilities(keep: u64, user: Option<&str>) -> io::Result<ProcStatus> {
+    let before = status_of(std::process::id())?;
+    if before.threads != 1 {
+        return Err(io::Error::other(format!(
+            "keep_only_capabilities must run while the process is single-threaded; it has {} threads",
+            before.threads
+        )));
+    }
+    let could_trim = before.cap_eff & CAP_SETPCAP != 0;
+    trim_bounding_set(keep)?;
+    if let Some(user) = user {
+        if prctl(libc::PR_SET_KEEPCAPS, 1, 0) != 0 {
+            let e = io::Error::last_os_error();
+            return Err(io::Error::new(e.kind(), format!("PR_SET_KEEPCAPS: {e}")));
+        }
+        drop_to_user(user)?;
+        if prctl(libc::PR_SET_KEEPCAPS, 0, 0) != 0 {
+            let e = io::Error::last_os_error();
+            return Err(io::Error::new(e.kind(), format!("PR_SET_KEEPCAPS: {e}")));
+        }
+    }
+    let kept = keep & before.cap_prm;
+    capset(0, kept, kept & before.cap_inh)?;
+    set_no_new_privs()?;
+    let s = status_of(std::process::id())?;
+    let outside = !keep;
+    if (s.cap_prm | s.cap_eff | s.cap_inh | s.cap_amb) & outside != 0
+        || (could_trim && s.cap_bnd & outside != 0)
+        || !s.no_new_privs
+    {
+        return Err(io::Error::other(format!(
+            "capabilities beyond {keep:#x} remain after trimming: {s:?}"
+        )));
+    }
+    Ok(s)
+}
+
+/// Make the permitted capabilities effective (after
+/// [`keep_only_capabilities`] left them permitted only).
+pub fn raise_kept_capabilities() -> io::Result<()> {
+    let s = status_of(std::process::id())?;
+    capset(s.cap_prm, s.cap_prm, s.cap_inh)
+}
+
+const CAP_SETPCAP: u64 = 1 << 8;
 
 /// Start the helper: `exe args...` with its end of a new `SOCK_SEQPACKET`
 /// pair as fd 3 ([`HELPER_FD`]) and stdin on `/dev/null` (stdout and
@@ -370,6 +467,26 @@ pub fn drop_all_capabilities() -> io::Result<()> {
 /// this function, so call it from the daemon's main thread, before other
 /// threads start (they could also close and reuse fds meanwhile).
 pub fn spawn_helper(exe: &Path, args: &[&str]) -> io::Result<(Child, HelperClient)> {
+    let (child, daemon_end) = spawn_connected(exe, args)?;
+    match HelperClient::new(daemon_end) {
+        Ok(client) => Ok((child, client)),
+        Err(e) => {
+            let mut child = child;
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(e)
+        }
+    }
+}
+
+/// `exe args...` with its end of a new `SOCK_SEQPACKET` pair as fd 3
+/// ([`HELPER_FD`]), stdin on `/dev/null` and `PR_SET_PDEATHSIG SIGTERM`;
+/// the child and this process's end. The same contract as
+/// [`spawn_helper`], which it serves (and [`crate::zygote::spawn_zygote`]).
+pub(crate) fn spawn_connected(
+    exe: &Path,
+    args: &[&str],
+) -> io::Result<(Child, std::os::unix::net::UnixStream)> {
     let (daemon_end, helper_end) = pair()?;
     let mut helper_end = OwnedFd::from(helper_end);
     if helper_end.as_raw_fd() < 3 {
@@ -418,16 +535,7 @@ pub fn spawn_helper(exe: &Path, args: &[&str]) -> io::Result<(Child, HelperClien
     unsafe { command.pre_exec(in_child) };
     let child = command.spawn()?;
     drop(helper_end);
-    let client = HelperClient::new(daemon_end);
-    match client {
-        Ok(client) => Ok((child, client)),
-        Err(e) => {
-            let mut child = child;
-            let _ = child.kill();
-            let _ = child.wait();
-            Err(e)
-        }
-    }
+    Ok((child, daemon_end))
 }
 
 #[cfg(test)]

@@ -257,7 +257,7 @@ fn close_inherited_fds(keep: RawFd) -> io::Result<()> {
     }
 }
 
-fn prctl(option: libc::c_int, arg: libc::c_ulong) -> io::Result<()> {
+pub(crate) fn prctl(option: libc::c_int, arg: libc::c_ulong) -> io::Result<()> {
     // SAFETY: the options used here (PR_SET_DUMPABLE, PR_SET_PDEATHSIG)
     // take one integer argument and touch no memory of ours.
     let rc = unsafe {
@@ -333,6 +333,18 @@ pub unsafe fn sanitize_process(connection_fd: RawFd) -> io::Result<()> {
 pub unsafe fn run_helper(connection_fd: RawFd, config_path: &Path) -> Result<(), ServeError> {
     // SAFETY: forwarded from this function's contract.
     unsafe { sanitize_process(connection_fd) }.map_err(ServeError::Sanitize)?;
+    // SAFETY: forwarded from this function's contract.
+    let conn = unsafe { take_connection(connection_fd) }?;
+    serve(conn, config_path)
+}
+
+/// Take ownership of `connection_fd`, checking that it is an open Unix
+/// `SOCK_SEQPACKET` socket.
+///
+/// # Safety
+///
+/// `connection_fd`, if open, is owned by nothing else in the process.
+pub(crate) unsafe fn take_connection(connection_fd: RawFd) -> Result<UnixStream, ServeError> {
     let bad = |reason: String| ServeError::BadConnection {
         fd: connection_fd,
         reason,
@@ -352,7 +364,7 @@ pub unsafe fn run_helper(connection_fd: RawFd, config_path: &Path) -> Result<(),
             "expected a Unix SOCK_SEQPACKET socket, found {domain:?} {kind:?}"
         )));
     }
-    serve(conn, config_path)
+    Ok(conn)
 }
 
 #[cfg(test)]

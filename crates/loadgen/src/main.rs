@@ -126,6 +126,12 @@ struct RecvArgs {
     /// 0 = never.
     #[arg(long, default_value_t = 1.0)]
     idle_exit: f64,
+    /// Stop once a well-formed datagram of this run id arrives: an end
+    /// marker sent after the traffic being counted (`send --run-id N
+    /// --count 1`), so on an in-order path everything sent before it has
+    /// arrived. Counted as `wrong_run`, not as valid.
+    #[arg(long)]
+    end_run_id: Option<u32>,
     /// Created (empty) once the socket is bound and joined.
     #[arg(long)]
     ready_file: Option<PathBuf>,
@@ -332,9 +338,11 @@ fn recv(a: &RecvArgs) -> anyhow::Result<()> {
         .transpose()
         .context("bad --idle-exit")?;
     let (mut first, mut last) = (None::<Instant>, None::<Instant>);
+    let mut ended = false;
     loop {
         let now = Instant::now();
-        if stop.load(Ordering::Relaxed)
+        if ended
+            || stop.load(Ordering::Relaxed)
             || a.expect.is_some_and(|e| t.received >= e)
             || end.is_some_and(|e| now >= e)
             || idle.zip(last).is_some_and(|(i, l)| now - l >= i)
@@ -355,7 +363,9 @@ fn recv(a: &RecvArgs) -> anyhow::Result<()> {
             truncated += u64::from(meta.truncated);
             bytes += data.len() as u64;
             // Failures are counted by kind inside.
-            let _ = t.on_datagram(data, a.run_id);
+            if let Err(payload::PayloadError::WrongRun(run)) = t.on_datagram(data, a.run_id) {
+                ended |= a.end_run_id == Some(run);
+            }
         }
     }
     let secs = start.elapsed().as_secs_f64();

@@ -38,20 +38,27 @@ fn ready_path(tag: &str) -> PathBuf {
     std::env::temp_dir().join(format!("loadgen-ready-{}-{tag}", std::process::id()))
 }
 
-/// Start `loadgen recv` with `args`; returns once it has joined.
+/// How long a test waits for something it started before failing:
+/// generous for a loaded 2-core machine; a passing run never waits it out.
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// Start `loadgen recv` with `args`; returns once it has joined. It stops
+/// on an event (`expect` datagrams, an end marker of run 999), never on
+/// an idle timeout; `--duration` only bounds a failing test.
 fn receiver(group: &str, expect: u64, args: &[&str]) -> Child {
     let ready = ready_path(&group.replace([':', '[', ']', '.'], "_"));
     let _ = std::fs::remove_file(&ready);
     let child = Command::new(LOADGEN)
-        .args(["recv", "--group", group, "--json", "--idle-exit", "1"])
-        .args(["--duration", "15", "--expect", &expect.to_string()])
+        .args(["recv", "--group", group, "--json", "--idle-exit", "0"])
+        .args(["--duration", "60", "--end-run-id", "999"])
+        .args(["--expect", &expect.to_string()])
         .arg("--ready-file")
         .arg(&ready)
         .args(args)
         .stdout(Stdio::piped())
         .spawn()
         .expect("spawn recv");
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + DEADLINE;
     while !ready.exists() {
         assert!(Instant::now() < deadline, "receiver on {group} never ready");
         std::thread::sleep(Duration::from_millis(5));
@@ -119,6 +126,28 @@ fn unicast_sizes_ttl_and_short_datagrams() {
         "{out}"
     );
     assert_eq!(field(&out, "received_ttl"), 9, "TTL on the wire: {out}");
+}
+
+#[test]
+fn an_end_marker_stops_the_receiver_and_is_not_counted() {
+    let dest = format!("127.0.0.1:{}", port());
+    // More expected than will come, no idle exit: only the marker (run
+    // 999, sent after the traffic) can end this receiver before 60 s.
+    let start = Instant::now();
+    let rx = receiver(&dest, 1_000_000, &[]);
+    send(&dest, &["--count", "300", "--rate", "50000"]);
+    send(&dest, &["--count", "1", "--run-id", "999"]);
+    let out = finish(rx);
+    assert!(start.elapsed() < Duration::from_secs(60), "{out}");
+    assert_eq!(
+        (
+            field(&out, "valid"),
+            field(&out, "wrong_run"),
+            field(&out, "unique")
+        ),
+        (300, 1, 300),
+        "{out}"
+    );
 }
 
 #[test]
@@ -233,8 +262,13 @@ fn baseline_relay_forwards_everything_to_every_output() {
         .stdout(Stdio::piped())
         .spawn()
         .expect("relay");
-    // The relay has no ready file: give it a moment to bind.
-    std::thread::sleep(Duration::from_millis(300));
+    // The relay has no ready file: wait until its input port is bound.
+    let bound = format!(":{input:04X} ");
+    let deadline = Instant::now() + DEADLINE;
+    while !std::fs::read_to_string("/proc/net/udp").is_ok_and(|t| t.contains(&bound)) {
+        assert!(Instant::now() < deadline, "relay never bound {input}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
     send(
         &format!("127.0.0.1:{input}"),
         &[
@@ -289,7 +323,9 @@ fn relay_stops_after_its_duration() {
         .output()
         .expect("relay");
     assert!(out.status.success());
-    assert!(start.elapsed() < Duration::from_secs(3));
+    // By itself (without --duration it runs until SIGTERM); how soon is
+    // not this test's business on a loaded machine.
+    assert!(start.elapsed() < DEADLINE);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("in 0 out 0"), "{text}");
 }

@@ -1,19 +1,21 @@
 //! The control socket (`daemon.control_socket`): JSON lines from
 //! `mcrelayctl`, answered from the shared snapshot, or a reload handed to
 //! the supervisor. One short-lived thread per client, at most
-//! [`MAX_CLIENTS`] at once; every read and write has a timeout, so a client
-//! that sends garbage, sends a megabyte without a newline, or connects and
-//! never reads costs one thread for a few seconds and nothing else — the
-//! workers never see it.
+//! [`MAX_CLIENTS`] at once and [`MAX_CLIENTS_PER_UID`] per peer uid; each
+//! request must arrive whole within [`REQUEST_DEADLINE`] of the accept (or
+//! of the previous reply), however slowly its bytes trickle in, and every
+//! write has a timeout — so a client that sends garbage, sends a megabyte
+//! without a newline, sends a byte a second or connects and never reads
+//! costs one thread for a few seconds and nothing else, and one user's
+//! clients can't lock out another's. The workers never see it.
 
+use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError, mpsc};
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use mcrelay_control::{LineEvent, LineReader, ReloadOutcome, Request, Response, parse_request};
@@ -22,8 +24,12 @@ use crate::daemon::{SharedHandle, lock};
 
 /// Clients served at once; more are told to retry and closed.
 pub const MAX_CLIENTS: usize = 16;
-/// A client that sends nothing for this long is closed.
-const READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Clients of one peer uid served at once: one user (the service user, a
+/// member of the socket's group) can't take every slot.
+pub const MAX_CLIENTS_PER_UID: usize = 4;
+/// A request must arrive whole within this long of the accept, or of the
+/// reply to the previous request on the connection.
+pub const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
 /// A reply that can't be written within this long (the client doesn't
 /// read) is abandoned and the client closed.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -45,40 +51,14 @@ pub struct Bound {
 
 /// Bind the socket (replacing a stale one), mode 0660; when `owner` is
 /// given (uid, gid: the service user, when started as root), hand it over
-/// so the unprivileged daemon and its group keep access.
+/// so the unprivileged daemon and its group keep access. Nothing follows a
+/// link or changes a file by path (see [`crate::socketfile`]); a socket
+/// directory someone else could write is refused.
 pub fn bind(path: &Path, owner: Option<(u32, u32)>) -> anyhow::Result<Bound> {
-    if let Ok(meta) = std::fs::symlink_metadata(path) {
-        use std::os::unix::fs::FileTypeExt;
-        anyhow::ensure!(
-            meta.file_type().is_socket(),
-            "control socket {}: the path exists and is not a socket; remove it or set daemon.control_socket",
-            path.display()
-        );
-        std::fs::remove_file(path)
-            .with_context(|| format!("removing the stale control socket {}", path.display()))?;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        crate::socketfile::prepare_dir(dir, owner)?;
     }
-    if let Some(dir) = path.parent()
-        && !dir.exists()
-    {
-        use std::os::unix::fs::DirBuilderExt;
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o750)
-            .create(dir)
-            .with_context(|| format!("creating {} for the control socket", dir.display()))?;
-        if let Some((uid, gid)) = owner {
-            std::os::unix::fs::chown(dir, Some(uid), Some(gid))
-                .with_context(|| format!("chown {}", dir.display()))?;
-        }
-    }
-    let listener = UnixListener::bind(path)
-        .with_context(|| format!("binding the control socket {}", path.display()))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
-        .with_context(|| format!("chmod 0660 {}", path.display()))?;
-    if let Some((uid, gid)) = owner {
-        std::os::unix::fs::chown(path, Some(uid), Some(gid))
-            .with_context(|| format!("chown {}", path.display()))?;
-    }
+    let listener = crate::socketfile::bind(path, owner, || {})?;
     Ok(Bound {
         listener,
         path: path.to_owned(),
@@ -102,8 +82,9 @@ pub fn start(
 }
 
 /// Who may talk to the daemon: root, the daemon's own user, and members of
-/// the socket's group (its file mode already keeps everyone else from
-/// connecting; this holds even if someone loosens the mode).
+/// the socket's group, as primary or supplementary group (its file mode
+/// already keeps everyone else from connecting; this holds even if someone
+/// loosens the mode).
 #[derive(Debug, Clone, Copy)]
 struct Policy {
     uid: u32,
@@ -112,15 +93,18 @@ struct Policy {
 
 impl Policy {
     fn for_socket(path: &Path) -> Self {
-        let me = std::fs::metadata("/proc/self")
-            .map(|m| m.uid())
-            .unwrap_or(0);
+        // The effective uid from /proc/self/status: /proc/self itself is
+        // root's once the process is no longer dumpable.
+        let me = mcrelay_helper::status_of(std::process::id()).map_or(0, |s| s.uid[1]);
         let gid = std::fs::metadata(path).map(|m| m.gid()).unwrap_or(0);
         Self { uid: me, gid }
     }
 
-    fn allows(&self, uid: u32, gid: u32) -> bool {
-        uid == 0 || uid == self.uid || gid == self.gid
+    fn allows(&self, peer: &Peer) -> bool {
+        peer.uid == 0
+            || peer.uid == self.uid
+            || peer.gid == self.gid
+            || peer.groups.contains(&self.gid)
     }
 }
 
@@ -131,7 +115,7 @@ fn serve(
     shared: &SharedHandle,
     supervisor: &mpsc::Sender<ToSupervisor>,
 ) {
-    let active = Arc::new(AtomicUsize::new(0));
+    let slots = Arc::new(Slots::default());
     for conn in listener.incoming() {
         let mut conn = match conn {
             Ok(c) => c,
@@ -141,10 +125,10 @@ fn serve(
                 continue;
             }
         };
+        let accepted = Instant::now();
         let _ = conn.set_write_timeout(Some(WRITE_TIMEOUT));
-        let _ = conn.set_read_timeout(Some(READ_TIMEOUT));
-        match peer(&conn) {
-            Some((uid, gid)) if policy.allows(uid, gid) => {}
+        let who = match peer(&conn) {
+            Some(p) if policy.allows(&p) => p,
             other => {
                 tracing::warn!(peer = ?other, "control client refused: not root, the service user or its group");
                 let _ = conn.write_all(
@@ -154,44 +138,97 @@ fn serve(
                 );
                 continue;
             }
-        }
-        if active.fetch_add(1, Ordering::AcqRel) >= MAX_CLIENTS {
-            active.fetch_sub(1, Ordering::AcqRel);
-            let _ = conn.write_all(
-                Response::error(format!(
-                    "busy: {MAX_CLIENTS} clients already connected; retry"
-                ))
-                .encode()
-                .as_bytes(),
-            );
+        };
+        if let Err(busy) = slots.take(who.uid) {
+            let _ = conn.write_all(Response::error(busy).encode().as_bytes());
             continue;
         }
-        let (shared, supervisor, active) =
-            (Arc::clone(shared), supervisor.clone(), Arc::clone(&active));
+        let (shared, supervisor, held) =
+            (Arc::clone(shared), supervisor.clone(), Arc::clone(&slots));
+        let uid = who.uid;
         let spawned = std::thread::Builder::new()
             .name("mcrelay-ctl-client".into())
             .spawn(move || {
-                client(conn, &shared, &supervisor);
-                active.fetch_sub(1, Ordering::AcqRel);
+                client(conn, accepted, &shared, &supervisor);
+                held.give(uid);
             });
         if spawned.is_err() {
+            slots.give(uid);
             tracing::warn!("control client thread could not start");
         }
     }
 }
 
-/// The peer's uid and gid (`SO_PEERCRED`).
-fn peer(conn: &UnixStream) -> Option<(u32, u32)> {
-    let cred = crate::peercred::peer_cred(conn).ok()?;
-    Some((cred.uid, cred.gid))
+/// The clients being served, in all and per peer uid.
+#[derive(Debug, Default)]
+struct Slots(Mutex<HashMap<u32, usize>>);
+
+impl Slots {
+    /// Count one more client of `uid`, or say why not.
+    fn take(&self, uid: u32) -> Result<(), String> {
+        let mut held = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let total: usize = held.values().sum();
+        let mine = held.get(&uid).copied().unwrap_or(0);
+        if total >= MAX_CLIENTS {
+            return Err(format!(
+                "busy: {MAX_CLIENTS} clients already connected; retry"
+            ));
+        }
+        if mine >= MAX_CLIENTS_PER_UID {
+            return Err(format!(
+                "busy: uid {uid} already has {MAX_CLIENTS_PER_UID} clients connected; retry"
+            ));
+        }
+        *held.entry(uid).or_default() += 1;
+        Ok(())
+    }
+
+    fn give(&self, uid: u32) {
+        let mut held = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(n) = held.get_mut(&uid) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                held.remove(&uid);
+            }
+        }
+    }
 }
 
-/// Serve one client: answer each request line until it closes, stalls, or
-/// stops reading.
-fn client(mut conn: UnixStream, shared: &SharedHandle, supervisor: &mpsc::Sender<ToSupervisor>) {
+/// Who connected (`SO_PEERCRED`, `SO_PEERGROUPS`).
+#[derive(Debug)]
+struct Peer {
+    uid: u32,
+    gid: u32,
+    groups: Vec<u32>,
+}
+
+fn peer(conn: &UnixStream) -> Option<Peer> {
+    let cred = crate::peercred::peer_cred(conn).ok()?;
+    // A kernel without SO_PEERGROUPS (before 4.13): the primary group only.
+    let groups = crate::peercred::peer_groups(conn).unwrap_or_default();
+    Some(Peer {
+        uid: cred.uid,
+        gid: cred.gid,
+        groups,
+    })
+}
+
+/// Serve one client: answer each request line until it closes, misses its
+/// request deadline, or stops reading.
+fn client(
+    mut conn: UnixStream,
+    accepted: Instant,
+    shared: &SharedHandle,
+    supervisor: &mpsc::Sender<ToSupervisor>,
+) {
     let mut reader = LineReader::new();
     let mut chunk = [0u8; 4096];
+    let mut deadline = accepted + REQUEST_DEADLINE;
     loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || conn.set_read_timeout(Some(left)).is_err() {
+            return;
+        }
         let n = match conn.read(&mut chunk) {
             Ok(0) | Err(_) => return,
             Ok(n) => n,
@@ -209,6 +246,7 @@ fn client(mut conn: UnixStream, shared: &SharedHandle, supervisor: &mpsc::Sender
                 )),
             });
         });
+        let answered = !replies.is_empty();
         for reply in replies {
             if conn.write_all(reply.encode().as_bytes()).is_err() {
                 // Doesn't read (or is gone): drop it.
@@ -217,6 +255,10 @@ fn client(mut conn: UnixStream, shared: &SharedHandle, supervisor: &mpsc::Sender
         }
         if reader.is_discarding() {
             return;
+        }
+        if answered {
+            // The next request gets a deadline of its own.
+            deadline = Instant::now() + REQUEST_DEADLINE;
         }
     }
 }
@@ -240,5 +282,49 @@ fn answer(
                 )),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_supplementary_member_of_the_socket_group_is_allowed() {
+        let policy = Policy { uid: 900, gid: 901 };
+        let peer = |uid, gid, groups: &[u32]| Peer {
+            uid,
+            gid,
+            groups: groups.to_vec(),
+        };
+        assert!(policy.allows(&peer(0, 0, &[])));
+        assert!(policy.allows(&peer(900, 5, &[])));
+        assert!(policy.allows(&peer(1000, 901, &[])));
+        assert!(policy.allows(&peer(1000, 1000, &[1000, 901])));
+        assert!(!policy.allows(&peer(1000, 1000, &[1000, 27])));
+    }
+
+    #[test]
+    fn one_uid_gets_a_few_slots_and_the_rest_stay_free() {
+        let slots = Slots::default();
+        for _ in 0..MAX_CLIENTS_PER_UID {
+            slots.take(7).expect("within the per-uid cap");
+        }
+        let busy = slots.take(7).expect_err("over the per-uid cap");
+        assert!(busy.contains("uid 7 already has 4"), "{busy}");
+        slots.take(0).expect("another uid still gets in");
+        slots.give(7);
+        slots.take(7).expect("a slot came back");
+        for uid in 100..103 {
+            for _ in 0..MAX_CLIENTS_PER_UID {
+                let _ = slots.take(uid);
+            }
+        }
+        assert!(
+            slots
+                .take(200)
+                .expect_err("all taken")
+                .contains("16 clients")
+        );
     }
 }

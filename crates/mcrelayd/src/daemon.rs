@@ -419,27 +419,24 @@ impl Daemon {
     }
 
     /// Notice a dead helper: running flows go on (their sockets are open),
-    /// but new ones can't get sockets with the helper's privileges. It is
-    /// started again — without privileges, as the daemon has none left —
-    /// and the daemon reports itself degraded until it restarts.
+    /// and the zygote forks a new one with the same privileges; flows that
+    /// failed or are waiting are retried at once. If that fails (the zygote
+    /// is gone too), sockets are opened in this process, without
+    /// privileges, and the daemon reports itself degraded until restarted.
     pub fn check_helper(&mut self) {
         let Some(why) = self.opener.helper_exited() else {
             return;
         };
-        tracing::error!("{why}; running flows continue; restarting it");
-        let state = match Opener::spawn_helper(&self.path) {
-            Ok(opener) => {
-                self.opener = opener;
-                format!("{why}; restarted without privileges (restart the service to restore them)")
-            }
-            Err(e) => {
-                self.opener = Opener::direct();
-                format!("{why}; could not restart it ({e:#}); opening sockets directly")
-            }
-        };
-        tracing::warn!("{state}");
-        self.helper_problem = Some(state);
-        self.refresh_state();
+        self.helper_problem = crate::sockets::restart_helper(&mut self.opener, &why);
+        for m in &mut self.flows {
+            m.retry = None;
+        }
+        self.reconcile();
+    }
+
+    /// Call `waker` (from another thread) whenever the helper dies.
+    pub fn on_helper_exit(&mut self, waker: crate::sockets::HelperWaker) -> anyhow::Result<()> {
+        self.opener.on_helper_exit(waker)
     }
 
     /// A worker stopped turning its loop: the daemon is degraded from now
@@ -670,6 +667,11 @@ impl Daemon {
                 return outcome;
             }
         };
+        if let Err(e) = crate::fdbudget::at_reload(&self.path, &new) {
+            tracing::error!("reload rejected; the running configuration stays:\n{e}");
+            outcome.errors = vec![e];
+            return outcome;
+        }
         if new.daemon != self.config.daemon || new.pools != self.config.pools {
             tracing::warn!(
                 "reload: [daemon] and [pools] changes take effect at the next restart; flows are applied now"

@@ -10,6 +10,9 @@ mod check;
 mod control;
 mod daemon;
 mod demo;
+mod fdbudget;
+mod hardening;
+mod journal;
 mod links;
 mod manpage;
 mod metrics;
@@ -17,6 +20,7 @@ mod netlink;
 mod notify;
 mod peercred;
 mod run;
+mod socketfile;
 mod sockets;
 
 use std::path::PathBuf;
@@ -64,12 +68,16 @@ enum Gso {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// The privileged helper (started by mcrelayd itself, its connection
-    /// on fd 3): opens the sockets the config allows, nothing else.
+    /// The privileged zygote (started by mcrelayd itself, its connection
+    /// on fd 3): forks helpers, which open the sockets the config allows,
+    /// nothing else; as `--user` (started as root) with only the network
+    /// capabilities.
     #[command(hide = true)]
     Helper {
         #[arg(long, value_name = "FILE")]
         config: PathBuf,
+        #[arg(long, value_name = "USER")]
+        user: Option<String>,
     },
     /// Validate a configuration file: print a one-line summary and exit 0,
     /// or print every error (file:line:column: message) and exit 1.
@@ -100,7 +108,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Some(Command::Check { config }) => check::run(&config),
-        Some(Command::Helper { config }) => helper(&config),
+        Some(Command::Helper { config, user }) => helper(&config, user.as_deref()),
         Some(Command::Man { config_file }) => man(config_file),
         Some(Command::Demo(args)) => demo::run(&args),
         None => {
@@ -114,21 +122,22 @@ fn main() -> ExitCode {
     }
 }
 
-/// The helper process's whole life.
+/// The zygote process's whole life, and each helper's it forks.
 #[allow(unsafe_code)]
-fn helper(config: &std::path::Path) -> ExitCode {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .try_init();
+fn helper(config: &std::path::Path, user: Option<&str>) -> ExitCode {
+    // The daemon's log level (`daemon.log_level`) from the file the helper
+    // serves; the helper re-reads it (and reports errors) when it starts.
+    // Reading it here closes the file again before sanitize_process.
+    let level = mcrelay_config::load(config).map_or_else(
+        |_| mcrelay_config::DEFAULT_LOG_LEVEL.to_owned(),
+        |c| c.daemon.log_level,
+    );
+    journal::init(&level);
     // SAFETY: called first thing in a process that owns no fds but the
     // standard three and the connection `spawn_helper` put on fd 3; the
     // tracing subscriber holds none. Closing every other fd is exactly what
     // is wanted.
-    match unsafe { mcrelay_helper::run_helper(mcrelay_helper::HELPER_FD, config) } {
+    match unsafe { mcrelay_helper::run_zygote(mcrelay_helper::HELPER_FD, config, user) } {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("mcrelayd helper: {e}");

@@ -1,21 +1,29 @@
 //! The Prometheus endpoint (`daemon.metrics_listen`): `GET /metrics`
 //! answered with the text exposition of the shared snapshot. Reading the
 //! counters takes relaxed loads only, so a scrape never slows a worker.
-//! One short-lived thread per connection, a few at most, with timeouts: a
-//! slow or hostile scraper can't hold the endpoint.
+//! One short-lived thread per connection, [`MAX_CONNECTIONS`] at most. Each
+//! request has one deadline from its accept ([`DEADLINE`]) for reading the
+//! request and writing the reply, however slowly its bytes trickle in; and
+//! when every slot is taken, the connection accepted longest ago is shut
+//! down to make room for the new one: slow or hostile clients can't hold
+//! the endpoint, a scraper that sends its request and reads the reply at
+//! once always gets through.
 
+use std::collections::VecDeque;
 use std::io::{Read, Write};
+use std::net::Shutdown;
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
 use crate::daemon::{SharedHandle, lock};
 
-const MAX_CONNECTIONS: usize = 8;
-const TIMEOUT: Duration = Duration::from_secs(5);
+/// Connections served at once.
+pub const MAX_CONNECTIONS: usize = 8;
+/// From accept to the reply written: the whole request, not each read.
+pub const DEADLINE: Duration = Duration::from_secs(5);
 /// Request line and headers together; a scraper sends a few hundred bytes.
 const MAX_REQUEST: usize = 8192;
 
@@ -37,23 +45,51 @@ pub fn start(listener: TcpListener, shared: SharedHandle) -> anyhow::Result<Sock
 }
 
 fn serve(listener: &TcpListener, shared: &SharedHandle) {
-    let active = Arc::new(AtomicUsize::new(0));
-    for conn in listener.incoming() {
+    let slots = Arc::new(Slots::default());
+    for (id, conn) in (0u64..).zip(listener.incoming()) {
         let Ok(conn) = conn else {
             std::thread::sleep(Duration::from_millis(50));
             continue;
         };
-        if active.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
-            active.fetch_sub(1, Ordering::AcqRel);
+        let accepted = Instant::now();
+        let Ok(handle) = conn.try_clone() else {
             continue;
-        }
-        let (shared, active) = (Arc::clone(shared), Arc::clone(&active));
-        let _ = std::thread::Builder::new()
+        };
+        slots.admit(id, handle);
+        let (shared, slots) = (Arc::clone(shared), Arc::clone(&slots));
+        let spawned = std::thread::Builder::new()
             .name("mcrelay-scrape".into())
             .spawn(move || {
-                let _ = answer(conn, &shared);
-                active.fetch_sub(1, Ordering::AcqRel);
+                let _ = answer(conn, accepted, &shared);
+                slots.leave(id);
             });
+        if spawned.is_err() {
+            tracing::warn!("metrics connection thread could not start");
+        }
+    }
+}
+
+/// The connections being served, oldest first, each with a handle to shut
+/// it down.
+#[derive(Debug, Default)]
+struct Slots(Mutex<VecDeque<(u64, TcpStream)>>);
+
+impl Slots {
+    /// Admit connection `id`, shutting down the oldest when all are taken
+    /// (its thread's read or write then fails at once and it leaves).
+    fn admit(&self, id: u64, conn: TcpStream) {
+        let mut held = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        while held.len() >= MAX_CONNECTIONS {
+            if let Some((_, oldest)) = held.pop_front() {
+                let _ = oldest.shutdown(Shutdown::Both);
+            }
+        }
+        held.push_back((id, conn));
+    }
+
+    fn leave(&self, id: u64) {
+        let mut held = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        held.retain(|(i, _)| *i != id);
     }
 }
 
@@ -68,18 +104,31 @@ fn request_path(request: &[u8]) -> Option<&str> {
     }
 }
 
-fn answer(mut conn: TcpStream, shared: &SharedHandle) -> std::io::Result<()> {
-    conn.set_read_timeout(Some(TIMEOUT))?;
-    conn.set_write_timeout(Some(TIMEOUT))?;
+/// Time left until `deadline`, or a timeout error once it has passed.
+fn left(deadline: Instant) -> std::io::Result<Duration> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        Err(std::io::ErrorKind::TimedOut.into())
+    } else {
+        Ok(left)
+    }
+}
+
+fn answer(mut conn: TcpStream, accepted: Instant, shared: &SharedHandle) -> std::io::Result<()> {
+    let deadline = accepted + DEADLINE;
     let mut request = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
     while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+        conn.set_read_timeout(Some(left(deadline)?))?;
         let n = conn.read(&mut chunk)?;
         if n == 0 || request.len() + n > MAX_REQUEST {
             return respond(&mut conn, "400 Bad Request", "text/plain", "bad request\n");
         }
         request.extend_from_slice(&chunk[..n]);
     }
+    // The reply is small (kilobytes); a client that doesn't read it within
+    // what is left of the deadline is dropped.
+    conn.set_write_timeout(Some(left(deadline)?))?;
     match request_path(&request) {
         Some("/metrics") => {
             let body = mcrelay_control::render_metrics(&lock(shared).snapshot());
@@ -112,6 +161,35 @@ fn respond(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_full_house_makes_room_by_closing_the_oldest() {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let slots = Slots::default();
+        let mut clients = Vec::new();
+        for id in 0..=u64::try_from(MAX_CONNECTIONS).expect("small") {
+            clients.push(TcpStream::connect(addr).expect("connect"));
+            let (server, _) = listener.accept().expect("accept");
+            slots.admit(id, server);
+        }
+        let held: Vec<u64> = slots
+            .0
+            .lock()
+            .expect("lock")
+            .iter()
+            .map(|(i, _)| *i)
+            .collect();
+        assert_eq!(held, (1..=8).collect::<Vec<_>>());
+        // The oldest was shut down: its client reads end of file.
+        let mut byte = [0u8; 1];
+        clients[0]
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        assert_eq!(clients[0].read(&mut byte).expect("read"), 0);
+        slots.leave(5);
+        assert_eq!(slots.0.lock().expect("lock").len(), MAX_CONNECTIONS - 1);
+    }
 
     #[test]
     fn only_complete_gets_have_a_path() {

@@ -69,14 +69,21 @@ impl Notifier {
         Ok(Notifier { socket, addr })
     }
 
-    /// `READY=1`: start-up (or a reload) finished.
-    pub fn ready(&self) -> io::Result<()> {
-        self.send("READY=1")
+    /// `READY=1`, start-up (or a reload) finished, and `STATUS=text` in
+    /// one datagram, so `systemctl status`
+    /// has the text from the moment the unit is active (sent apart, the
+    /// status would wait for the next update). The text is made one line
+    /// and cut as for [`status`](Self::status).
+    pub fn ready_with_status(&self, text: &str) -> io::Result<()> {
+        self.send(&format!(
+            "READY=1\n{}",
+            status_message(text, MAX_DATAGRAM - 8)
+        ))
     }
 
     /// `RELOADING=1` with `MONOTONIC_USEC=` (the time of the call), which
     /// systemd 253+ uses to tell this reload from an earlier one. Follow it
-    /// with [`ready`](Self::ready) once the new configuration is active (or
+    /// with [`ready_with_status`](Self::ready_with_status) once the new configuration is active (or
     /// rejected and the old one kept).
     pub fn reloading(&self) -> io::Result<()> {
         match monotonic_usec() {
@@ -96,7 +103,7 @@ impl Notifier {
     /// (newlines included, which would start a new assignment) become
     /// spaces, and the text is cut to fit systemd's datagram limit.
     pub fn status(&self, text: &str) -> io::Result<()> {
-        self.send(&status_message(text))
+        self.send(&status_message(text, MAX_DATAGRAM))
     }
 
     /// `WATCHDOG=1`: the keep-alive. Send it at least every
@@ -145,14 +152,14 @@ fn parse_address(value: &OsStr) -> io::Result<SocketAddr> {
     }
 }
 
-/// `STATUS=text` on one line, within [`MAX_DATAGRAM`].
-fn status_message(text: &str) -> String {
+/// `STATUS=text` on one line, within `max` bytes.
+fn status_message(text: &str, max: usize) -> String {
     const KEY: &str = "STATUS=";
-    let mut message = String::with_capacity(KEY.len() + text.len().min(MAX_DATAGRAM));
+    let mut message = String::with_capacity(KEY.len() + text.len().min(max));
     message.push_str(KEY);
     for c in text.chars() {
         let c = if c.is_control() { ' ' } else { c };
-        if message.len() + c.len_utf8() > MAX_DATAGRAM {
+        if message.len() + c.len_utf8() > max {
             break;
         }
         message.push(c);
@@ -253,8 +260,8 @@ mod tests {
         let (rx, path) = Receiver::new("path");
         let n = Notifier::new(&path).unwrap();
 
-        n.ready().unwrap();
-        assert_eq!(rx.recv(), "READY=1");
+        n.ready_with_status("up").unwrap();
+        assert_eq!(rx.recv(), "READY=1\nSTATUS=up");
 
         n.status("relaying 3 flows").unwrap();
         assert_eq!(rx.recv(), "STATUS=relaying 3 flows");
@@ -264,6 +271,21 @@ mod tests {
 
         n.stopping().unwrap();
         assert_eq!(rx.recv(), "STOPPING=1");
+    }
+
+    #[test]
+    fn ready_and_status_travel_together() {
+        let (rx, path) = Receiver::new("ready-status");
+        let n = Notifier::new(&path).unwrap();
+
+        n.ready_with_status("running; 2 flows\nREADY=0").unwrap();
+        assert_eq!(rx.recv(), "READY=1\nSTATUS=running; 2 flows READY=0");
+
+        let long = "x".repeat(2 * MAX_DATAGRAM);
+        n.ready_with_status(&long).unwrap();
+        let message = rx.recv();
+        assert!(message.starts_with("READY=1\nSTATUS=xxx"), "{message:.40}");
+        assert_eq!(message.len(), MAX_DATAGRAM);
     }
 
     #[test]
@@ -362,10 +384,10 @@ mod tests {
         rx.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
 
         let n = Notifier::new(format!("@{name}")).unwrap();
-        n.ready().unwrap();
+        n.ready_with_status("up").unwrap();
         let mut buf = [0; 64];
         let len = rx.recv(&mut buf).unwrap();
-        assert_eq!(&buf[..len], b"READY=1");
+        assert_eq!(&buf[..len], b"READY=1\nSTATUS=up");
     }
 
     #[test]
@@ -383,7 +405,7 @@ mod tests {
         let (rx, path) = Receiver::new("gone");
         let n = Notifier::new(&path).unwrap();
         drop(rx); // removes the socket
-        assert!(n.ready().is_err());
+        assert!(n.ready_with_status("up").is_err());
         assert!(n.watchdog().is_err());
     }
 

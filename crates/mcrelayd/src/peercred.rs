@@ -1,5 +1,6 @@
-//! `SO_PEERCRED`: who is on the other end of a control connection (std's
-//! `UnixStream::peer_cred` is not stable yet).
+//! `SO_PEERCRED` and `SO_PEERGROUPS`: who is on the other end of a control
+//! connection (std's `UnixStream::peer_cred` is not stable yet, and has no
+//! supplementary groups).
 #![allow(unsafe_code)]
 
 use std::io;
@@ -44,6 +45,41 @@ pub fn peer_cred(conn: &UnixStream) -> io::Result<PeerCred> {
     })
 }
 
+/// The peer's supplementary groups as the kernel recorded them at connect
+/// (`SO_PEERGROUPS`, Linux 4.13).
+pub fn peer_groups(conn: &UnixStream) -> io::Result<Vec<u32>> {
+    // NGROUPS_MAX is 65536; start small and grow to what the kernel asks.
+    let mut groups: Vec<libc::gid_t> = vec![0; 64];
+    loop {
+        let bytes = groups.len() * size_of::<libc::gid_t>();
+        let mut len = libc::socklen_t::try_from(bytes)
+            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        // SAFETY: `groups` is a writable buffer of `len` bytes and `len` a
+        // valid in/out length; the kernel writes at most `len` bytes, or
+        // fails with ERANGE and sets `len` to the size it needs.
+        let rc = unsafe {
+            libc::getsockopt(
+                conn.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_PEERGROUPS,
+                groups.as_mut_ptr().cast(),
+                &raw mut len,
+            )
+        };
+        let len = usize::try_from(len).unwrap_or(0);
+        if rc == 0 {
+            groups.truncate(len / size_of::<libc::gid_t>());
+            return Ok(groups);
+        }
+        let e = io::Error::last_os_error();
+        let wanted = len.div_ceil(size_of::<libc::gid_t>());
+        if e.raw_os_error() != Some(libc::ERANGE) || wanted <= groups.len() || wanted > 65536 {
+            return Err(e);
+        }
+        groups.resize(wanted, 0);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -55,5 +91,8 @@ mod tests {
         assert_eq!(cred.pid, i32::try_from(std::process::id()).expect("pid"));
         let me = std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m));
         assert_eq!(Some(cred.uid), me.ok());
+        let groups = peer_groups(&a).expect("groups");
+        let status = mcrelay_helper::status_of(std::process::id()).expect("status");
+        assert_eq!(groups, status.groups);
     }
 }

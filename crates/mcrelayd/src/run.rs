@@ -30,7 +30,7 @@ pub fn run(path: &Path, options: RunOptions) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    init_logging(&config.daemon.log_level);
+    crate::journal::init(&config.daemon.log_level);
     match supervise(path, config, options) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -41,22 +41,14 @@ pub fn run(path: &Path, options: RunOptions) -> ExitCode {
     }
 }
 
-fn init_logging(level: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
-}
-
 /// What the main thread waits for.
 enum Wake {
     Signal(i32),
     Control(ToSupervisor),
     /// The interfaces changed; all of them as they are now.
     Links(LinkTable),
+    /// The privileged helper's connection hung up.
+    HelperExited,
 }
 
 /// How often the supervisor checks its workers, updates `STATUS=` and, when
@@ -76,8 +68,10 @@ fn supervise(
     // the metrics port, open every flow's sockets, then drop to the
     // service user with no capabilities before the first worker starts.
     let privileges = Privileges::of_this_process(&config.daemon.user)?;
+    // Before the helper starts: it inherits the raised limit.
+    crate::fdbudget::at_start(path, &config)?;
     let opener = if privileges.any() {
-        Opener::spawn_helper(path)?
+        Opener::spawn_helper(path, privileges.user.as_ref().map(|u| u.name.as_str()))?
     } else {
         tracing::info!("started without privileges: opening sockets in this process, no helper");
         Opener::direct()
@@ -107,6 +101,10 @@ fn supervise(
         || privileges.drop(),
     )?;
     let (wake_tx, wake) = mpsc::channel();
+    let helper_tx = wake_tx.clone();
+    daemon.on_helper_exit(std::sync::Arc::new(move || {
+        let _ = helper_tx.send(Wake::HelperExited);
+    }))?;
     let mut signals =
         Signals::new([SIGTERM, SIGINT, SIGHUP]).context("installing signal handlers")?;
     let signal_tx = wake_tx.clone();
@@ -156,7 +154,7 @@ fn supervise(
         }
     };
     if let Some(n) = &notifier {
-        tell("ready", n.ready());
+        tell("ready", n.ready_with_status(&status_line(&daemon)));
     }
     let watchdog = notifier.as_ref().and_then(Notifier::watchdog_interval);
     let mut turns = daemon.turns();
@@ -172,6 +170,7 @@ fn supervise(
                 let _ = reply.send(outcome);
             }
             Ok(Wake::Links(table)) => daemon.links_changed(table),
+            Ok(Wake::HelperExited) => daemon.check_helper(),
             Err(mpsc::RecvTimeoutError::Timeout) => {}
         }
         if last_check.elapsed() < TICK {
@@ -218,8 +217,7 @@ fn reload(daemon: &mut Daemon, notifier: Option<&Notifier>) -> ReloadOutcome {
                 outcome.errors.len()
             )
         };
-        let _ = n.status(&status);
-        let _ = n.ready();
+        let _ = n.ready_with_status(&status);
     }
     outcome
 }
@@ -294,6 +292,7 @@ impl Privileges {
         }
         if self.any() {
             mcrelay_helper::drop_all_capabilities().context("dropping capabilities")?;
+            crate::hardening::seal().context("making the daemon non-dumpable")?;
             let me = mcrelay_helper::status_of(std::process::id())
                 .context("reading /proc/self/status")?;
             tracing::info!(

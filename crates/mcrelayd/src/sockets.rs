@@ -5,47 +5,106 @@
 //! warn when the kernel grants less buffer than asked.
 
 use std::net::SocketAddr;
+use std::os::fd::AsFd;
 use std::path::Path;
-use std::process::Child;
+use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use mcrelay_config::{Flow, IngressKind, Output};
 use mcrelay_dataplane::{FlowSockets, IngressSocket, OutputSocket};
 use mcrelay_helper::packet::{flow_match, open_packet_ingress};
 use mcrelay_helper::{
-    EGRESS_SEND_BUFFER_BYTES, HelperClient, interface_index, open_egress, open_ingress,
+    EGRESS_SEND_BUFFER_BYTES, HelperClient, Zygote, hung_up, interface_index, open_egress,
+    open_ingress, watch_hangup,
 };
 
 /// The source of sockets.
-#[derive(Debug)]
 pub enum Opener {
     /// Open them in this process (no privileges to separate). Interfaces
     /// are looked up at every open: one may have been re-created with
     /// another index since.
     Direct,
     /// Ask the privileged helper, which checks every request against the
-    /// config file it read itself.
-    Helper { client: HelperClient, child: Child },
+    /// config file it read itself. The zygote forks a new one, with the
+    /// same privileges, when it dies.
+    Helper {
+        client: HelperClient,
+        zygote: Zygote,
+        /// Called (from a watcher thread) when the helper hangs up.
+        on_exit: Option<HelperWaker>,
+    },
+}
+
+/// What wakes the supervisor when the helper dies.
+pub type HelperWaker = Arc<dyn Fn() + Send + Sync>;
+
+impl std::fmt::Debug for Opener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Opener::Direct => f.write_str("Direct"),
+            Opener::Helper { client, zygote, .. } => f
+                .debug_struct("Helper")
+                .field("client", client)
+                .field("zygote", zygote)
+                .finish_non_exhaustive(),
+        }
+    }
 }
 
 impl Opener {
-    /// Start the helper (`mcrelayd helper --config FILE`, fd 3 its end of
-    /// the connection). Call it from the main thread before any other
-    /// thread starts: the helper's parent-death signal follows this thread.
-    pub fn spawn_helper(config: &Path) -> anyhow::Result<Self> {
+    /// Start the privileged zygote (`mcrelayd helper --config FILE
+    /// [--user USER]`, fd 3 its end of the connection; `user` when started
+    /// as root) and have it fork the first helper. Call it from the main
+    /// thread before any other thread starts: the zygote's parent-death
+    /// signal follows this thread.
+    pub fn spawn_helper(config: &Path, user: Option<&str>) -> anyhow::Result<Self> {
         let exe = std::env::current_exe().context("finding mcrelayd's own executable")?;
         let config = config
             .to_str()
             .context("the config path is not UTF-8")?
             .to_owned();
-        let (child, mut client) =
-            mcrelay_helper::spawn_helper(&exe, &["helper", "--config", &config])
-                .context("starting the privileged helper")?;
-        client
-            .ping()
-            .context("the privileged helper did not answer")?;
-        tracing::info!(pid = child.id(), "privileged helper started");
-        Ok(Opener::Helper { client, child })
+        let mut args = vec!["helper", "--config", &config];
+        args.extend(user.iter().flat_map(|u| ["--user", u]));
+        let mut zygote = Zygote::spawn(&exe, &args)?;
+        let (pid, client) = first_helper(&mut zygote)?;
+        tracing::info!(pid, zygote = zygote.pid(), "privileged helper started");
+        Ok(Opener::Helper {
+            client,
+            zygote,
+            on_exit: None,
+        })
+    }
+
+    /// Call `waker` whenever the helper dies, from a watcher thread.
+    pub fn on_helper_exit(&mut self, waker: HelperWaker) -> anyhow::Result<()> {
+        if let Opener::Helper {
+            client, on_exit, ..
+        } = self
+        {
+            watch(client, Arc::clone(&waker))?;
+            *on_exit = Some(waker);
+        }
+        Ok(())
+    }
+
+    /// Replace a dead helper with a new one from the zygote, as privileged
+    /// as the first; its pid.
+    pub fn restart_helper(&mut self) -> anyhow::Result<u32> {
+        let Opener::Helper {
+            client,
+            zygote,
+            on_exit,
+        } = self
+        else {
+            bail!("no privileged helper to restart");
+        };
+        let (pid, new) = first_helper(zygote)?;
+        *client = new;
+        if let Some(waker) = on_exit {
+            watch(client, Arc::clone(waker))?;
+        }
+        Ok(pid)
     }
 
     pub fn direct() -> Self {
@@ -63,14 +122,19 @@ impl Opener {
         Ok(())
     }
 
-    /// Why the helper is gone, if it is.
+    /// Why the helper is gone, if it is: its connection hung up.
     pub fn helper_exited(&mut self) -> Option<String> {
         match self {
-            Opener::Helper { child, .. } => match child.try_wait() {
-                Ok(Some(status)) => Some(format!("privileged helper exited ({status})")),
-                Ok(None) => None,
-                Err(e) => Some(format!("privileged helper: {e}")),
-            },
+            Opener::Helper { client, zygote, .. } => {
+                match hung_up(client.as_fd(), Some(Duration::ZERO)) {
+                    Ok(false) => None,
+                    Ok(true) => Some(match zygote.exited() {
+                        Some(why) => format!("privileged helper exited with its zygote: {why}"),
+                        None => "privileged helper exited (its connection closed)".to_owned(),
+                    }),
+                    Err(e) => Some(format!("privileged helper: {e}")),
+                }
+            }
             Opener::Direct => None,
         }
     }
@@ -155,6 +219,47 @@ impl Opener {
             .collect();
         Ok(FlowSockets::new(flow.name.clone(), ingress, outputs))
     }
+}
+
+/// After the helper exited (`why`): a new one from the zygote, logged;
+/// or, if that fails, sockets opened here from now on, without privileges.
+/// The problem to report, if one remains.
+pub fn restart_helper(opener: &mut Opener, why: &str) -> Option<String> {
+    tracing::error!("{why}; running flows continue; restarting it");
+    match opener.restart_helper() {
+        Ok(pid) => {
+            tracing::info!(pid, "privileged helper restarted, with its privileges");
+            None
+        }
+        Err(e) => {
+            *opener = Opener::direct();
+            let state = format!(
+                "{why}; could not restart it ({e:#}); opening sockets without privileges \
+                 (restart the service to restore them)"
+            );
+            tracing::warn!("{state}");
+            Some(state)
+        }
+    }
+}
+
+/// A helper from `zygote`, answering a ping.
+fn first_helper(zygote: &mut Zygote) -> anyhow::Result<(u32, HelperClient)> {
+    let (pid, mut client) = zygote.helper().context("starting the privileged helper")?;
+    client
+        .ping()
+        .context("the privileged helper did not answer")?;
+    Ok((pid, client))
+}
+
+/// Call `waker` once `client`'s helper hangs up.
+fn watch(client: &HelperClient, waker: HelperWaker) -> anyhow::Result<()> {
+    let fd = client
+        .as_fd()
+        .try_clone_to_owned()
+        .context("duplicating the helper connection to watch it")?;
+    watch_hangup(fd, move || waker()).context("starting the helper watcher")?;
+    Ok(())
 }
 
 /// An output's label in counters and metrics: `address:port@interface`,

@@ -37,7 +37,7 @@ fn example_config_passes_check() {
     assert_eq!(
         stdout,
         "ok: 2 flows, 4 outputs, cores [2, 3], pool memory 5.1 MiB per core \
-         (1000 small, 500 standard, 200 jumbo)\n"
+         (1000 small, 500 standard, 200 jumbo); stream health on 1 flow (1 rtp-mpegts)\n"
     );
     assert!(out.stderr.is_empty());
 }

@@ -12,16 +12,6 @@ use mcrelay_control::{FlowSnapshot, FlowState, Snapshot};
 mod common;
 use common::*;
 
-/// How soon a flow must relay again once its interface is back.
-const RESUME_WITHIN: Duration = Duration::from_secs(2);
-
-/// The daemon's snapshot, through `mcrelayctl flows --json`.
-fn snapshot(socket: &Path) -> Snapshot {
-    let (code, json) = ctl(socket, &["flows", "--json"]);
-    assert_eq!(code, 0, "{json}");
-    serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}: {json}"))
-}
-
 fn flow(s: &Snapshot, name: &str) -> FlowSnapshot {
     s.flow(name)
         .unwrap_or_else(|| panic!("no flow {name} in {s:?}"))
@@ -29,26 +19,23 @@ fn flow(s: &Snapshot, name: &str) -> FlowSnapshot {
 }
 
 /// Poll until `done` holds for flow `name` (every 20 ms, at most
-/// `within`); the time it took and the flow then.
+/// [`DEADLINE`]); the time it took and the flow then.
 fn wait_for(
     socket: &Path,
     name: &str,
-    within: Duration,
     what: &str,
     done: impl Fn(&FlowSnapshot) -> bool,
 ) -> (Duration, FlowSnapshot) {
     let start = Instant::now();
-    loop {
+    let f = wait_until(&format!("flow {name} {what}"), || {
         let f = flow(&snapshot(socket), name);
         if done(&f) {
-            return (start.elapsed(), f);
+            Ok(f)
+        } else {
+            Err(format!("{f:?}"))
         }
-        assert!(
-            start.elapsed() < within,
-            "flow {name}: not {what} within {within:?}: {f:?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    });
+    (start.elapsed(), f)
 }
 
 fn whole(n: u64) -> i64 {
@@ -64,25 +51,57 @@ fn sent(f: &FlowSnapshot) -> u64 {
     f.outputs.iter().map(|o| o.packets_out).sum()
 }
 
-/// A paced sender in namespace `ns`, in the background.
+/// A paced sender in namespace `ns`, in the background: `count`
+/// datagrams, or with `None` until [`stop_sender`] (at most 10 minutes).
 fn sender_at(
     t: &Topology,
     ns: &str,
     dest: &str,
     interface: Option<&str>,
-    count: u64,
+    count: Option<u64>,
     rate: u64,
 ) -> Child {
     let mut c = t.command(ns, &loadgen());
-    c.args(["send", "--dest", dest]);
+    c.args(["send", "--dest", dest, "--json"]);
     if let Some(i) = interface {
         c.args(["--interface", i]);
     }
-    c.args(["--count", &count.to_string(), "--rate", &rate.to_string()])
+    match count {
+        Some(n) => c.args(["--count", &n.to_string()]),
+        None => c.args(["--duration", "600"]),
+    };
+    c.args(["--rate", &rate.to_string()])
         .args(["--size", "1316"])
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .spawn()
         .expect("spawn sender")
+}
+
+/// Stop a sender started without a count (SIGTERM); how many it sent.
+fn stop_sender(tx: Child) -> u64 {
+    sh(&["kill", "-TERM", &tx.id().to_string()]);
+    let out = tx.wait_with_output().expect("sender");
+    assert!(out.status.success(), "sender failed");
+    let json = String::from_utf8_lossy(&out.stdout);
+    u64::try_from(field(&json, "sent")).expect("sent count")
+}
+
+/// Datagrams A's end of the input link has taken from the sender so far,
+/// delivered or dropped (a veth whose peer is down drops and counts).
+fn link_tx(t: &Topology) -> u64 {
+    let out = Command::new("ip")
+        .args(["-n", &t.a, "-s", "-j", "link", "show", "vA"])
+        .output()
+        .expect("ip -s link");
+    let json = String::from_utf8_lossy(&out.stdout).replace(' ', "");
+    let at = json
+        .find("\"tx\":")
+        .unwrap_or_else(|| panic!("no tx in {json}"));
+    let tx = &json[at..];
+    [field(tx, "packets"), field(tx, "dropped")]
+        .iter()
+        .map(|&v| u64::try_from(v).expect("counter"))
+        .sum()
 }
 
 fn config(t: &Topology, flows: &str) -> String {
@@ -126,16 +145,11 @@ outputs = [ { interface = "vRB", address = "239.2.2.2", port = 6000 } ]
 
 /// Take `interface` (in R) down mid-stream, check the flow is shown paused,
 /// bring it back and measure how long the flow takes to relay again.
-/// Returns the receiver's summary and the measured resume time.
-fn down_then_up(t: &Topology, socket: &Path, interface: &str) -> Duration {
+fn down_then_up(t: &Topology, socket: &Path, interface: &str) {
     // Traffic flows first.
-    wait_for(socket, "main", Duration::from_secs(3), "relaying", |f| {
-        sent(f) > 200
-    });
+    wait_for(socket, "main", "relaying", |f| sent(f) > 200);
     t.ip(&t.r, &["link", "set", interface, "down"]);
-    let (noticed, f) = wait_for(socket, "main", Duration::from_secs(2), "paused", |f| {
-        !f.state.is_running()
-    });
+    let (noticed, f) = wait_for(socket, "main", "paused", |f| !f.state.is_running());
     assert_eq!(
         f.state,
         FlowState::InterfaceDown {
@@ -167,19 +181,52 @@ fn down_then_up(t: &Topology, socket: &Path, interface: &str) -> Duration {
         table.contains(&format!("paused: interface {interface} down")),
         "{table}"
     );
-    // Nothing goes out while paused.
+    // Nothing goes out while paused, for as long as it takes the sender
+    // to send 500 more (seen on A's end of the link, not assumed from a
+    // sleep).
     let before = sent(&f);
-    std::thread::sleep(Duration::from_millis(800));
+    let offered = link_tx(t);
+    wait_until("500 datagrams sent while paused", || {
+        let now = link_tx(t);
+        if now >= offered + 500 {
+            Ok(())
+        } else {
+            Err(format!("{}", now - offered))
+        }
+    });
     let f = flow(&snapshot(socket), "main");
     assert_eq!(sent(&f), before, "no packets out while paused: {f:?}");
     t.ip(&t.r, &["link", "set", interface, "up"]);
-    let (resumed, f) = wait_for(socket, "main", RESUME_WITHIN, "relaying again", |f| {
+    let (resumed, f) = wait_for(socket, "main", "relaying again", |f| {
         f.state.is_running() && sent(f) > before
     });
     assert_eq!(f.interface_pauses, 1, "{f:?}");
     assert_eq!(metric(t, "mcrelay_flow_up{flow=\"main\"}"), "1");
     eprintln!("{interface} down: paused after {noticed:?}; up: relaying again after {resumed:?}");
-    resumed
+}
+
+/// Once main has relayed 500 more after resuming, stop its sender and
+/// send the end marker behind its last datagram; how many it sent.
+fn relayed_then_stopped(t: &Topology, socket: &Path, tx: Child) -> u64 {
+    let now = sent(&flow(&snapshot(socket), "main"));
+    wait_for(socket, "main", "relaying 500 more", |f| {
+        sent(f) >= now + 500
+    });
+    let count = stop_sender(tx);
+    t.end_marker(&t.a, "239.1.1.1:5000", Some("vA"));
+    count
+}
+
+/// A flow resumes on the netlink event that its interface is up (or has
+/// appeared), not by a retry: the daemon never had to retry a start.
+/// (This used to be a 2 s bound on the measured resume time; on a loaded
+/// machine that measured the test's polling as much as the daemon. The
+/// time is printed, and docs/operations.md quotes it.)
+fn resumed_on_the_event(log: &str) {
+    assert!(
+        !log.contains("retrying in"),
+        "a start had to be retried:\n{log}"
+    );
 }
 
 #[test]
@@ -203,17 +250,24 @@ outputs = [ {{ interface = \"vRB\", address = \"239.2.2.9\", port = 6009 }} ]
         &[],
     );
     let (count, rate) = (6000, 1000);
-    let main_rx = t.receiver("239.2.2.2:6000", count, &[]);
+    // The main flow's receiver stops at the end marker sent after its
+    // sender, which runs until the flow has relayed again for a while.
+    let main_rx = t.receiver("239.2.2.2:6000", u64::MAX, &[]);
     let other_rx = t.receiver("239.2.2.9:6009", count, &[]);
-    let main_tx = sender_at(&t, &t.a, "239.1.1.1:5000", Some("vA"), count, rate);
-    let other_tx = sender_at(&t, &t.r, "127.0.0.1:7000", None, count, rate);
+    let main_tx = sender_at(&t, &t.a, "239.1.1.1:5000", Some("vA"), None, rate);
+    let other_tx = sender_at(&t, &t.r, "127.0.0.1:7000", None, Some(count), rate);
     let down_at = Instant::now();
-    let resumed = down_then_up(&t, &socket, "vRA");
+    down_then_up(&t, &socket, "vRA");
     let down_for = down_at.elapsed();
-    assert!(resumed < RESUME_WITHIN);
-    for tx in [main_tx, other_tx] {
-        assert!(tx.wait_with_output().expect("sender").status.success());
-    }
+    resumed_on_the_event(&relay.log());
+    let count = relayed_then_stopped(&t, &socket, main_tx);
+    assert!(
+        other_tx
+            .wait_with_output()
+            .expect("sender")
+            .status
+            .success()
+    );
     let main = finish(main_rx);
     let other = finish(other_rx);
     let log = relay.stop();
@@ -221,12 +275,12 @@ outputs = [ {{ interface = \"vRB\", address = \"239.2.2.9\", port = 6009 }} ]
     clean(&other);
     assert_eq!(
         (field(&other, "valid"), field(&other, "lost")),
-        (whole(count), 0),
+        (6000, 0),
         "the flow on untouched interfaces lost nothing: {other}\n{log}"
     );
     // The main flow lost at most what was sent while it was down (and
     // the measured resume); what came after the up arrived.
-    let lost = field(&main, "lost");
+    let lost = whole(count) - field(&main, "unique");
     let bound = sent_during(down_for, rate);
     assert!(
         lost > 0 && lost <= bound,
@@ -272,20 +326,16 @@ fn threads(pid: u32) -> usize {
         .expect("Threads line")
 }
 
-/// Asserts `value()` comes back to `expected` within a second.
+/// Asserts `value()` comes back to `expected` (within [`DEADLINE`]).
 fn settles(what: &str, value: impl Fn() -> usize, expected: usize) {
-    let deadline = Instant::now() + Duration::from_secs(1);
-    loop {
+    wait_until(what, || {
         let v = value();
         if v == expected {
-            return;
+            Ok(())
+        } else {
+            Err(format!("{v}, was {expected}: leaked"))
         }
-        assert!(
-            Instant::now() < deadline,
-            "{what}: {v}, was {expected}: leaked"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    });
 }
 
 #[test]
@@ -296,17 +346,17 @@ fn output_interface_down_pauses_and_up_resumes_and_flapping_leaks_nothing() {
     let pid = relay.child.id();
     // `ip netns exec` execs mcrelayd: the child is the daemon itself.
     let (fds, threads_before) = (fd_count(pid), threads(pid));
-    let (count, rate) = (6000, 1000);
-    let rx = t.receiver("239.2.2.2:6000", count, &[]);
-    let tx = sender_at(&t, &t.a, "239.1.1.1:5000", Some("vA"), count, rate);
+    let rate = 1000;
+    let rx = t.receiver("239.2.2.2:6000", u64::MAX, &[]);
+    let tx = sender_at(&t, &t.a, "239.1.1.1:5000", Some("vA"), None, rate);
     let down_at = Instant::now();
-    let resumed = down_then_up(&t, &socket, "vRB");
+    down_then_up(&t, &socket, "vRB");
     let down_for = down_at.elapsed();
-    assert!(resumed < RESUME_WITHIN);
-    assert!(tx.wait_with_output().expect("sender").status.success());
+    resumed_on_the_event(&relay.log());
+    let count = relayed_then_stopped(&t, &socket, tx);
     let out = finish(rx);
     clean(&out);
-    let lost = field(&out, "lost");
+    let lost = whole(count) - field(&out, "unique");
     let bound = sent_during(down_for, rate);
     assert!(
         lost > 0 && lost <= bound,
@@ -314,38 +364,37 @@ fn output_interface_down_pauses_and_up_resumes_and_flapping_leaks_nothing() {
     );
 
     // Flapping during traffic: 20 downs and ups, some too quick to see.
-    let tx = sender_at(&t, &t.a, "239.1.1.1:5000", Some("vA"), 3000, 1000);
+    let tx = sender_at(&t, &t.a, "239.1.1.1:5000", Some("vA"), Some(3000), 1000);
     for i in 0..20 {
         t.ip(&t.r, &["link", "set", "vRB", "down"]);
         std::thread::sleep(Duration::from_millis(if i % 2 == 0 { 60 } else { 0 }));
         t.ip(&t.r, &["link", "set", "vRB", "up"]);
         std::thread::sleep(Duration::from_millis(40));
     }
-    let (_, f) = wait_for(
-        &socket,
-        "main",
-        RESUME_WITHIN,
-        "relaying after the flaps",
-        |f| f.state.is_running(),
-    );
+    let (_, f) = wait_for(&socket, "main", "relaying after the flaps", |f| {
+        f.state.is_running()
+    });
     assert!(f.interface_pauses >= 2, "{f:?}");
     assert!(tx.wait_with_output().expect("sender").status.success());
-    // Once the traffic has drained: every buffer back in its pool, and as
-    // many sockets and threads as before.
-    std::thread::sleep(Duration::from_millis(300));
-    let s = snapshot(&socket);
-    let (code, stats) = ctl(&socket, &["stats", "--json"]);
-    assert_eq!(code, 0);
-    let stats: Snapshot = serde_json::from_str(&stats).expect("stats");
-    for w in &stats.workers {
-        for p in &w.pools {
-            assert_eq!(
-                p.in_use, 0,
-                "worker {} {} buffers leaked: {stats:?}",
-                w.index, p.class
-            );
+    // Once the traffic has drained: every buffer back in its pool (a
+    // leaked one never comes back, so waiting for it proves the same),
+    // and as many sockets and threads as before.
+    wait_until("every buffer back in its pool", || {
+        let (code, stats) = ctl(&socket, &["stats", "--json"]);
+        assert_eq!(code, 0);
+        let stats: Snapshot = serde_json::from_str(&stats).expect("stats");
+        let in_use = stats
+            .workers
+            .iter()
+            .flat_map(|w| &w.pools)
+            .any(|p| p.in_use != 0);
+        if in_use {
+            Err(format!("buffers leaked: {stats:?}"))
+        } else {
+            Ok(())
         }
-    }
+    });
+    let s = snapshot(&socket);
     // (A control client's thread and connection may take a moment to go.)
     settles("open fds", || fd_count(pid), fds);
     settles("threads", || threads(pid), threads_before);
@@ -417,9 +466,7 @@ outputs = [ {{ interface = "vRC", address = "239.2.2.3", port = 6000, ttl = {ttl
     t.ip(&t.b, &["addr", "add", "10.10.3.2/24", "dev", "vC"]);
     t.ip(&t.b, &["link", "set", "vC", "up"]);
     t.ip(&t.r, &["link", "set", "vRC", "up"]);
-    let (started, f) = wait_for(&socket, "late", RESUME_WITHIN, "started", |f| {
-        f.state.is_running()
-    });
+    let (started, f) = wait_for(&socket, "late", "started", |f| f.state.is_running());
     eprintln!(
         "vRC created: relaying {started:?} after it was up, {:?} after creation",
         created.elapsed()
@@ -431,13 +478,7 @@ outputs = [ {{ interface = "vRC", address = "239.2.2.3", port = 6000, ttl = {ttl
     // Deleted again: the flow waits for it again, and that counts as a
     // pause; the other flow runs on.
     t.ip(&t.r, &["link", "del", "vRC"]);
-    let (_, f) = wait_for(
-        &socket,
-        "late",
-        Duration::from_secs(2),
-        "waiting again",
-        |f| !f.state.is_running(),
-    );
+    let (_, f) = wait_for(&socket, "late", "waiting again", |f| !f.state.is_running());
     assert_eq!(
         (f.state, f.interface_pauses),
         (
@@ -449,6 +490,7 @@ outputs = [ {{ interface = "vRC", address = "239.2.2.3", port = 6000, ttl = {ttl
     );
     assert!(flow(&snapshot(&socket), "main").state.is_running());
     let log = relay.stop();
+    resumed_on_the_event(&log);
     clean(&out);
     assert_eq!(field(&out, "valid"), 500, "{out}\n{log}");
     assert_eq!(field(&out, "ttl"), 9, "the reloaded config is the one used");

@@ -284,6 +284,40 @@ fn unit_keeps_its_hardening_promises() {
 /// the first line's kind (allow list, or `~` deny list) sets the default;
 /// each later line adds to or removes from the set. Returns whether it is
 /// an allow list, and the resulting entries (groups not yet expanded).
+/// Seconds in a systemd time span made of plain seconds or `Ns`/`Nmin`.
+fn seconds(span: &str) -> u64 {
+    let (n, unit) = span.split_at(
+        span.find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(span.len()),
+    );
+    let n: u64 = n.parse().unwrap_or_else(|_| panic!("time span {span:?}"));
+    match unit {
+        "" | "s" => n,
+        "min" => n * 60,
+        _ => panic!("time span {span:?}: use seconds or min"),
+    }
+}
+
+#[test]
+fn a_unit_that_keeps_failing_ends_in_the_start_limit() {
+    // A broken config fails ExecStartPre, and Restart=on-failure starts it
+    // again after RestartSec: each attempt takes at least RestartSec, so
+    // the limit trips only if Burst attempts fit in the interval. (The
+    // defaults, 5 in 10 s, did not with RestartSec=2: it restarted forever.
+    // deploy/nspawn/run.sh watches it end `failed` under a real systemd.)
+    let unit = unit();
+    assert_eq!(unit.one("Service", "Restart"), "on-failure");
+    let restart = seconds(unit.one("Service", "RestartSec"));
+    let interval = seconds(unit.one("Unit", "StartLimitIntervalSec"));
+    let burst: u64 = unit.one("Unit", "StartLimitBurst").parse().unwrap();
+    assert!(burst >= 2, "StartLimitBurst={burst} allows no restart");
+    assert!(
+        burst * restart < interval,
+        "{burst} starts every {restart} s never fit in StartLimitIntervalSec={interval}: \
+         a broken config would restart forever"
+    );
+}
+
 fn syscall_filter(unit: &Unit) -> (bool, Vec<(bool, Vec<String>)>) {
     let lines = unit.all("Service", "SystemCallFilter");
     assert!(!lines.is_empty(), "SystemCallFilter= is missing");
@@ -636,4 +670,62 @@ fn tmpfiles_fragment_creates_the_directories() {
             assert_eq!((meta.uid(), meta.gid()), owner, "/{path} owner:group");
         }
     }
+}
+
+/// `(version, score)` from docs/security.md's sentence "`systemd-analyze
+/// security --offline=yes deploy/mcrelay.service` (systemd N) rates it S".
+fn documented_security_score() -> (String, String) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/security.md");
+    let doc = std::fs::read_to_string(&path).unwrap();
+    let doc = doc.split_whitespace().collect::<Vec<_>>().join(" ");
+    let after = doc
+        .split_once("`systemd-analyze security --offline=yes deploy/mcrelay.service` (systemd ")
+        .unwrap_or_else(|| {
+            panic!(
+                "{}: the systemd-analyze security sentence is gone",
+                path.display()
+            )
+        })
+        .1;
+    let (version, rest) = after.split_once(')').unwrap();
+    let score = rest
+        .strip_prefix(" rates it ")
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("{}: no \"rates it <score>\"", path.display()));
+    (version.to_owned(), score.to_owned())
+}
+
+#[test]
+fn security_doc_quotes_the_real_exposure_score() {
+    let Some(analyze) = tool("systemd-analyze", "the exposure score check") else {
+        return;
+    };
+    let (doc_version, doc_score) = documented_security_score();
+    let version = run(Command::new(&analyze).arg("--version"));
+    let version = String::from_utf8_lossy(&version.stdout);
+    let version = version
+        .split_whitespace()
+        .nth(1)
+        .unwrap_or_default()
+        .to_owned();
+    if version != doc_version {
+        // Scores move between systemd releases (new checks, new weights).
+        eprintln!(
+            "SKIPPED: docs/security.md quotes systemd {doc_version}'s score; this is {version}"
+        );
+        return;
+    }
+    let out = run(Command::new(&analyze)
+        .args(["security", "--offline=yes", "--no-pager"])
+        .arg(deploy(UNIT_NAME)));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let score = text
+        .lines()
+        .find_map(|l| l.split_once("Overall exposure level for mcrelay.service: "))
+        .and_then(|(_, s)| s.split_whitespace().next())
+        .unwrap_or_else(|| panic!("{}", describe("systemd-analyze security", &out)));
+    assert_eq!(
+        score, doc_score,
+        "systemd-analyze security rates deploy/{UNIT_NAME} {score}; docs/security.md says {doc_score}: update the doc"
+    );
 }

@@ -12,13 +12,21 @@
 //! Pure: no sockets, no allocation in [`frame::parse`] or
 //! [`tpacket::frames`], no `unsafe`, no panics on any input (each read
 //! checks the length first). Fuzzed through [`fuzz_frame`].
+//!
+//! Once a datagram is in hand, [`health`] reads what it carries — the RTP
+//! header ([`rtp`]) and MPEG-TS packet headers ([`ts`]) — for the
+//! per-input stream health of flows with a `payload` other than `udp`,
+//! without changing it. Same rules; fuzzed through [`fuzz_health`].
 #![forbid(unsafe_code)]
 
 pub mod bpf;
 pub mod checksum;
 pub mod frame;
+pub mod health;
+pub mod rtp;
 pub mod testframes;
 pub mod tpacket;
+pub mod ts;
 
 pub use frame::{Datagram, FlowMatch, Reject, parse};
 
@@ -51,5 +59,44 @@ pub fn fuzz_frame(data: &[u8]) {
     }
     for f in tpacket::frames(data).take(64).flatten() {
         let _ = parse(f.bytes, &flows[0], f.verify_checksum);
+    }
+}
+
+/// Fuzz entry point for stream health (also run over a corpus and random
+/// inputs in the normal tests): split `data` into datagrams (each preceded
+/// by a 2-byte big-endian length, the last taking what is left) and feed
+/// them to a tracker of every payload mode with a clock advancing by the
+/// length byte, checking the counters stay consistent.
+pub fn fuzz_health(data: &[u8]) {
+    use health::{InputTracker, Payload};
+    let mut trackers = Payload::ALL.map(|p| InputTracker::new(p, 90_000));
+    let mut rest = data;
+    let mut now = 0u64;
+    let mut datagrams = 0u64;
+    while !rest.is_empty() {
+        let (d, next) = match *rest {
+            [a, b, ref tail @ ..] => {
+                let n = usize::from(u16::from_be_bytes([a, b])).min(tail.len());
+                now += u64::from(a) * 1_000_000 + u64::from(b);
+                tail.split_at(n)
+            }
+            _ => (rest, &[][..]),
+        };
+        for t in &mut trackers {
+            t.observe(d, now);
+        }
+        datagrams += 1;
+        rest = next;
+    }
+    for t in &trackers {
+        assert_eq!(t.arrival().datagrams, datagrams);
+        let r = t.rtp();
+        assert_eq!(
+            r.packets + r.malformed,
+            if t.payload().has_rtp() { datagrams } else { 0 }
+        );
+        let ts = t.ts();
+        assert!(ts.pids <= ts::PIDS as u64);
+        assert!(ts.continuity_errors <= ts.packets);
     }
 }

@@ -16,6 +16,33 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+/// How long a test waits for something it has started to happen (a
+/// daemon to come up, a receiver to join, a counter to move) before it
+/// fails. Generous on purpose: on a loaded 2-core machine, starting a
+/// process alone can take seconds. Tests poll for the event and go on as
+/// soon as it is seen, so a passing run never waits this long.
+pub const DEADLINE: Duration = Duration::from_secs(60);
+
+/// Poll `done` every 20 ms until it returns `Ok`, failing after
+/// [`DEADLINE`] with `what` and the last `Err` it returned.
+pub fn wait_until<T>(what: &str, mut done: impl FnMut() -> Result<T, String>) -> T {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        match done() {
+            Ok(v) => return v,
+            Err(last) => assert!(
+                Instant::now() < deadline,
+                "not {what} within {DEADLINE:?}: {last}"
+            ),
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The run id of an end marker ([`Topology::end_marker`]): every
+/// receiver started by [`Topology::receiver_on`] stops when one arrives.
+pub const END_RUN: u32 = 999;
+
 pub const MCRELAYD: &str = env!("CARGO_BIN_EXE_mcrelayd");
 
 pub fn is_root() -> bool {
@@ -140,7 +167,7 @@ impl Topology {
         // IPv6 takes multicast only once addrconf has added the ff00::/8
         // route, a moment after the link comes up.
         for (ns, dev) in [(&t.a, "vA"), (&t.r, "vRA"), (&t.r, "vRB"), (&t.b, "vB")] {
-            let deadline = Instant::now() + Duration::from_secs(10);
+            let deadline = Instant::now() + DEADLINE;
             loop {
                 let out = Command::new("ip")
                     .args([
@@ -223,7 +250,7 @@ impl Topology {
             .spawn()
             .expect("spawn mcrelayd");
         let relay = Relay { child, log };
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + DEADLINE;
         while !relay.log().contains("relaying;") {
             assert!(
                 Instant::now() < deadline,
@@ -240,12 +267,16 @@ impl Topology {
         self.receiver_on("vB", group, expect, extra)
     }
 
-    /// A validating receiver in B joined on `interface`.
+    /// A validating receiver in B joined on `interface`. It stops on an
+    /// event: `expect` datagrams, an end marker ([`Topology::end_marker`])
+    /// or SIGTERM ([`terminate`]); never on an idle timeout, which would
+    /// race the test's own steps on a loaded machine. `--duration` (60 s
+    /// unless `extra` gives one) only bounds a failing test.
     pub fn receiver_on(&self, interface: &str, group: &str, expect: u64, extra: &[&str]) -> Child {
         let idle = if extra.contains(&"--idle-exit") {
             &[][..]
         } else {
-            &["--idle-exit", "2"][..]
+            &["--idle-exit", "0"][..]
         };
         let ready = self.dir.join(format!(
             "ready-{interface}-{}",
@@ -257,16 +288,17 @@ impl Topology {
             .args(if extra.contains(&"--duration") {
                 &[][..]
             } else {
-                &["--duration", "30"][..]
+                &["--duration", "60"][..]
             })
             .args(idle)
+            .args(["--end-run-id", &END_RUN.to_string()])
             .args(["--expect", &expect.to_string(), "--ready-file"])
             .arg(&ready)
             .args(extra)
             .stdout(Stdio::piped())
             .spawn()
             .expect("spawn receiver");
-        let deadline = Instant::now() + Duration::from_secs(5);
+        let deadline = Instant::now() + DEADLINE;
         while !ready.exists() {
             assert!(
                 Instant::now() < deadline,
@@ -289,6 +321,21 @@ impl Topology {
             .status()
             .expect("sender");
         assert!(status.success(), "sender failed");
+    }
+
+    /// Send one end marker (a datagram of run [`END_RUN`]) from namespace
+    /// `ns` to `dest`, out of `interface`, once the traffic being counted
+    /// has been sent: a receiver behind an in-order path stops when it
+    /// arrives, having received all that came before it.
+    pub fn end_marker(&self, ns: &str, dest: &str, interface: Option<&str>) {
+        let mut c = self.command(ns, &loadgen());
+        c.args(["send", "--dest", dest, "--count", "1", "--run-id"])
+            .arg(END_RUN.to_string());
+        if let Some(i) = interface {
+            c.args(["--interface", i]);
+        }
+        let status = c.stdout(Stdio::null()).status().expect("end marker");
+        assert!(status.success(), "end marker to {dest} failed");
     }
 }
 
@@ -363,6 +410,13 @@ pub fn finish(rx: Child) -> String {
     String::from_utf8(rx.wait_with_output().expect("receiver").stdout).expect("utf-8")
 }
 
+/// Stop a receiver with SIGTERM (once the test has seen that nothing more
+/// can come) and read its summary.
+pub fn terminate(rx: Child) -> String {
+    sh(&["kill", "-TERM", &rx.id().to_string()]);
+    finish(rx)
+}
+
 /// A counter from mcrelayd's `final ...` lines: the line containing every
 /// `selector` word, then `key=value`.
 pub fn counter(log: &str, selectors: &[&str], key: &str) -> u64 {
@@ -390,6 +444,25 @@ fn lock_exclusive(file: &fs::File) {
     // passed to the kernel.
     let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
     assert_eq!(rc, 0, "flock: {}", std::io::Error::last_os_error());
+}
+
+/// The daemon's snapshot, through `mcrelayctl flows --json`.
+pub fn snapshot(socket: &Path) -> mcrelay_control::Snapshot {
+    let (code, json) = ctl(socket, &["flows", "--json"]);
+    assert_eq!(code, 0, "{json}");
+    serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}: {json}"))
+}
+
+/// Wait until flow `name` has received at least `n` datagrams: traffic
+/// is under way.
+pub fn wait_for_packets_in(socket: &Path, name: &str, n: u64) {
+    wait_until(&format!("{n} datagrams into flow {name}"), || {
+        let s = snapshot(socket);
+        match s.flow(name) {
+            Some(f) if f.packets_in >= n => Ok(()),
+            f => Err(format!("{f:?}")),
+        }
+    });
 }
 
 /// `mcrelayctl --socket SOCKET args...`: exit code and output.

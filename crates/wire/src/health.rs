@@ -1,0 +1,304 @@
+//! Stream health of one input: what the worker learns from each datagram
+//! of a flow without changing it. Every payload mode tracks arrival (the
+//! longest gap between datagrams, silence); `rtp`, `mpegts` and
+//! `rtp-mpegts` also read the RTP header ([`crate::rtp`]) and/or the TS
+//! packet headers ([`crate::ts`]). A datagram that fails to parse is only
+//! counted: the caller relays it unchanged whatever this says.
+//!
+//! Time is a parameter (nanoseconds on any monotonic clock), so tests drive
+//! it with a fake clock. [`InputTracker::observe`] is bounded (a header per
+//! RTP datagram, a header per TS packet), never allocates and never panics;
+//! the tracker's state — 8 KiB of TS continuity table in the TS modes — is
+//! allocated by [`InputTracker::new`], when the flow is added.
+
+use crate::rtp::{RtpStats, RtpTracker};
+use crate::ts::{TsStats, TsTracker};
+
+/// What a flow's datagrams carry (`payload` in the config).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Payload {
+    /// Opaque datagrams: only arrival is tracked.
+    #[default]
+    Udp,
+    /// RTP (RFC 3550), any payload.
+    Rtp,
+    /// MPEG-TS packets directly in UDP.
+    Mpegts,
+    /// MPEG-TS in RTP (SMPTE 2022-2, RFC 2250).
+    RtpMpegts,
+}
+
+impl Payload {
+    /// Every mode, in config spelling.
+    pub const ALL: [Payload; 4] = [
+        Payload::Udp,
+        Payload::Rtp,
+        Payload::Mpegts,
+        Payload::RtpMpegts,
+    ];
+
+    /// The config spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Payload::Udp => "udp",
+            Payload::Rtp => "rtp",
+            Payload::Mpegts => "mpegts",
+            Payload::RtpMpegts => "rtp-mpegts",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|p| p.as_str() == s)
+    }
+
+    pub fn has_rtp(self) -> bool {
+        matches!(self, Payload::Rtp | Payload::RtpMpegts)
+    }
+
+    pub fn has_ts(self) -> bool {
+        matches!(self, Payload::Mpegts | Payload::RtpMpegts)
+    }
+}
+
+impl core::fmt::Display for Payload {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Arrival of an input's datagrams, for every payload mode.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Arrival {
+    pub datagrams: u64,
+    pub bytes: u64,
+    /// When the latest datagram arrived; `None` before the first.
+    pub last_ns: Option<u64>,
+    /// The longest gap between two datagrams since [`InputTracker::take_max_gap`].
+    pub max_gap_ns: u64,
+}
+
+/// One input's health state. Created when its flow is added.
+#[derive(Debug, Clone)]
+pub struct InputTracker {
+    payload: Payload,
+    arrival: Arrival,
+    rtp: RtpTracker,
+    ts: Option<TsTracker>,
+}
+
+impl InputTracker {
+    /// A tracker for `payload`, with an RTP clock of `rtp_clock_hz` for
+    /// jitter. Allocates the TS table in the TS modes.
+    pub fn new(payload: Payload, rtp_clock_hz: u32) -> Self {
+        Self {
+            payload,
+            arrival: Arrival::default(),
+            rtp: RtpTracker::new(rtp_clock_hz),
+            ts: payload.has_ts().then(TsTracker::new),
+        }
+    }
+
+    pub fn payload(&self) -> Payload {
+        self.payload
+    }
+
+    /// Count datagram `d`, arrived at `now_ns`. Returns the gap since the
+    /// previous datagram (0 for the first).
+    #[inline]
+    pub fn observe(&mut self, d: &[u8], now_ns: u64) -> u64 {
+        let a = &mut self.arrival;
+        a.datagrams += 1;
+        a.bytes += d.len() as u64;
+        let gap = a.last_ns.map_or(0, |last| now_ns.saturating_sub(last));
+        a.max_gap_ns = a.max_gap_ns.max(gap);
+        a.last_ns = Some(now_ns);
+        match self.payload {
+            Payload::Udp => {}
+            Payload::Rtp => {
+                self.rtp.observe(d, now_ns);
+            }
+            Payload::Mpegts => {
+                if let Some(ts) = &mut self.ts {
+                    ts.observe(d);
+                }
+            }
+            Payload::RtpMpegts => {
+                if let (Some(h), Some(ts)) = (self.rtp.observe(d, now_ns), &mut self.ts) {
+                    ts.observe(d.get(h.payload).unwrap_or_default());
+                }
+            }
+        }
+        gap
+    }
+
+    pub fn arrival(&self) -> &Arrival {
+        &self.arrival
+    }
+
+    /// RTP counters (all zero unless the mode carries RTP).
+    pub fn rtp(&self) -> &RtpStats {
+        self.rtp.stats()
+    }
+
+    /// TS counters (all zero unless the mode carries TS).
+    pub fn ts(&self) -> TsStats {
+        self.ts.as_ref().map(|t| *t.stats()).unwrap_or_default()
+    }
+
+    /// The longest gap since the previous call, counting the one still
+    /// open at `now_ns`; starts the next period.
+    pub fn take_max_gap(&mut self, now_ns: u64) -> u64 {
+        let open = self
+            .arrival
+            .last_ns
+            .map_or(0, |last| now_ns.saturating_sub(last));
+        core::mem::take(&mut self.arrival.max_gap_ns).max(open)
+    }
+}
+
+/// Silent or active: an input is silent once no datagram has arrived for
+/// `silence_ns`. Kept by the reader (the supervisor), which polls it and
+/// logs each change once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SilenceWatch {
+    silence_ns: u64,
+    /// When watching started (the flow was added): an input that never
+    /// received goes silent `silence_ns` after it.
+    since_ns: u64,
+    silent: bool,
+}
+
+/// A change of an input's silence state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SilenceChange {
+    /// No datagram for the silence time; carries the time since the last
+    /// one (or since watching started).
+    WentSilent { for_ns: u64 },
+    /// A datagram arrived after silence.
+    Resumed,
+}
+
+impl SilenceWatch {
+    pub fn new(silence_ns: u64, since_ns: u64) -> Self {
+        Self {
+            silence_ns,
+            since_ns,
+            silent: false,
+        }
+    }
+
+    pub fn is_silent(&self) -> bool {
+        self.silent
+    }
+
+    /// Whether the input is silent at `now_ns`, given when its latest
+    /// datagram arrived; returns the change, if this call saw one.
+    pub fn update(&mut self, last_ns: Option<u64>, now_ns: u64) -> Option<SilenceChange> {
+        let quiet_since = last_ns.unwrap_or(self.since_ns).max(self.since_ns);
+        let quiet = now_ns.saturating_sub(quiet_since);
+        let silent = quiet >= self.silence_ns;
+        if silent == self.silent {
+            return None;
+        }
+        self.silent = silent;
+        Some(if silent {
+            SilenceChange::WentSilent { for_ns: quiet }
+        } else {
+            SilenceChange::Resumed
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{rtp, ts};
+
+    const MS: u64 = 1_000_000;
+
+    fn rtp_ts(seq: u16, ccs: &[u8]) -> Vec<u8> {
+        let mut d = vec![0u8; 12 + ts::PACKET * ccs.len()];
+        let _ = rtp::build(&mut d, 33, seq, u32::from(seq) * 90, 1);
+        for (p, &cc) in d[12..].chunks_exact_mut(ts::PACKET).zip(ccs) {
+            ts::build(p, 0x100, cc, true, None);
+        }
+        d
+    }
+
+    #[test]
+    fn payload_names_round_trip() {
+        for p in Payload::ALL {
+            assert_eq!(Payload::from_name(p.as_str()), Some(p));
+        }
+        assert_eq!(Payload::from_name("rtp_mpegts"), None);
+    }
+
+    #[test]
+    fn udp_only_tracks_arrival() {
+        let mut t = InputTracker::new(Payload::Udp, 90_000);
+        assert_eq!(t.observe(b"not rtp", 10 * MS), 0);
+        assert_eq!(t.observe(b"x", 30 * MS), 20 * MS);
+        assert_eq!(t.observe(b"x", 35 * MS), 5 * MS);
+        assert_eq!(t.rtp().malformed, 0);
+        assert_eq!(t.ts(), TsStats::default());
+        assert_eq!(t.arrival().datagrams, 3);
+        assert_eq!(t.arrival().bytes, 9);
+        assert_eq!(t.take_max_gap(36 * MS), 20 * MS);
+        // The next period starts empty, but counts the open gap.
+        assert_eq!(t.take_max_gap(36 * MS), MS);
+        assert_eq!(t.take_max_gap(100 * MS), 65 * MS);
+    }
+
+    #[test]
+    fn rtp_mpegts_reads_both_layers() {
+        let mut t = InputTracker::new(Payload::RtpMpegts, 90_000);
+        t.observe(&rtp_ts(1, &[0, 1, 2, 3, 4, 5, 6]), 0);
+        t.observe(&rtp_ts(2, &[7, 8, 9, 10, 11, 12, 13]), MS);
+        t.observe(&rtp_ts(4, &[15, 0, 1, 2, 3, 4, 5]), 2 * MS);
+        assert_eq!(t.rtp().lost, 1);
+        assert_eq!(t.ts().continuity_errors, 1);
+        assert_eq!(t.ts().packets, 21);
+        // Not RTP: malformed, and its TS isn't read.
+        t.observe(&[0x47; 188], 3 * MS);
+        assert_eq!((t.rtp().malformed, t.ts().packets), (1, 21));
+        // RTP but not whole TS packets: a sync error.
+        t.observe(&rtp_ts(5, &[6])[..100], 4 * MS);
+        assert_eq!(t.ts().sync_errors, 1);
+    }
+
+    #[test]
+    fn mpegts_reads_the_whole_datagram() {
+        let mut t = InputTracker::new(Payload::Mpegts, 90_000);
+        let d = rtp_ts(1, &[0, 1]);
+        t.observe(&d[12..], 0);
+        assert_eq!((t.ts().packets, t.ts().sync_errors), (2, 0));
+        t.observe(&d, MS);
+        assert_eq!(t.ts().sync_errors, 1);
+        assert_eq!(t.rtp(), &RtpStats::default());
+    }
+
+    #[test]
+    fn silence_changes_once_each_way() {
+        let mut w = SilenceWatch::new(1000 * MS, 0);
+        assert_eq!(w.update(None, 999 * MS), None);
+        assert_eq!(
+            w.update(None, 1000 * MS),
+            Some(SilenceChange::WentSilent { for_ns: 1000 * MS })
+        );
+        assert_eq!(w.update(None, 2000 * MS), None);
+        assert!(w.is_silent());
+        assert_eq!(
+            w.update(Some(2100 * MS), 2200 * MS),
+            Some(SilenceChange::Resumed)
+        );
+        assert_eq!(w.update(Some(2100 * MS), 3099 * MS), None);
+        assert!(matches!(
+            w.update(Some(2100 * MS), 3100 * MS),
+            Some(SilenceChange::WentSilent { .. })
+        ));
+        // A datagram from before watching started doesn't count.
+        let mut w = SilenceWatch::new(10, 100);
+        assert_eq!(w.update(Some(5), 105), None);
+        assert!(w.update(Some(5), 110).is_some());
+    }
+}

@@ -1,0 +1,419 @@
+//! RTP (RFC 3550): the fixed header of a datagram, and a per-input tracker
+//! counting loss, duplicates, reordering, SSRC changes and interarrival
+//! jitter (§6.4.1) from the sequence numbers and timestamps it sees.
+//!
+//! Pure and bounded: [`RtpTracker::observe`] reads 12 bytes plus the CSRC
+//! list and extension length, does a fixed amount of integer arithmetic
+//! (one 128-bit multiply for the arrival time in clock units) and never
+//! allocates or panics.
+
+/// The fields of an RTP fixed header, and where its payload is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RtpHeader {
+    pub marker: bool,
+    pub payload_type: u8,
+    pub sequence: u16,
+    pub timestamp: u32,
+    pub ssrc: u32,
+    /// The payload: after the CSRC list and header extension, before any
+    /// padding.
+    pub payload: core::ops::Range<usize>,
+}
+
+/// Read the RTP header of `d`. `None` if it isn't RTP version 2 or its
+/// CSRC list, extension or padding run past the datagram.
+pub fn parse(d: &[u8]) -> Option<RtpHeader> {
+    let [b0, b1, s0, s1, t0, t1, t2, t3, i0, i1, i2, i3, ..] = *d else {
+        return None;
+    };
+    if b0 >> 6 != 2 {
+        return None;
+    }
+    let mut start = 12 + 4 * usize::from(b0 & 0x0f);
+    if b0 & 0x10 != 0 {
+        // Extension: 16-bit profile, 16-bit length in 32-bit words.
+        let len = d.get(start + 2..start + 4)?;
+        start += 4 + 4 * usize::from(u16::from_be_bytes([len[0], len[1]]));
+    }
+    let mut end = d.len();
+    if b0 & 0x20 != 0 {
+        let pad = usize::from(*d.last()?);
+        if pad == 0 {
+            return None;
+        }
+        end = end.checked_sub(pad)?;
+    }
+    if start > end {
+        return None;
+    }
+    Some(RtpHeader {
+        marker: b1 & 0x80 != 0,
+        payload_type: b1 & 0x7f,
+        sequence: u16::from_be_bytes([s0, s1]),
+        timestamp: u32::from_be_bytes([t0, t1, t2, t3]),
+        ssrc: u32::from_be_bytes([i0, i1, i2, i3]),
+        payload: start..end,
+    })
+}
+
+/// What an input's RTP headers said so far.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct RtpStats {
+    /// Datagrams with a valid RTP header.
+    pub packets: u64,
+    /// Sequence numbers skipped and not (yet) arrived late.
+    pub lost: u64,
+    /// A sequence number seen again (within the last [`WINDOW`]).
+    pub duplicates: u64,
+    /// Arrived after a higher sequence number.
+    pub reordered: u64,
+    /// The SSRC differs from the previous packet's (a new source).
+    pub ssrc_changes: u64,
+    /// A sequence number jumped more than [`MAX_DROPOUT`] ahead or
+    /// [`MAX_MISORDER`] back: counting restarts from it (RFC 3550 A.1),
+    /// the skipped numbers are not counted lost.
+    pub resyncs: u64,
+    /// Datagrams that aren't RTP version 2 (too short, wrong version, CSRC
+    /// list, extension or padding past the end).
+    pub malformed: u64,
+    /// The latest packet's payload type (0 before any).
+    pub payload_type: u8,
+    /// The latest SSRC (0 before any).
+    pub ssrc: u32,
+    /// Interarrival jitter in RTP clock units, times 16 (RFC 3550 A.8).
+    pub jitter_x16: u64,
+}
+
+impl RtpStats {
+    /// The jitter in nanoseconds for a clock of `clock_hz`.
+    pub fn jitter_ns(&self, clock_hz: u32) -> u64 {
+        jitter_ns(self.jitter_x16, clock_hz)
+    }
+}
+
+/// Convert a [`RtpStats::jitter_x16`] value to nanoseconds.
+pub fn jitter_ns(jitter_x16: u64, clock_hz: u32) -> u64 {
+    if clock_hz == 0 {
+        return 0;
+    }
+    let ns = u128::from(jitter_x16) * 1_000_000_000 / (16 * u128::from(clock_hz));
+    u64::try_from(ns).unwrap_or(u64::MAX)
+}
+
+/// How many sequence numbers behind the highest one are remembered, to
+/// tell a duplicate from a late arrival.
+pub const WINDOW: u64 = 128;
+/// Largest forward jump counted as loss (RFC 3550 A.1).
+pub const MAX_DROPOUT: i64 = 3000;
+/// Largest backward step counted as reordering (RFC 3550 A.1).
+pub const MAX_MISORDER: i64 = 100;
+
+/// Extended sequence numbers start here, so a step back from the first
+/// packet never goes below zero.
+const EXT_BASE: u64 = 1 << 32;
+
+/// Per-input RTP state: a fixed-size value, created with the flow.
+#[derive(Debug, Clone)]
+pub struct RtpTracker {
+    stats: RtpStats,
+    /// Multiplier taking nanoseconds to clock units, as a 32.32 fixed-point.
+    units_per_ns_q32: u64,
+    synced: bool,
+    /// Highest extended sequence number seen.
+    max_ext: u64,
+    /// The extended number counting (re)started at: older ones weren't
+    /// counted lost, so their late arrival doesn't uncount them.
+    base_ext: u64,
+    /// Bit `i` set: `max_ext - i` arrived.
+    seen: u128,
+    /// `arrival - timestamp` of the previous in-order packet, clock units.
+    transit: Option<u32>,
+}
+
+impl RtpTracker {
+    /// A tracker for a stream whose RTP clock runs at `clock_hz`.
+    pub fn new(clock_hz: u32) -> Self {
+        Self {
+            stats: RtpStats::default(),
+            units_per_ns_q32: (u64::from(clock_hz) << 32) / 1_000_000_000,
+            synced: false,
+            max_ext: 0,
+            base_ext: 0,
+            seen: 0,
+            transit: None,
+        }
+    }
+
+    pub fn stats(&self) -> &RtpStats {
+        &self.stats
+    }
+
+    /// Read `d`'s RTP header, arrived at `now_ns`, and count what it says.
+    /// Returns the header, `None` (counted malformed) if it isn't RTP.
+    #[inline]
+    pub fn observe(&mut self, d: &[u8], now_ns: u64) -> Option<RtpHeader> {
+        let Some(h) = parse(d) else {
+            self.stats.malformed += 1;
+            return None;
+        };
+        self.observe_header(&h, now_ns);
+        Some(h)
+    }
+
+    /// Count an already parsed header.
+    #[inline]
+    pub fn observe_header(&mut self, h: &RtpHeader, now_ns: u64) {
+        let s = &mut self.stats;
+        s.packets += 1;
+        s.payload_type = h.payload_type;
+        if self.synced && h.ssrc != s.ssrc {
+            s.ssrc_changes += 1;
+            self.synced = false;
+        }
+        s.ssrc = h.ssrc;
+        if !self.synced {
+            self.resync(h.sequence);
+            self.update_jitter(h.timestamp, now_ns);
+            return;
+        }
+        let delta = i64::from(i16::from_ne_bytes(
+            h.sequence.wrapping_sub(low16(self.max_ext)).to_ne_bytes(),
+        ));
+        if delta > 0 && delta <= MAX_DROPOUT {
+            let d = delta.unsigned_abs();
+            self.stats.lost += d - 1;
+            self.seen = if d >= 128 { 0 } else { self.seen << d } | 1;
+            self.max_ext += d;
+            self.update_jitter(h.timestamp, now_ns);
+        } else if delta == 0 {
+            self.stats.duplicates += 1;
+        } else if delta < 0 && -delta <= MAX_MISORDER {
+            let back = delta.unsigned_abs();
+            let ext = self.max_ext - back;
+            if ext < self.base_ext {
+                // Older than where counting started: late, never counted.
+                self.stats.reordered += 1;
+            } else if self.seen & (1u128 << back) != 0 {
+                self.stats.duplicates += 1;
+            } else {
+                self.seen |= 1u128 << back;
+                self.stats.reordered += 1;
+                self.stats.lost = self.stats.lost.saturating_sub(1);
+            }
+        } else {
+            self.stats.resyncs += 1;
+            self.resync(h.sequence);
+            self.update_jitter(h.timestamp, now_ns);
+        }
+    }
+
+    fn resync(&mut self, sequence: u16) {
+        self.synced = true;
+        self.max_ext = EXT_BASE + u64::from(sequence);
+        self.base_ext = self.max_ext;
+        self.seen = 1;
+        self.transit = None;
+    }
+
+    /// RFC 3550 §6.4.1: J += (|D| - J) / 16, kept times 16 in integers.
+    fn update_jitter(&mut self, timestamp: u32, now_ns: u64) {
+        let product = u128::from(now_ns) * u128::from(self.units_per_ns_q32);
+        // Only the low 32 bits of the arrival in clock units matter: the
+        // RTP timestamp wraps at 2^32 too.
+        let arrival = low32(product >> 32);
+        let transit = arrival.wrapping_sub(timestamp);
+        if let Some(prev) = self.transit {
+            let d = u64::from(
+                i32::from_ne_bytes(transit.wrapping_sub(prev).to_ne_bytes()).unsigned_abs(),
+            );
+            let j = &mut self.stats.jitter_x16;
+            *j = (*j + d).saturating_sub((*j + 8) >> 4);
+        }
+        self.transit = Some(transit);
+    }
+}
+
+fn low16(v: u64) -> u16 {
+    u16::try_from(v & 0xffff).unwrap_or(0)
+}
+
+fn low32(v: u128) -> u32 {
+    u32::try_from(v & 0xffff_ffff).unwrap_or(0)
+}
+
+/// Build an RTP datagram (tests, benchmarks, the load generator).
+pub fn build(
+    out: &mut [u8],
+    payload_type: u8,
+    sequence: u16,
+    timestamp: u32,
+    ssrc: u32,
+) -> Option<&mut [u8]> {
+    let h = out.get_mut(..12)?;
+    h[0] = 0x80;
+    h[1] = payload_type & 0x7f;
+    h[2..4].copy_from_slice(&sequence.to_be_bytes());
+    h[4..8].copy_from_slice(&timestamp.to_be_bytes());
+    h[8..12].copy_from_slice(&ssrc.to_be_bytes());
+    out.get_mut(12..)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pkt(seq: u16, ts: u32, ssrc: u32) -> [u8; 16] {
+        let mut b = [0u8; 16];
+        let _ = build(&mut b, 33, seq, ts, ssrc);
+        b
+    }
+
+    fn run(seqs: &[u16]) -> RtpStats {
+        let mut t = RtpTracker::new(90_000);
+        for (i, &s) in seqs.iter().enumerate() {
+            t.observe(&pkt(s, 0, 7), i as u64 * 1_000_000);
+        }
+        *t.stats()
+    }
+
+    #[test]
+    fn header_fields() {
+        let h = parse(&pkt(0x1234, 0xdead_beef, 0x0102_0304)).unwrap();
+        assert_eq!(
+            (h.payload_type, h.sequence, h.timestamp, h.ssrc, h.payload),
+            (33, 0x1234, 0xdead_beef, 0x0102_0304, 12..16)
+        );
+    }
+
+    #[test]
+    fn csrc_extension_and_padding() {
+        let mut b = [0u8; 40];
+        let _ = build(&mut b, 96, 1, 2, 3);
+        b[0] = 0x80 | 0x20 | 0x10 | 2; // padding, extension, 2 CSRCs
+        // Extension at 20: profile, length 1 word.
+        b[22..24].copy_from_slice(&1u16.to_be_bytes());
+        b[39] = 4; // 4 bytes of padding
+        assert_eq!(parse(&b).unwrap().payload, 28..36);
+    }
+
+    #[test]
+    fn malformed_headers() {
+        let good = pkt(1, 2, 3);
+        assert!(parse(&good[..11]).is_none(), "short");
+        let mut v1 = good;
+        v1[0] = 0x40;
+        assert!(parse(&v1).is_none(), "version 1");
+        let mut csrc = good;
+        csrc[0] = 0x81; // one CSRC: 16 bytes, no payload left: fine
+        assert!(parse(&csrc).is_some());
+        csrc[0] = 0x82; // two: past the end
+        assert!(parse(&csrc).is_none());
+        let mut ext = good;
+        ext[0] = 0x90; // extension header at 12..16, length 0
+        assert!(parse(&ext).is_some());
+        ext[14..16].copy_from_slice(&1u16.to_be_bytes());
+        assert!(parse(&ext).is_none(), "extension past the end");
+        let mut pad = good;
+        pad[0] = 0xa0;
+        pad[15] = 0;
+        assert!(parse(&pad).is_none(), "zero padding");
+        pad[15] = 5;
+        assert!(parse(&pad).is_none(), "padding into the header");
+        pad[15] = 4;
+        assert_eq!(parse(&pad).unwrap().payload, 12..12);
+        let mut t = RtpTracker::new(90_000);
+        assert!(t.observe(&good[..5], 0).is_none());
+        assert_eq!(t.stats().malformed, 1);
+        assert_eq!(t.stats().packets, 0);
+    }
+
+    #[test]
+    fn in_order_is_clean() {
+        let s = run(&[1, 2, 3, 4, 5]);
+        assert_eq!((s.packets, s.lost, s.duplicates, s.reordered), (5, 0, 0, 0));
+    }
+
+    #[test]
+    fn gap_counts_lost() {
+        let s = run(&[1, 2, 5, 6, 10]);
+        assert_eq!((s.lost, s.reordered), (2 + 3, 0));
+    }
+
+    #[test]
+    fn wrap_is_not_loss() {
+        let s = run(&[65534, 65535, 0, 1]);
+        assert_eq!((s.lost, s.duplicates, s.reordered, s.resyncs), (0, 0, 0, 0));
+        let s = run(&[65535, 1]);
+        assert_eq!(s.lost, 1);
+    }
+
+    #[test]
+    fn duplicates() {
+        let s = run(&[1, 2, 2, 3, 1, 3]);
+        assert_eq!((s.duplicates, s.lost, s.reordered), (3, 0, 0));
+    }
+
+    #[test]
+    fn late_arrival_is_reordered_not_lost() {
+        let s = run(&[1, 2, 4, 3, 5]);
+        assert_eq!((s.lost, s.reordered, s.duplicates), (0, 1, 0));
+        let s = run(&[1, 2, 4, 3, 3, 5]);
+        assert_eq!((s.lost, s.reordered, s.duplicates), (0, 1, 1));
+        // Across the wrap.
+        let s = run(&[65534, 0, 65535, 1]);
+        assert_eq!((s.lost, s.reordered), (0, 1));
+    }
+
+    #[test]
+    fn before_the_first_packet_is_reordered_only() {
+        let s = run(&[10, 9, 11]);
+        assert_eq!((s.lost, s.reordered, s.duplicates), (0, 1, 0));
+    }
+
+    #[test]
+    fn big_jumps_resync() {
+        let s = run(&[1, 2, 10_000, 10_001, 1]);
+        assert_eq!((s.lost, s.resyncs), (0, 2));
+    }
+
+    #[test]
+    fn ssrc_change_restarts_sequence() {
+        let mut t = RtpTracker::new(90_000);
+        t.observe(&pkt(100, 0, 1), 0);
+        t.observe(&pkt(101, 0, 1), 0);
+        t.observe(&pkt(5, 0, 2), 0);
+        t.observe(&pkt(6, 0, 2), 0);
+        let s = t.stats();
+        assert_eq!((s.ssrc_changes, s.lost, s.ssrc, s.resyncs), (1, 0, 2, 0));
+    }
+
+    #[test]
+    fn jitter_zero_when_paced_and_grows_with_variation() {
+        // 90 kHz, one packet per 10 ms = 900 units.
+        let mut t = RtpTracker::new(90_000);
+        for i in 0..100u16 {
+            t.observe(
+                &pkt(i, u32::from(i) * 900, 1),
+                1_000_000_000 + u64::from(i) * 10_000_000,
+            );
+        }
+        assert!(t.stats().jitter_ns(90_000) < 50_000, "{:?}", t.stats());
+        // Alternate 2 ms early/late: |D| = 4 ms = 360 units, J -> 360.
+        let mut t = RtpTracker::new(90_000);
+        for i in 0..2000u16 {
+            let skew = if i % 2 == 0 { 0 } else { 4_000_000 };
+            t.observe(
+                &pkt(i, u32::from(i) * 900, 1),
+                u64::from(i) * 10_000_000 + skew,
+            );
+        }
+        let j = t.stats().jitter_ns(90_000);
+        assert!((3_900_000..=4_000_000).contains(&j), "{j}");
+    }
+
+    #[test]
+    fn jitter_conversion() {
+        assert_eq!(jitter_ns(16 * 90, 90_000), 1_000_000);
+        assert_eq!(jitter_ns(1, 0), 0);
+    }
+}

@@ -1,0 +1,274 @@
+//! MPEG transport stream (ISO/IEC 13818-1) packet headers, checked the way
+//! ETSI TR 101 290 checks them (priority-1 sync and continuity, priority-2
+//! transport error): a per-input tracker that reads the 4-byte header (and
+//! the adaptation field's discontinuity flag) of every 188-byte packet of a
+//! datagram.
+//!
+//! Bounded: the continuity state of all 8192 PIDs is one byte each, in a
+//! table allocated with the tracker (when the flow is added), so
+//! [`TsTracker::observe`] touches one byte per packet and never allocates
+//! or panics.
+
+/// Bytes in a transport stream packet.
+pub const PACKET: usize = 188;
+/// The first byte of every packet.
+pub const SYNC: u8 = 0x47;
+/// Stuffing: never checked.
+pub const NULL_PID: u16 = 0x1fff;
+/// Distinct PIDs (13 bits).
+pub const PIDS: usize = 8192;
+
+/// What an input's TS packets said so far.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct TsStats {
+    /// Packets with a sync byte, in datagrams of a whole number of packets.
+    pub packets: u64,
+    /// Sync loss: one per datagram whose length isn't a non-zero multiple
+    /// of 188 (its packets aren't read), one per packet whose first byte
+    /// isn't 0x47 (its header isn't read).
+    pub sync_errors: u64,
+    /// Continuity-counter errors (TR 101 290 1.4): a packet with a payload
+    /// whose counter isn't the previous one plus one on its PID, or the
+    /// same counter a third time; not counted after a discontinuity
+    /// indicator, for adaptation-field-only packets or for the null PID.
+    pub continuity_errors: u64,
+    /// Packets with the transport-error indicator set (TR 101 290 2.1);
+    /// their continuity counter isn't checked.
+    pub transport_errors: u64,
+    /// Distinct PIDs seen (the null PID included).
+    pub pids: u64,
+}
+
+/// Per-PID state, one byte: bit 7 seen, bit 6 the one allowed duplicate
+/// was used, bits 0..4 the last continuity counter.
+const SEEN: u8 = 0x80;
+const DUPLICATE: u8 = 0x40;
+
+/// Per-input TS state, created with the flow (one 8 KiB table).
+#[derive(Debug, Clone)]
+pub struct TsTracker {
+    stats: TsStats,
+    pids: Box<[u8; PIDS]>,
+}
+
+impl Default for TsTracker {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TsTracker {
+    pub fn new() -> Self {
+        Self {
+            stats: TsStats::default(),
+            pids: Box::new([0; PIDS]),
+        }
+    }
+
+    pub fn stats(&self) -> &TsStats {
+        &self.stats
+    }
+
+    /// Read the packets of one datagram's payload.
+    #[inline]
+    pub fn observe(&mut self, d: &[u8]) {
+        if d.is_empty() || d.len() % PACKET != 0 {
+            self.stats.sync_errors += 1;
+            return;
+        }
+        for p in d.chunks_exact(PACKET) {
+            self.packet(p);
+        }
+    }
+
+    #[inline]
+    fn packet(&mut self, p: &[u8]) {
+        let [sync, b1, b2, b3, b4, b5, ..] = *p else {
+            return;
+        };
+        let s = &mut self.stats;
+        if sync != SYNC {
+            s.sync_errors += 1;
+            return;
+        }
+        s.packets += 1;
+        let pid = u16::from_be_bytes([b1 & 0x1f, b2]);
+        let state = &mut self.pids[usize::from(pid)];
+        if *state & SEEN == 0 {
+            s.pids += 1;
+        }
+        if b1 & 0x80 != 0 {
+            s.transport_errors += 1;
+            *state |= SEEN;
+            return;
+        }
+        if pid == NULL_PID {
+            *state |= SEEN;
+            return;
+        }
+        let afc = (b3 >> 4) & 3;
+        let cc = b3 & 0x0f;
+        let discontinuity = afc & 2 != 0 && b4 > 0 && b5 & 0x80 != 0;
+        if *state & SEEN == 0 || discontinuity {
+            *state = SEEN | cc;
+            return;
+        }
+        if afc & 1 == 0 {
+            // No payload: the counter doesn't advance (TR 101 290 1.4).
+            return;
+        }
+        let last = *state & 0x0f;
+        if cc == last {
+            if *state & DUPLICATE == 0 {
+                *state |= DUPLICATE;
+            } else {
+                s.continuity_errors += 1;
+            }
+        } else {
+            if cc != (last + 1) & 0x0f {
+                s.continuity_errors += 1;
+            }
+            *state = SEEN | cc;
+        }
+    }
+}
+
+/// Write a TS packet header into `p` (188 bytes): PID, continuity counter,
+/// and whether it has a payload and/or an adaptation field (of length 1,
+/// flags `af_flags`). The rest is left as it is. For tests, benchmarks and
+/// the load generator.
+pub fn build(p: &mut [u8], pid: u16, cc: u8, payload: bool, adaptation: Option<u8>) {
+    let Some(h) = p.get_mut(..6) else {
+        return;
+    };
+    let afc = u8::from(payload) | if adaptation.is_some() { 2 } else { 0 };
+    let [hi, lo] = (pid & 0x1fff).to_be_bytes();
+    h[0] = SYNC;
+    h[1] = hi;
+    h[2] = lo;
+    h[3] = (afc << 4) | (cc & 0x0f);
+    if let Some(flags) = adaptation {
+        h[4] = 1;
+        h[5] = flags;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Packets as (pid, cc, payload, adaptation flags).
+    fn run(packets: &[(u16, u8, bool, Option<u8>)]) -> TsStats {
+        let mut t = TsTracker::new();
+        for &(pid, cc, payload, af) in packets {
+            let mut p = [0xffu8; PACKET];
+            build(&mut p, pid, cc, payload, af);
+            t.observe(&p);
+        }
+        *t.stats()
+    }
+
+    fn cc_run(pid: u16, ccs: &[u8]) -> TsStats {
+        let v: Vec<_> = ccs.iter().map(|&c| (pid, c, true, None)).collect();
+        run(&v)
+    }
+
+    #[test]
+    fn counting_through_the_wrap_is_clean() {
+        let s = cc_run(0x100, &[13, 14, 15, 0, 1, 2]);
+        assert_eq!((s.packets, s.continuity_errors, s.pids), (6, 0, 1));
+    }
+
+    #[test]
+    fn a_gap_is_one_error() {
+        assert_eq!(cc_run(0x100, &[1, 2, 4, 5]).continuity_errors, 1);
+        assert_eq!(cc_run(0x100, &[1, 2, 1, 2]).continuity_errors, 1);
+        assert_eq!(cc_run(0x100, &[1, 2, 1, 3]).continuity_errors, 2);
+    }
+
+    #[test]
+    fn one_duplicate_is_allowed_two_are_not() {
+        assert_eq!(cc_run(0x100, &[1, 2, 2, 3]).continuity_errors, 0);
+        assert_eq!(cc_run(0x100, &[1, 2, 2, 2, 3]).continuity_errors, 1);
+        // The allowance resets once the counter moves on.
+        assert_eq!(cc_run(0x100, &[1, 1, 2, 2, 3, 3]).continuity_errors, 0);
+    }
+
+    #[test]
+    fn adaptation_only_packets_do_not_advance() {
+        let s = run(&[
+            (0x100, 1, true, None),
+            (0x100, 1, false, Some(0x10)), // PCR only, same counter
+            (0x100, 7, false, Some(0x10)), // whatever its counter
+            (0x100, 2, true, Some(0x00)),  // adaptation and payload: advances
+            (0x100, 3, true, None),
+        ]);
+        assert_eq!(s.continuity_errors, 0);
+    }
+
+    #[test]
+    fn discontinuity_indicator_is_honoured() {
+        let s = run(&[
+            (0x100, 1, true, None),
+            (0x100, 9, true, Some(0x80)),
+            (0x100, 10, true, None),
+        ]);
+        assert_eq!(s.continuity_errors, 0);
+        // Without the indicator the same jump is an error.
+        let s = run(&[
+            (0x100, 1, true, None),
+            (0x100, 9, true, Some(0x00)),
+            (0x100, 10, true, None),
+        ]);
+        assert_eq!(s.continuity_errors, 1);
+    }
+
+    #[test]
+    fn null_pid_is_ignored() {
+        let s = cc_run(NULL_PID, &[0, 0, 0, 5, 9]);
+        assert_eq!((s.continuity_errors, s.pids), (0, 1));
+    }
+
+    #[test]
+    fn pids_are_independent() {
+        let s = run(&[
+            (0x100, 1, true, None),
+            (0x101, 8, true, None),
+            (0x100, 2, true, None),
+            (0x101, 9, true, None),
+        ]);
+        assert_eq!((s.continuity_errors, s.pids), (0, 2));
+    }
+
+    #[test]
+    fn transport_error_indicator() {
+        let mut t = TsTracker::new();
+        let mut p = [0u8; PACKET];
+        build(&mut p, 0x100, 1, true, None);
+        t.observe(&p);
+        build(&mut p, 0x100, 9, true, None);
+        p[1] |= 0x80;
+        t.observe(&p);
+        build(&mut p, 0x100, 2, true, None);
+        t.observe(&p);
+        let s = t.stats();
+        assert_eq!((s.transport_errors, s.continuity_errors), (1, 0));
+    }
+
+    #[test]
+    fn sync_errors() {
+        let mut t = TsTracker::new();
+        t.observe(&[]);
+        t.observe(&[SYNC; PACKET + 1]);
+        let mut d = [0u8; 3 * PACKET];
+        for (i, p) in d.chunks_exact_mut(PACKET).enumerate() {
+            build(p, 0x100, u8::try_from(i).unwrap(), true, None);
+        }
+        d[PACKET] = 0x48;
+        t.observe(&d);
+        let s = t.stats();
+        // Two datagrams of the wrong length, one packet without sync; the
+        // unread packet leaves a gap in the counter.
+        assert_eq!((s.sync_errors, s.packets, s.continuity_errors), (3, 2, 1));
+    }
+}
