@@ -57,7 +57,7 @@ pub fn render_metrics(s: &Snapshot) -> String {
 
 fn flow_families(m: &mut Exposition, s: &Snapshot) {
     type Value = fn(&FlowSnapshot) -> u64;
-    let simple: [(&str, &str, Value); 4] = [
+    let simple: [(&str, &str, Value); 5] = [
         (
             "mcrelay_flow_received_packets_total",
             "Datagrams received on the flow's input.",

@@ -366,7 +366,10 @@ mod tests {
         assert_eq!(b.class(), Class::Jumbo);
         assert_eq!(p.free(Class::Jumbo), free - 1);
         let mut b = b;
-        assert!(p.fill(&mut b, &[1; 100]), "a small payload fits a jumbo buffer");
+        assert!(
+            p.fill(&mut b, &[1; 100]),
+            "a small payload fits a jumbo buffer"
+        );
         p.give(b).expect("home");
         assert_eq!(p.free(Class::Jumbo), free);
     }

@@ -364,15 +364,8 @@ impl Core {
                         kind: SendKind::Plain { slot: q.slot },
                     };
                     if !submit(&req, &self.in_flight) {
-                        o.in_flight = o.in_flight.saturating_sub(1);
-                        o.counters.drop_send_error.inc();
-                        release(
-                            &mut self.in_flight,
-                            &mut self.pool,
-                            &mut self.reserve,
-                            &mut f.held,
-                            q.slot,
-                        );
+                        let parts = (&mut self.in_flight, &mut self.pool, &mut self.reserve);
+                        unsent((&mut o.in_flight, &o.counters), &mut f.held, parts, q.slot);
                     }
                 }
             }
@@ -454,15 +447,8 @@ impl Core {
                     kind: SendKind::Plain { slot },
                 };
                 if !submit(&req, &self.in_flight) {
-                    o.in_flight = o.in_flight.saturating_sub(1);
-                    o.counters.drop_send_error.inc();
-                    release(
-                        &mut self.in_flight,
-                        &mut self.pool,
-                        &mut self.reserve,
-                        &mut f.held,
-                        slot,
-                    );
+                    let parts = (&mut self.in_flight, &mut self.pool, &mut self.reserve);
+                    unsent((&mut o.in_flight, &o.counters), &mut f.held, parts, slot);
                 }
             }
             self.gso.finish(record);
@@ -513,6 +499,19 @@ fn count_result(counters: &OutputCounters, result: i32, n: u64) {
         counters.drop_send_error.add(n);
         counters.last_error.set(u64::from(result.unsigned_abs()));
     }
+}
+
+/// A send the kernel could not take (its submission queue stayed full):
+/// dropped for that output, counted as a send error.
+fn unsent(
+    (queued, counters): (&mut u32, &OutputCounters),
+    held: &mut Held,
+    (in_flight, pool, reserve): (&mut InFlight, &mut PoolSet, &mut Reserve),
+    slot: Slot,
+) {
+    *queued = queued.saturating_sub(1);
+    counters.drop_send_error.inc();
+    release(in_flight, pool, reserve, held, slot);
 }
 
 /// One use of the buffer in `slot` is over; the last gives it back. Every

@@ -10,10 +10,33 @@ use io_uring::cqueue;
 use io_uring::opcode;
 use io_uring::types::{CancelBuilder, Fd};
 
-use super::driver::{CQE_BATCH, Worker};
+use super::driver::{CQE_BATCH, Flow, Worker};
 use crate::core::{FlowId, Received};
 use crate::receive_buffers::BUFFER_LEN;
 use crate::submit::{self, UserData};
+
+/// A receive (or packet ring poll) failed with `errno`: counted, and the
+/// first per flow logged.
+fn receive_failed(
+    counters: Option<&crate::counters::FlowCounters>,
+    flow: &mut Flow,
+    worker: usize,
+    what: &str,
+    errno: i32,
+) {
+    if let Some(c) = counters {
+        c.receive_errors.inc();
+    }
+    if !flow.error_logged {
+        flow.error_logged = true;
+        tracing::warn!(
+            worker,
+            flow = %flow.name,
+            "{what} failed: {}",
+            io::Error::from_raw_os_error(errno)
+        );
+    }
+}
 
 impl Worker {
     pub(super) fn arm_receive(&mut self, f: FlowId) {
@@ -81,18 +104,13 @@ impl Worker {
             }
             let result = cqe.result();
             if result < 0 && result != -libc::ECANCELED {
-                if let Some(c) = self.core.counters(f) {
-                    c.receive_errors.inc();
-                }
-                if !flow.error_logged {
-                    flow.error_logged = true;
-                    tracing::warn!(
-                        worker = self.index,
-                        flow = %flow.name,
-                        "poll on the packet ring failed: {}",
-                        io::Error::from_raw_os_error(-result)
-                    );
-                }
+                receive_failed(
+                    self.core.counters(f),
+                    flow,
+                    self.index,
+                    "poll on the packet ring",
+                    -result,
+                );
             }
             if result > 0 && !removing {
                 self.service_ring(f);
@@ -125,20 +143,7 @@ impl Worker {
                     }
                 }
                 libc::ECANCELED => {}
-                errno => {
-                    if let Some(c) = counters {
-                        c.receive_errors.inc();
-                    }
-                    if !flow.error_logged {
-                        flow.error_logged = true;
-                        tracing::warn!(
-                            worker = self.index,
-                            flow = %flow.name,
-                            "receive failed: {}",
-                            io::Error::from_raw_os_error(errno)
-                        );
-                    }
-                }
+                errno => receive_failed(counters, flow, self.index, "receive", errno),
             }
             return;
         }
