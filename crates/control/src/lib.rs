@@ -39,6 +39,6 @@ pub use render::{
 };
 pub use server::{ControlHandler, answer_event, answer_line};
 pub use snapshot::{
-    DaemonState, FlowSnapshot, FlowState, IngressDropsSnapshot, OutputSnapshot, PoolClassSnapshot,
-    Snapshot, Totals, WorkerSnapshot,
+    DaemonState, FlowSnapshot, FlowState, IngressDropsSnapshot, InputHealth, OutputSnapshot,
+    PoolClassSnapshot, RtpHealth, Snapshot, Totals, TsHealth, WorkerSnapshot, input_label,
 };

@@ -10,7 +10,8 @@
 use std::fmt::{Display, Write};
 
 use crate::snapshot::{
-    DaemonState, FlowSnapshot, OutputSnapshot, PoolClassSnapshot, Snapshot, WorkerSnapshot,
+    DaemonState, FlowSnapshot, OutputSnapshot, PoolClassSnapshot, RtpHealth, Snapshot, TsHealth,
+    WorkerSnapshot, input_label,
 };
 
 /// The `Content-Type` of [`render_metrics`]' output.
@@ -50,6 +51,7 @@ pub fn render_metrics(s: &Snapshot) -> String {
     m.sample("mcrelay_uptime_seconds", &[], Float(s.uptime_seconds));
 
     flow_families(&mut m, s);
+    input_families(&mut m, s);
     output_families(&mut m, s);
     worker_families(&mut m, s);
     m.out
@@ -130,9 +132,149 @@ fn flow_families(m: &mut Exposition, s: &Snapshot) {
     }
 }
 
+/// Stream health, labelled `flow` and `input` (`address:port@interface`),
+/// for every flow that has run: silence and gaps for every payload mode,
+/// RTP families for "rtp" and "rtp-mpegts" flows, TS families for
+/// "mpegts" and "rtp-mpegts" flows.
+fn input_families(m: &mut Exposition, s: &Snapshot) {
+    let inputs: Vec<(&FlowSnapshot, String)> = s
+        .flows
+        .iter()
+        .filter(|f| !f.health.payload.is_empty())
+        .map(|f| (f, input_label(&f.input)))
+        .collect();
+    fn emit(m: &mut Exposition, name: &str, f: &FlowSnapshot, input: &str, v: impl Display) {
+        m.sample(name, &[("flow", &f.name), ("input", input)], v);
+    }
+
+    m.family(
+        "mcrelay_input_silent",
+        Kind::Gauge,
+        "1 while no datagram has arrived on the input for the flow's silence_ms, else 0.",
+    );
+    for (f, input) in &inputs {
+        emit(
+            m,
+            "mcrelay_input_silent",
+            f,
+            input,
+            u8::from(f.health.silent),
+        );
+    }
+    m.family(
+        "mcrelay_input_max_gap_seconds",
+        Kind::Gauge,
+        "Longest gap between datagrams on the input since the previous read, counting the one still open.",
+    );
+    for (f, input) in &inputs {
+        let gap = Float(f.health.max_gap_ns as f64 / 1e9);
+        emit(m, "mcrelay_input_max_gap_seconds", f, input, gap);
+    }
+
+    type RtpValue = fn(&RtpHealth) -> u64;
+    let rtp: [(&str, &str, RtpValue); 7] = [
+        (
+            "mcrelay_input_rtp_packets_total",
+            "Datagrams with a valid RTP header.",
+            |r| r.packets,
+        ),
+        (
+            "mcrelay_input_rtp_lost_packets_total",
+            "RTP sequence numbers skipped and never arrived.",
+            |r| r.lost,
+        ),
+        (
+            "mcrelay_input_rtp_duplicate_packets_total",
+            "RTP packets whose sequence number had already arrived.",
+            |r| r.duplicates,
+        ),
+        (
+            "mcrelay_input_rtp_reordered_packets_total",
+            "RTP packets that arrived after a higher sequence number.",
+            |r| r.reordered,
+        ),
+        (
+            "mcrelay_input_rtp_ssrc_changes_total",
+            "Times the RTP SSRC changed (a new source).",
+            |r| r.ssrc_changes,
+        ),
+        (
+            "mcrelay_input_rtp_resyncs_total",
+            "RTP sequence jumps too large to count as loss; counting restarted.",
+            |r| r.resyncs,
+        ),
+        (
+            "mcrelay_input_rtp_malformed_packets_total",
+            "Datagrams that are not RTP version 2 (relayed unchanged).",
+            |r| r.malformed,
+        ),
+    ];
+    for (name, help, value) in rtp {
+        m.family(name, Kind::Counter, help);
+        for (f, input) in &inputs {
+            if let Some(r) = &f.health.rtp {
+                emit(m, name, f, input, value(r));
+            }
+        }
+    }
+    m.family(
+        "mcrelay_input_rtp_jitter_seconds",
+        Kind::Gauge,
+        "RTP interarrival jitter (RFC 3550 6.4.1) of the input.",
+    );
+    for (f, input) in &inputs {
+        if let Some(r) = &f.health.rtp {
+            let j = Float(r.jitter_ns as f64 / 1e9);
+            emit(m, "mcrelay_input_rtp_jitter_seconds", f, input, j);
+        }
+    }
+
+    type TsValue = fn(&TsHealth) -> u64;
+    let ts: [(&str, Kind, &str, TsValue); 5] = [
+        (
+            "mcrelay_input_ts_packets_total",
+            Kind::Counter,
+            "MPEG-TS packets read on the input.",
+            |t| t.packets,
+        ),
+        (
+            "mcrelay_input_ts_continuity_errors_total",
+            Kind::Counter,
+            "MPEG-TS continuity-counter errors (TR 101 290 1.4).",
+            |t| t.continuity_errors,
+        ),
+        (
+            "mcrelay_input_ts_sync_errors_total",
+            Kind::Counter,
+            "Datagrams not a multiple of 188 bytes, and TS packets without the 0x47 sync byte.",
+            |t| t.sync_errors,
+        ),
+        (
+            "mcrelay_input_ts_transport_errors_total",
+            Kind::Counter,
+            "MPEG-TS packets with the transport-error indicator set (TR 101 290 2.1).",
+            |t| t.transport_errors,
+        ),
+        (
+            "mcrelay_input_ts_pids",
+            Kind::Gauge,
+            "Distinct MPEG-TS PIDs seen on the input.",
+            |t| t.pids,
+        ),
+    ];
+    for (name, kind, help, value) in ts {
+        m.family(name, kind, help);
+        for (f, input) in &inputs {
+            if let Some(t) = &f.health.ts {
+                emit(m, name, f, input, value(t));
+            }
+        }
+    }
+}
+
 fn output_families(m: &mut Exposition, s: &Snapshot) {
     type Value = fn(&OutputSnapshot) -> u64;
-    let simple: [(&str, Kind, &str, Value); 5] = [
+    let simple: [(&str, Kind, &str, Value); 7] = [
         (
             "mcrelay_output_sent_packets_total",
             Kind::Counter,
@@ -162,6 +304,19 @@ fn output_families(m: &mut Exposition, s: &Snapshot) {
             Kind::Counter,
             "GSO sends the kernel refused; their datagrams were sent one by one.",
             |o| o.gso_fallbacks,
+        ),
+        (
+            "mcrelay_output_connected",
+            Kind::Gauge,
+            "1 if the output is connected; 0 while it waits for a route or its source \
+             address (its sends fail; retried every second).",
+            |o| u64::from(o.not_connected.is_none()),
+        ),
+        (
+            "mcrelay_output_connect_failures_total",
+            Kind::Counter,
+            "Attempts to connect the output that failed (no route, source address missing).",
+            |o| o.connect_failures,
         ),
     ];
     for (name, kind, help, value) in simple {
@@ -298,9 +453,15 @@ impl Exposition {
     fn for_snapshot(s: &Snapshot) -> Self {
         let outputs: usize = s.flows.iter().map(|f| f.outputs.len()).sum();
         let pools: usize = s.workers.iter().map(|w| w.pools.len()).sum();
+        // Stream health adds up to 15 samples per flow, with two labels.
         let samples = 7 * s.flows.len() + 7 * outputs + 5 * pools + 3 * s.workers.len();
+        let health = 15
+            * s.flows
+                .iter()
+                .filter(|f| !f.health.payload.is_empty())
+                .count();
         Self {
-            out: String::with_capacity(4096 + 128 * samples),
+            out: String::with_capacity(4096 + 128 * samples + 160 * health + 2048),
         }
     }
 
@@ -556,6 +717,46 @@ mod tests {
             v("mcrelay_worker_completions_total", &[("worker", "0")]),
             20000.0
         );
+    }
+
+    #[test]
+    fn input_health_families() {
+        let mut s = sample();
+        let (samples, types) = check(&render_metrics(&s));
+        let v = |name, labels: &[(&str, &str)]| find(&samples, name, labels).value;
+        let l = [("flow", "video-a"), ("input", "239.1.1.1:5000@vRA")];
+        for (name, want) in [
+            ("mcrelay_input_rtp_lost_packets_total", 3.0),
+            ("mcrelay_input_rtp_duplicate_packets_total", 2.0),
+            ("mcrelay_input_rtp_reordered_packets_total", 1.0),
+            ("mcrelay_input_rtp_ssrc_changes_total", 1.0),
+            ("mcrelay_input_rtp_malformed_packets_total", 4.0),
+            ("mcrelay_input_rtp_jitter_seconds", 0.0015),
+            ("mcrelay_input_ts_sync_errors_total", 5.0),
+            ("mcrelay_input_ts_continuity_errors_total", 6.0),
+            ("mcrelay_input_ts_transport_errors_total", 7.0),
+            ("mcrelay_input_ts_pids", 4.0),
+            ("mcrelay_input_silent", 0.0),
+            ("mcrelay_input_max_gap_seconds", 0.025),
+        ] {
+            assert_eq!(v(name, &l), want, "{name}");
+        }
+        assert_eq!(types["mcrelay_input_rtp_jitter_seconds"], "gauge");
+        assert_eq!(types["mcrelay_input_rtp_lost_packets_total"], "counter");
+        // A udp flow: silence and gaps only; an older daemon: nothing.
+        s.flows[0].health.rtp = None;
+        s.flows[0].health.ts = None;
+        s.flows[0].health.silent = true;
+        let (samples, _) = check(&render_metrics(&s));
+        assert_eq!(find(&samples, "mcrelay_input_silent", &l).value, 1.0);
+        assert!(
+            !samples
+                .iter()
+                .any(|x| x.name.starts_with("mcrelay_input_rtp"))
+        );
+        s.flows[0].health = Default::default();
+        let (samples, _) = check(&render_metrics(&s));
+        assert!(!samples.iter().any(|x| x.name.starts_with("mcrelay_input_")));
     }
 
     #[test]

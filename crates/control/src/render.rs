@@ -9,7 +9,7 @@ use std::fmt::Write;
 use std::time::Duration;
 
 use crate::rates::{FlowRates, OutputRates, Rates};
-use crate::snapshot::{DaemonState, FlowSnapshot, OutputSnapshot, Snapshot};
+use crate::snapshot::{DaemonState, FlowSnapshot, InputHealth, OutputSnapshot, Snapshot};
 
 /// The daemon's state, uptime, workers, flows and totals, one fact a line.
 pub fn render_status(s: &Snapshot) -> String {
@@ -72,6 +72,28 @@ pub fn render_status(s: &Snapshot) -> String {
     for flow in s.flows.iter().filter(|f| !f.state.is_running()) {
         let _ = writeln!(out, "  flow {:?}: {}", flow.name, flow.state);
     }
+    let silent: Vec<&str> = s
+        .flows
+        .iter()
+        .filter(|f| f.state.is_running() && f.health.silent)
+        .map(|f| f.name.as_str())
+        .collect();
+    if !silent.is_empty() {
+        let _ = writeln!(
+            out,
+            "silent:   {} (no datagram for silence_ms)",
+            silent.join(", ")
+        );
+    }
+    let errors: Vec<String> = s
+        .flows
+        .iter()
+        .filter(|f| f.health.errors() > 0)
+        .map(|f| format!("{} ({})", f.name, stream_errors(&f.health).join(", ")))
+        .collect();
+    if !errors.is_empty() {
+        let _ = writeln!(out, "stream:   {}", errors.join("; "));
+    }
     let pauses: u64 = s.flows.iter().map(|f| f.interface_pauses).sum();
     if pauses > 0 {
         let _ = writeln!(
@@ -98,6 +120,7 @@ pub fn render_flows(s: &Snapshot, rates: Option<&Rates>) -> String {
         ("PPS", Align::Right),
         ("RATE", Align::Right),
         ("DROPS", Align::Left),
+        ("HEALTH", Align::Left),
     ]);
     for flow in &s.flows {
         let fr = rates.and_then(|r| r.flow(&flow.name));
@@ -111,6 +134,7 @@ pub fn render_flows(s: &Snapshot, rates: Option<&Rates>) -> String {
             fr.map_or_else(dash, |r| human_rate(r.packets_per_second)),
             fr.map_or_else(dash, |r| human_bits_per_second(r.bits_per_second)),
             ingress_drops(flow, fr),
+            health_text(&flow.health),
         ]);
         for output in &flow.outputs {
             let or = fr.and_then(|r| r.output(&output.label));
@@ -124,6 +148,7 @@ pub fn render_flows(s: &Snapshot, rates: Option<&Rates>) -> String {
                 or.map_or_else(dash, |r| human_rate(r.packets_per_second)),
                 or.map_or_else(dash, |r| human_bits_per_second(r.bits_per_second)),
                 output_drops(output, or),
+                String::new(),
             ]);
         }
     }
@@ -280,6 +305,70 @@ fn three_digits(x: f64) -> String {
     }
 }
 
+/// The nonzero stream-error counters of an input: "lost 3", "cc 6", ...
+fn stream_errors(h: &InputHealth) -> Vec<String> {
+    let mut parts = Vec::new();
+    if let Some(r) = &h.rtp {
+        for (what, n) in [
+            ("lost", r.lost),
+            ("dup", r.duplicates),
+            ("reordered", r.reordered),
+            ("ssrc changes", r.ssrc_changes),
+            ("not rtp", r.malformed),
+        ] {
+            if n > 0 {
+                parts.push(format!("{what} {}", human_count(n)));
+            }
+        }
+    }
+    if let Some(t) = &h.ts {
+        for (what, n) in [
+            ("cc", t.continuity_errors),
+            ("sync", t.sync_errors),
+            ("tei", t.transport_errors),
+        ] {
+            if n > 0 {
+                parts.push(format!("{what} {}", human_count(n)));
+            }
+        }
+    }
+    parts
+}
+
+/// The HEALTH column of an input: its payload mode, SILENT, the max gap,
+/// the RTP jitter and every nonzero error counter ("ok" if none).
+fn health_text(h: &InputHealth) -> String {
+    if h.payload.is_empty() {
+        return dash();
+    }
+    let mut parts = vec![h.payload.clone()];
+    if h.silent {
+        parts.push("SILENT".into());
+    }
+    parts.push(format!("gap {}", human_ms(h.max_gap_ns)));
+    if let Some(r) = &h.rtp {
+        parts.push(format!("jitter {}", human_ms(r.jitter_ns)));
+    }
+    let errors = stream_errors(h);
+    if errors.is_empty() {
+        parts.push("ok".into());
+    }
+    parts.extend(errors);
+    parts.join(" ")
+}
+
+/// Nanoseconds as milliseconds: `0.35ms`, `25ms`, `1.2s`.
+fn human_ms(ns: u64) -> String {
+    let ms = ns as f64 / 1e6;
+    if ms >= 1000.0 {
+        format!("{:.1}s", ms / 1000.0)
+    } else if ms >= 10.0 {
+        format!("{ms:.0}ms")
+    } else {
+        format!("{ms:.2}ms")
+    }
+}
+
 fn dash() -> String {
     "-".into()
 }
@@ -305,11 +394,15 @@ fn output_drops(output: &OutputSnapshot, rates: Option<&OutputRates>) -> String 
         ("backlog", output.drops_backlog),
         ("send_error", output.drops_send_error),
     ];
-    drops_text(
+    let mut text = drops_text(
         &reasons,
         output.last_error.as_deref(),
         rates.map(|r| r.drops_per_second),
-    )
+    );
+    if let Some(why) = &output.not_connected {
+        let _ = write!(text, " NOT CONNECTED: {why}");
+    }
+    text
 }
 
 /// `kernel=3 pool_exhausted=2 (1.50/s) last: ENOBUFS`, listing only
@@ -570,5 +663,32 @@ mod tests {
         assert!(jumbo.trim_end().ends_with(" 9"), "{jumbo}");
         let small = text.lines().find(|l| l.contains("small")).unwrap();
         assert!(small.contains(" 20 "), "high water in {small}");
+    }
+
+    #[test]
+    fn health_column_and_status_lines() {
+        let mut s = sample();
+        let flows = render_flows(&s, None);
+        assert!(flows.lines().next().unwrap().ends_with("HEALTH"), "{flows}");
+        assert!(
+            flows.contains(
+                "rtp-mpegts gap 25ms jitter 1.50ms lost 3 dup 2 reordered 1 ssrc changes 1 not rtp 4 cc 6 sync 5 tei 7"
+            ),
+            "{flows}"
+        );
+        let status = render_status(&s);
+        assert!(
+            status.contains("stream:   video-a (lost 3, dup 2, reordered 1, ssrc changes 1, not rtp 4, cc 6, sync 5, tei 7)"),
+            "{status}"
+        );
+        assert!(!status.contains("silent:"));
+        s.flows[0].health.silent = true;
+        s.flows[0].health.rtp = Some(Default::default());
+        s.flows[0].health.ts = None;
+        assert!(render_status(&s).contains("silent:   video-a"));
+        assert!(!render_status(&s).contains("stream:"));
+        assert!(render_flows(&s, None).contains("rtp-mpegts SILENT gap 25ms jitter 0.00ms ok"));
+        s.flows[0].health = InputHealth::default();
+        assert!(!render_flows(&s, None).contains("gap"));
     }
 }

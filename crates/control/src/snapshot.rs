@@ -109,6 +109,92 @@ pub struct FlowSnapshot {
     /// interface is back).
     #[serde(default)]
     pub interface_pauses: u64,
+    /// Stream health of the input (absent from older daemons).
+    #[serde(default)]
+    pub health: InputHealth,
+}
+
+/// What the input's datagrams said about the stream (the flow's
+/// `payload`): arrival for every mode, RTP and TS counters when the mode
+/// reads them. Counters grow while the flow is configured.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InputHealth {
+    /// "udp", "rtp", "mpegts" or "rtp-mpegts"; empty before the flow first
+    /// ran.
+    pub payload: String,
+    /// No datagram for `silence_ms` (or none since the flow started).
+    pub silent: bool,
+    pub silence_ms: u64,
+    /// Longest gap between datagrams since the previous read through the
+    /// control socket or metrics endpoint, counting the one still open.
+    pub max_gap_ns: u64,
+    /// Present for "rtp" and "rtp-mpegts".
+    pub rtp: Option<RtpHealth>,
+    /// Present for "mpegts" and "rtp-mpegts".
+    pub ts: Option<TsHealth>,
+}
+
+/// RTP (RFC 3550) counters of one input.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RtpHealth {
+    /// Datagrams with a valid RTP header.
+    pub packets: u64,
+    /// Sequence numbers skipped and never arrived.
+    pub lost: u64,
+    pub duplicates: u64,
+    /// Arrived after a higher sequence number.
+    pub reordered: u64,
+    pub ssrc_changes: u64,
+    /// Sequence jumps too large to count as loss (counting restarted).
+    pub resyncs: u64,
+    /// Datagrams that aren't RTP (relayed anyway).
+    pub malformed: u64,
+    /// Of the latest packet.
+    pub payload_type: u8,
+    pub ssrc: u32,
+    /// Interarrival jitter (RFC 3550 §6.4.1), in nanoseconds.
+    pub jitter_ns: u64,
+}
+
+/// MPEG-TS (TR 101 290) counters of one input.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TsHealth {
+    pub packets: u64,
+    /// Datagrams not a multiple of 188 bytes, and packets without 0x47.
+    pub sync_errors: u64,
+    pub continuity_errors: u64,
+    /// Packets with the transport-error indicator set.
+    pub transport_errors: u64,
+    /// Distinct PIDs seen.
+    pub pids: u64,
+}
+
+impl InputHealth {
+    /// Errors of any kind counted so far (not silence).
+    pub fn errors(&self) -> u64 {
+        let r = self.rtp.as_ref().map_or(0, |r| {
+            r.lost + r.duplicates + r.reordered + r.ssrc_changes + r.malformed
+        });
+        let t = self.ts.as_ref().map_or(0, |t| {
+            t.sync_errors + t.continuity_errors + t.transport_errors
+        });
+        r + t
+    }
+
+    /// Packets lost: RTP sequence gaps and TS continuity errors.
+    pub fn losses(&self) -> u64 {
+        self.rtp.as_ref().map_or(0, |r| r.lost)
+            + self.ts.as_ref().map_or(0, |t| t.continuity_errors)
+    }
+}
+
+/// The input's label in metrics: `address:port@interface`, from
+/// [`FlowSnapshot::input`] ("239.1.1.1:5000 on eth0").
+pub fn input_label(input: &str) -> String {
+    match input.rsplit_once(" on ") {
+        Some((addr, interface)) => format!("{addr}@{interface}"),
+        None => input.to_owned(),
+    }
 }
 
 /// Whether a flow relays. A flow that doesn't has no sockets open; its
@@ -254,6 +340,15 @@ pub struct OutputSnapshot {
     /// GSO sends the kernel refused; their datagrams went one by one.
     #[serde(default)]
     pub gso_fallbacks: u64,
+    /// Why the output is not connected, while it isn't (no route to its
+    /// destination, or its source address missing): its sends fail, counted
+    /// as `drops_send_error`, and the connection is retried every second
+    /// and on every interface change; the flow's other outputs relay on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_connected: Option<String>,
+    /// Times opening or connecting this output failed (each attempt).
+    #[serde(default)]
+    pub connect_failures: u64,
 }
 
 impl OutputSnapshot {
@@ -369,6 +464,8 @@ pub(crate) fn sample() -> Snapshot {
                     in_flight_high_water: 8,
                     gso_sends: 0,
                     gso_fallbacks: 0,
+                    not_connected: None,
+                    connect_failures: 0,
                 },
                 OutputSnapshot {
                     label: "239.2.2.2:7000".into(),
@@ -380,10 +477,37 @@ pub(crate) fn sample() -> Snapshot {
                     in_flight_high_water: 2,
                     gso_sends: 10,
                     gso_fallbacks: 1,
+                    not_connected: None,
+                    connect_failures: 0,
                 },
             ],
             state: FlowState::Running,
             interface_pauses: 0,
+            health: InputHealth {
+                payload: "rtp-mpegts".into(),
+                silent: false,
+                silence_ms: 1000,
+                max_gap_ns: 25_000_000,
+                rtp: Some(RtpHealth {
+                    packets: 800,
+                    lost: 3,
+                    duplicates: 2,
+                    reordered: 1,
+                    ssrc_changes: 1,
+                    resyncs: 0,
+                    malformed: 4,
+                    payload_type: 33,
+                    ssrc: 0x1234,
+                    jitter_ns: 1_500_000,
+                }),
+                ts: Some(TsHealth {
+                    packets: 5600,
+                    sync_errors: 5,
+                    continuity_errors: 6,
+                    transport_errors: 7,
+                    pids: 4,
+                }),
+            },
         }],
     }
 }

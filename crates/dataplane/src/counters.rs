@@ -102,6 +102,8 @@ pub struct FlowCounters {
     /// Receives resumed after every output had been backed up (the
     /// socket buffer held, or dropped and counted, what came meanwhile).
     pub receive_resumes: Counter,
+    /// Stream health of the input (see [`crate::health`]).
+    pub health: crate::health::HealthCounters,
 }
 
 /// Counters of one output of a flow.

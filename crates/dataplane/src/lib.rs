@@ -17,6 +17,11 @@
 //! `TPACKET_V3` packet ring and parsed by [`mcrelay_wire`] — the same copy
 //! and sends follow.
 //!
+//! Every received datagram is also read, never changed, for its flow's
+//! stream [`health`] (arrival and silence always; RTP and MPEG-TS headers
+//! when the flow's `payload` says so): by the driver, before the core sees
+//! it (health reads a clock; the core has none).
+//!
 //! `unsafe` lives in the modules that talk to the kernel:
 //! `receive_buffers` (receive buffer memory shared with the kernel),
 //! `packet_ring` (the mmap'd `TPACKET_V3` ring), `submit` (the SQE push, an
@@ -30,6 +35,7 @@ pub mod affinity;
 pub mod core;
 pub mod counters;
 mod egress;
+pub mod health;
 pub mod ingress;
 mod packet_ring;
 mod receive_buffers;

@@ -37,6 +37,8 @@ pub struct OpenedFlow {
     /// One connected socket per output, in config order; for a packet
     /// flow on a group, followed by the socket holding its membership.
     pub outputs: Vec<UdpSocket>,
+    /// Outputs opened but not connected yet (index into `outputs`, errno).
+    pub unconnected: Vec<(usize, i32)>,
 }
 
 /// Why a request to the helper failed.
@@ -123,6 +125,7 @@ impl HelperClient {
             Reply::Sockets {
                 ingress_receive_buffer_bytes,
                 count,
+                unconnected,
             } => {
                 let sockets = client.collect_sockets(count, fds)?;
                 let mut sockets = sockets.into_iter();
@@ -133,6 +136,7 @@ impl HelperClient {
                     ingress,
                     ingress_receive_buffer_bytes,
                     outputs: sockets.map(UdpSocket::from).collect(),
+                    unconnected,
                 })
             }
             other => unexpected(other, &fds),
@@ -395,7 +399,7 @@ mod tests {
             // Keep the connection open until the client is done.
             let _ = recv_with_fds(&helper, &mut buf, 0);
         });
-        HelperClient::with_timeout(daemon, Duration::from_secs(5)).expect("client")
+        HelperClient::with_timeout(daemon, Duration::from_secs(60)).expect("client")
     }
 
     fn udp() -> UdpSocket {

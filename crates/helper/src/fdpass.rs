@@ -315,10 +315,10 @@ mod tests {
         // one sent through the copy comes from the original's address.
         let probe = udp();
         probe
-            .set_read_timeout(Some(Duration::from_secs(5)))
+            .set_read_timeout(Some(Duration::from_secs(60)))
             .expect("timeout");
         passed[1]
-            .set_read_timeout(Some(Duration::from_secs(5)))
+            .set_read_timeout(Some(Duration::from_secs(60)))
             .expect("timeout");
         probe.send_to(b"hello", addrs[1]).expect("send");
         let mut got = [0u8; 16];

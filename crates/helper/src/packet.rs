@@ -154,7 +154,7 @@ mod tests {
         assert!(ingress.membership.is_none(), "unicast input: no membership");
         let packet = Socket::from(ingress.socket);
         packet
-            .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .set_read_timeout(Some(std::time::Duration::from_secs(60)))
             .expect("timeout");
         let sender = UdpSocket::bind("127.0.0.1:0").expect("bind");
         sender

@@ -10,7 +10,7 @@ use std::net::UdpSocket;
 use mcrelay_config::{Config, Flow, IngressKind};
 
 use crate::packet::open_packet_ingress;
-use crate::sockets::{Ingress, interface_index, open_egress, open_ingress};
+use crate::sockets::{Ingress, interface_index, open_egress_or_pending, open_ingress};
 
 /// The flows the helper may open sockets for.
 #[derive(Debug, Clone)]
@@ -24,8 +24,13 @@ pub struct FlowSockets {
     /// The input's socket, bound and joined (UDP), or bound to the
     /// interface with the flow's filter (AF_PACKET).
     pub ingress: Ingress,
-    /// One connected socket per output, in config order.
+    /// One socket per output, in config order; connected, but for those in
+    /// `unconnected`.
     pub outputs: Vec<UdpSocket>,
+    /// Outputs whose source address or route is missing now (by index into
+    /// `outputs`, with the errno): opened but not connected; the daemon
+    /// retries the connection ([`crate::sockets::connect_egress`]).
+    pub unconnected: Vec<(usize, i32)>,
 }
 
 /// Why the helper would not, or could not, open a flow's sockets. Each
@@ -123,21 +128,26 @@ impl Policy {
             input: flow.input.to_string(),
             source,
         })?;
-        let outputs = flow
-            .outputs
-            .iter()
-            .zip(output_indexes)
-            .enumerate()
-            .map(|(index, (output, ifindex))| {
-                open_egress(output, ifindex).map_err(|source| Refusal::Egress {
+        let mut outputs = Vec::with_capacity(flow.outputs.len());
+        let mut unconnected = Vec::new();
+        for (index, (output, ifindex)) in flow.outputs.iter().zip(output_indexes).enumerate() {
+            let (socket, pending) =
+                open_egress_or_pending(output, ifindex).map_err(|source| Refusal::Egress {
                     flow: flow.name.clone(),
                     index,
                     output: output.to_string(),
                     source,
-                })
-            })
-            .collect::<Result<Vec<UdpSocket>, Refusal>>()?;
-        Ok(FlowSockets { ingress, outputs })
+                })?;
+            if let Some(e) = pending {
+                unconnected.push((index, e.raw_os_error().unwrap_or(0)));
+            }
+            outputs.push(socket);
+        }
+        Ok(FlowSockets {
+            ingress,
+            outputs,
+            unconnected,
+        })
     }
 }
 

@@ -66,6 +66,10 @@ pub enum Reply {
         ingress_receive_buffer_bytes: usize,
         /// Total fds, over this message and its continuations.
         count: usize,
+        /// Outputs opened but not connected (no route or source address
+        /// yet), by output index, with the errno; encoded as a third field
+        /// `index:errno,...`, absent when empty.
+        unconnected: Vec<(usize, i32)>,
     },
     /// A continuation of [`Reply::Sockets`] carrying the next `count` fds.
     MoreSockets {
@@ -177,6 +181,21 @@ fn number(s: &str) -> Result<usize, ProtocolError> {
         .map_err(|_| ProtocolError::BadNumber(Shown::new(s)))
 }
 
+/// `index:errno,index:errno...` of a `SOCKETS` reply (at most 256 items).
+fn unconnected_list(list: &str) -> Result<Vec<(usize, i32)>, ProtocolError> {
+    list.split(',')
+        .take(256)
+        .map(|item| {
+            let (index, errno) = item
+                .split_once(':')
+                .ok_or_else(|| ProtocolError::BadNumber(Shown::new(item)))?;
+            let errno = i32::try_from(number(errno)?)
+                .map_err(|_| ProtocolError::BadNumber(Shown::new(errno)))?;
+            Ok((number(index)?, errno))
+        })
+        .collect()
+}
+
 const REQUESTS: &str = "PING, RELOAD or OPEN <flow>";
 const REPLIES: &str = "PONG, RELOADED, SOCKETS, MORE or REFUSED";
 
@@ -246,9 +265,14 @@ impl Reply {
             let (bytes, count) = rest
                 .split_once(' ')
                 .ok_or_else(|| ProtocolError::Unknown(Shown::new(s), REPLIES))?;
+            let (count, unconnected) = match count.split_once(' ') {
+                Some((count, list)) => (count, unconnected_list(list)?),
+                None => (count, Vec::new()),
+            };
             return Ok(Reply::Sockets {
                 ingress_receive_buffer_bytes: number(bytes)?,
                 count: number(count)?,
+                unconnected,
             });
         }
         if s.starts_with(PONG) {
@@ -266,7 +290,15 @@ impl Reply {
             Reply::Sockets {
                 ingress_receive_buffer_bytes,
                 count,
-            } => format!("{SOCKETS}{ingress_receive_buffer_bytes} {count}").into_bytes(),
+                unconnected,
+            } => {
+                let mut text = format!("{SOCKETS}{ingress_receive_buffer_bytes} {count}");
+                for (i, (index, errno)) in unconnected.iter().enumerate() {
+                    text.push(if i == 0 { ' ' } else { ',' });
+                    text.push_str(&format!("{index}:{errno}"));
+                }
+                text.into_bytes()
+            }
             Reply::MoreSockets { count } => format!("{MORE}{count}").into_bytes(),
             Reply::Refused(reason) => {
                 let room = MAX_REPLY_BYTES - REFUSED.len();
@@ -340,8 +372,17 @@ mod tests {
                 Reply::Sockets {
                     ingress_receive_buffer_bytes: 4_194_304,
                     count: 3,
+                    unconnected: vec![],
                 },
                 "SOCKETS 4194304 3",
+            ),
+            (
+                Reply::Sockets {
+                    ingress_receive_buffer_bytes: 4096,
+                    count: 4,
+                    unconnected: vec![(1, 101), (2, 99)],
+                },
+                "SOCKETS 4096 4 1:101,2:99",
             ),
             (Reply::MoreSockets { count: 253 }, "MORE 253"),
             (
@@ -434,10 +475,16 @@ mod tests {
         prop_oneof![
             Just(Reply::Pong),
             any::<usize>().prop_map(|flows| Reply::Reloaded { flows }),
-            (any::<usize>(), any::<usize>()).prop_map(|(b, count)| Reply::Sockets {
-                ingress_receive_buffer_bytes: b,
-                count
-            }),
+            (
+                any::<usize>(),
+                any::<usize>(),
+                proptest::collection::vec((any::<usize>(), 0..i32::MAX), 0..8)
+            )
+                .prop_map(|(b, count, unconnected)| Reply::Sockets {
+                    ingress_receive_buffer_bytes: b,
+                    count,
+                    unconnected,
+                }),
             any::<usize>().prop_map(|count| Reply::MoreSockets { count }),
             ".{0,300}".prop_map(Reply::Refused),
         ]

@@ -95,6 +95,14 @@ impl Helper<'_> {
             },
             Request::OpenFlow { flow } => match self.policy.open_flow(flow) {
                 Ok(sockets) => {
+                    for &(index, errno) in &sockets.unconnected {
+                        warn!(
+                            flow = %flow,
+                            output = index,
+                            "output opened but not connected ({}); the daemon retries it",
+                            io::Error::from_raw_os_error(errno)
+                        );
+                    }
                     info!(
                         flow = %flow,
                         outputs = sockets.outputs.len(),
@@ -126,6 +134,7 @@ fn send_sockets(conn: &UnixStream, sockets: &FlowSockets) -> io::Result<()> {
     let header = Reply::Sockets {
         ingress_receive_buffer_bytes: sockets.ingress.receive_buffer_bytes,
         count: fds.len(),
+        unconnected: sockets.unconnected.clone(),
     };
     send_with_fds(conn, &header.encode(), first)?;
     for chunk in chunks {

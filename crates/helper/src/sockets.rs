@@ -199,6 +199,52 @@ pub(crate) fn join_group(
 /// hop limit from the config, loopback off, optional source address, and
 /// connected to the destination so a plain send needs no address.
 pub fn open_egress(output: &Output, ifindex: u32) -> io::Result<UdpSocket> {
+    match open_egress_or_pending(output, ifindex)? {
+        (socket, None) => Ok(socket),
+        (_, Some(e)) => Err(e),
+    }
+}
+
+/// Whether `e`, from binding an output's source address or connecting it,
+/// is a state of the network that can change (no route yet, the address
+/// not (yet) assigned, e.g. an IPv6 address gone with a link flap) rather
+/// than a mistake: the output is kept and its connection retried.
+pub fn is_transient(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(
+            libc::ENETUNREACH
+                | libc::EHOSTUNREACH
+                | libc::EADDRNOTAVAIL
+                | libc::ENETDOWN
+                | libc::ENODEV
+        )
+    )
+}
+
+/// Bind `socket` to `output`'s source address (if any) and connect it to
+/// its destination: the last steps of [`open_egress`], which need no
+/// privilege, so the daemon can retry them on a socket the helper opened.
+/// Binding again a socket already bound (`EINVAL`) is not an error.
+pub fn connect_egress(socket: &UdpSocket, output: &Output) -> io::Result<()> {
+    let socket = socket2::SockRef::from(socket);
+    if let Some(source) = output.source_address {
+        match socket.bind(&SocketAddr::new(source, 0).into()) {
+            Err(e) if e.raw_os_error() != Some(libc::EINVAL) => return Err(e),
+            _ => {}
+        }
+    }
+    socket.connect(&SocketAddr::new(output.address, output.port).into())
+}
+
+/// [`open_egress`], except that a source address or route that is missing
+/// now ([`is_transient`]) still gives the socket, not connected, with the
+/// error: its connection is retried later with [`connect_egress`] (sends
+/// meanwhile fail with `EDESTADDRREQ`, counted).
+pub fn open_egress_or_pending(
+    output: &Output,
+    ifindex: u32,
+) -> io::Result<(UdpSocket, Option<io::Error>)> {
     let socket = Socket::new(domain(output.address), Type::DGRAM, Some(Protocol::UDP))?;
     // Room for a full queue of jumbo datagrams, so a send waits on the
     // output's queue depth (counted) rather than on socket memory. This
@@ -206,9 +252,6 @@ pub fn open_egress(output: &Output, ifindex: u32) -> io::Result<UdpSocket> {
     // retried by io_uring when there is room, and later ones could pass it.
     let _ = set_send_buffer(&socket, EGRESS_SEND_BUFFER_BYTES);
     let ttl = u32::from(output.ttl);
-    if let Some(source) = output.source_address {
-        socket.bind(&SocketAddr::new(source, 0).into())?;
-    }
     match output.address {
         IpAddr::V4(addr) if addr.is_multicast() => {
             let req = libc::ip_mreqn {
@@ -229,8 +272,12 @@ pub fn open_egress(output: &Output, ifindex: u32) -> io::Result<UdpSocket> {
         }
         IpAddr::V6(_) => socket.set_unicast_hops_v6(ttl)?,
     }
-    socket.connect(&SocketAddr::new(output.address, output.port).into())?;
-    Ok(socket.into())
+    let socket = UdpSocket::from(socket);
+    match connect_egress(&socket, output) {
+        Ok(()) => Ok((socket, None)),
+        Err(e) if is_transient(&e) => Ok((socket, Some(e))),
+        Err(e) => Err(e),
+    }
 }
 
 #[cfg(test)]
@@ -308,7 +355,7 @@ mod tests {
         };
         let egress = open_egress(&out, interface_index("lo").expect("lo")).expect("egress");
         egress.send(b"out").expect("send");
-        let t = Some(std::time::Duration::from_secs(5));
+        let t = Some(std::time::Duration::from_secs(60));
         listener.set_read_timeout(t).expect("timeout");
         let mut buf = [0u8; 16];
         let (n, from) = listener.recv_from(&mut buf).expect("recv");

@@ -18,7 +18,7 @@ fn start(config: &Path) -> Helper {
     let (daemon, helper) = fdpass::pair().expect("pair");
     let path = config.to_owned();
     let server = std::thread::spawn(move || serve(helper, &path));
-    let client = HelperClient::with_timeout(daemon, Duration::from_secs(10)).expect("client");
+    let client = HelperClient::with_timeout(daemon, Duration::from_secs(60)).expect("client");
     Helper {
         config: config.to_owned(),
         client,
@@ -63,7 +63,7 @@ fn config_path(tag: &str) -> PathBuf {
 
 fn listener() -> UdpSocket {
     let l = UdpSocket::bind("127.0.0.1:0").expect("bind");
-    l.set_read_timeout(Some(Duration::from_secs(5)))
+    l.set_read_timeout(Some(Duration::from_secs(60)))
         .expect("timeout");
     l
 }
@@ -77,7 +77,7 @@ fn check_flow(client: &mut HelperClient, name: &str, ingress_port: u16, out: &Ud
     let ingress = UdpSocket::from(flow.ingress);
     assert_eq!(ingress.local_addr().expect("addr").port(), ingress_port);
     ingress
-        .set_read_timeout(Some(Duration::from_secs(5)))
+        .set_read_timeout(Some(Duration::from_secs(60)))
         .expect("timeout");
     let probe = UdpSocket::bind("127.0.0.1:0").expect("bind");
     probe

@@ -16,8 +16,9 @@ use std::time::Duration;
 
 use mcrelay_helper::server::KEPT_ENVIRONMENT;
 use mcrelay_helper::{
-    HELPER_FD, HelperError, drop_all_capabilities, drop_to_user, lookup_user, run_helper,
-    sanitize_process, serve, spawn_helper, status_of,
+    HELPER_CAPABILITIES, HELPER_FD, HelperError, drop_all_capabilities, drop_to_user,
+    keep_only_capabilities, lookup_user, run_helper, sanitize_process, serve, spawn_helper,
+    status_of,
 };
 
 const CHILD: &str = "--mcrelay-child";
@@ -39,7 +40,7 @@ fn main() -> ExitCode {
             }
         };
     }
-    let scenarios: [Scenario; 5] = [
+    let scenarios: [Scenario; 6] = [
         (
             "helper_process_serves_on_fd_3",
             helper_process_serves_on_fd_3,
@@ -59,6 +60,10 @@ fn main() -> ExitCode {
         (
             "capability_drop_refuses_other_threads",
             capability_drop_refuses_other_threads,
+        ),
+        (
+            "keep_only_the_network_capabilities_as_nobody",
+            keep_only_network_capabilities,
         ),
     ];
     let mut failed = 0;
@@ -178,7 +183,7 @@ fn helper_child(mode: &str) -> Outcome {
         let flow = client
             .open_flow("lo")
             .map_err(|e| format!("open_flow: {e}"))?;
-        let t = Some(Duration::from_secs(5));
+        let t = Some(Duration::from_secs(60));
         let probe = UdpSocket::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
         probe
             .send_to(b"in", ("127.0.0.1", ingress_port))
@@ -243,6 +248,11 @@ fn capability_drop_as_root() -> Outcome {
     run_child("caps-only")
 }
 
+fn keep_only_network_capabilities() -> Outcome {
+    needs_root()?;
+    run_child("keep-net-caps")
+}
+
 fn capability_drop_refuses_other_threads() -> Outcome {
     run_child("multithreaded")
 }
@@ -278,6 +288,27 @@ fn child(mode: &str, rest: &[String]) -> Outcome {
             // else in this process owns it.
             let conn = UnixStream::from(unsafe { OwnedFd::from_raw_fd(HELPER_FD) });
             serve(conn, Path::new(config)).map_err(|e| e.to_string())
+        }
+        "keep-net-caps" => {
+            let nobody = lookup_user("nobody").map_err(|e| e.to_string())?;
+            let s = keep_only_capabilities(HELPER_CAPABILITIES, Some("nobody"))
+                .map_err(|e| format!("keep_only_capabilities: {e}"))?;
+            let expected = (
+                [nobody.uid; 4],
+                HELPER_CAPABILITIES,
+                0,
+                HELPER_CAPABILITIES,
+                true,
+            );
+            let got = (s.uid, s.cap_prm, s.cap_eff, s.cap_bnd, s.no_new_privs);
+            if got != expected {
+                return Err(format!("expected {expected:x?}, got {s:x?}"));
+            }
+            // SAFETY: a plain syscall; it must fail now.
+            if unsafe { libc::setuid(0) } == 0 {
+                return Err("root regained".into());
+            }
+            Ok(())
         }
         "drop-to-nobody" => {
             let nobody = lookup_user("nobody").map_err(|e| e.to_string())?;

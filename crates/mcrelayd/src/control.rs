@@ -269,7 +269,7 @@ fn answer(
     supervisor: &mpsc::Sender<ToSupervisor>,
 ) -> Response {
     match request {
-        Request::Status | Request::Flows | Request::Stats => Response::ok(&lock(shared).snapshot()),
+        Request::Status | Request::Flows | Request::Stats => Response::ok(&lock(shared).read()),
         Request::Reload => {
             let (tx, rx) = mpsc::channel();
             if supervisor.send(ToSupervisor::Reload(tx)).is_err() {

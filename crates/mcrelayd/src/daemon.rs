@@ -29,6 +29,7 @@ use mcrelay_dataplane::{
 use mcrelay_pool::PoolConfig;
 
 use crate::links::{self, Blocked, LinkTable};
+use crate::outputs::{OutputState, Unconnected};
 use crate::sockets::{Opener, output_label};
 
 /// How long a reload waits for a worker to answer a command.
@@ -62,6 +63,8 @@ struct FlowEntry {
     kernel_drops_before: u64,
     state: FlowState,
     interface_pauses: u64,
+    /// Each output's connection, in config order.
+    outputs_state: Vec<OutputState>,
 }
 
 impl FlowEntry {
@@ -105,6 +108,16 @@ pub fn lock(shared: &SharedHandle) -> std::sync::MutexGuard<'_, Shared> {
 impl Shared {
     /// Every counter, read without stopping a worker.
     pub fn snapshot(&self) -> Snapshot {
+        self.snapshot_with(false)
+    }
+
+    /// [`Self::snapshot`] for an operator's read (control socket, metrics):
+    /// each input's max gap starts a new period.
+    pub fn read(&self) -> Snapshot {
+        self.snapshot_with(true)
+    }
+
+    fn snapshot_with(&self, take_gaps: bool) -> Snapshot {
         let taken_at_unix_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
@@ -117,7 +130,11 @@ impl Shared {
             state: self.state.clone(),
             config_path: self.config_path.clone(),
             workers: self.workers.iter().map(|w| worker_snapshot(w)).collect(),
-            flows: self.flows.iter().map(flow_snapshot).collect(),
+            flows: self
+                .flows
+                .iter()
+                .map(|f| flow_snapshot(f, take_gaps))
+                .collect(),
         }
     }
 }
@@ -151,7 +168,7 @@ fn worker_snapshot(w: &WorkerStats) -> WorkerSnapshot {
     }
 }
 
-fn flow_snapshot(f: &FlowEntry) -> FlowSnapshot {
+fn flow_snapshot(f: &FlowEntry, take_gaps: bool) -> FlowSnapshot {
     let c = &f.stats.input;
     FlowSnapshot {
         name: f.stats.name.clone(),
@@ -176,7 +193,8 @@ fn flow_snapshot(f: &FlowEntry) -> FlowSnapshot {
             .stats
             .outputs
             .iter()
-            .map(|(label, o)| OutputSnapshot {
+            .zip(f.outputs_state.iter())
+            .map(|((label, o), state)| OutputSnapshot {
                 label: label.clone(),
                 packets_out: o.packets_out.get(),
                 bytes_out: o.bytes_out.get(),
@@ -192,10 +210,13 @@ fn flow_snapshot(f: &FlowEntry) -> FlowSnapshot {
                 in_flight_high_water: o.in_flight_high_water.get(),
                 gso_sends: o.gso_sends.get(),
                 gso_fallbacks: o.gso_fallbacks.get(),
+                not_connected: state.not_connected.clone(),
+                connect_failures: state.connect_failures,
             })
             .collect(),
         state: f.state.clone(),
         interface_pauses: f.interface_pauses,
+        health: crate::health::snapshot(&c.health, take_gaps),
     }
 }
 
@@ -210,6 +231,8 @@ struct Managed {
     /// After a failed start: not before this instant, and the delay after
     /// the next failure.
     retry: Option<(Instant, Duration)>,
+    /// Its outputs not connected yet, while it runs.
+    unconnected: Vec<Unconnected>,
 }
 
 /// The interfaces `flow` names: its input's, then its outputs'.
@@ -324,10 +347,13 @@ impl Daemon {
             let w = pick_worker(flow, &cpus, &load)?;
             load[w] += flow.outputs.len() + 1;
             let mut entry = new_entry(flow, w);
+            let mut unconnected = Vec::new();
             let running = match blocked(links.as_ref(), flow) {
                 None => {
-                    let opened = with_counters(opener.open(flow)?, &entry.stats);
+                    let (opened, pending) = opener.open(flow)?;
+                    let opened = with_counters(opened, &entry.stats);
                     entry.ingress = Some(clone_ingress(&opened)?);
+                    unconnected = note_outputs(&mut entry, pending);
                     per_worker[w].push(opened);
                     true
                 }
@@ -343,6 +369,7 @@ impl Daemon {
                 worker: w,
                 running,
                 retry: None,
+                unconnected,
             });
         }
         before_workers()?;
@@ -484,6 +511,18 @@ impl Daemon {
             .iter()
             .filter(|f| !f.state.is_running())
             .map(|f| format!("flow {:?} {}", f.stats.name, f.state))
+            .chain(shared.flows.iter().flat_map(|f| {
+                f.outputs_state
+                    .iter()
+                    .zip(&f.stats.outputs)
+                    .filter_map(move |(s, (label, _))| {
+                        let why = s.not_connected.as_ref()?;
+                        Some(format!(
+                            "flow {:?} output {label} not connected: {why}",
+                            f.stats.name
+                        ))
+                    })
+            }))
             .collect();
         const LISTED: usize = 3;
         match stopped.len() {
@@ -514,6 +553,7 @@ impl Daemon {
     /// stopped flow whose interfaces are all up is started (a failed start
     /// is retried with a growing delay). Other flows are not touched.
     pub fn reconcile(&mut self) {
+        self.retry_outputs();
         for i in 0..self.flows.len() {
             let m = &self.flows[i];
             match (m.running, blocked(self.links.as_ref(), &m.flow)) {
@@ -537,6 +577,19 @@ impl Daemon {
         self.refresh_state();
     }
 
+    /// Try again to connect the outputs of running flows that aren't.
+    fn retry_outputs(&mut self) {
+        for m in self.flows.iter_mut().filter(|m| !m.unconnected.is_empty()) {
+            let results = crate::outputs::retry(&mut m.unconnected);
+            let mut shared = lock(&self.shared);
+            if let Some(e) = entry_mut(&mut shared, &m.flow.name) {
+                for (index, result) in results {
+                    log_output(e, index, result);
+                }
+            }
+        }
+    }
+
     /// Set flow `name`'s published state; whether it changed.
     fn set_flow_state(&self, name: &str, state: FlowState) -> bool {
         let mut shared = lock(&self.shared);
@@ -557,6 +610,7 @@ impl Daemon {
         }
         self.flows[i].running = false;
         self.flows[i].retry = None;
+        self.flows[i].unconnected.clear();
         let mut shared = lock(&self.shared);
         if let Some(e) = entry_mut(&mut shared, &name) {
             e.close_ingress();
@@ -603,7 +657,8 @@ impl Daemon {
             let e = entry_mut(&mut shared, &flow.name).context("flow not published")?;
             share(&e.stats)
         };
-        let opened = with_counters(self.opener.open(flow)?, &stats);
+        let (opened, pending) = self.opener.open(flow)?;
+        let opened = with_counters(opened, &stats);
         let ingress = clone_ingress(&opened)?;
         let handle = self.workers.get(w).context("no such worker")?;
         if handle.command(Command::AddFlow(opened)).is_err() {
@@ -616,6 +671,7 @@ impl Daemon {
                 let mut shared = lock(&self.shared);
                 let e = entry_mut(&mut shared, &name).context("flow not published")?;
                 e.ingress = Some(ingress);
+                self.flows[i].unconnected = note_outputs(e, pending);
                 Ok(std::mem::replace(&mut e.state, FlowState::Running))
             }
             other => bail!("worker {w} refused it: {other:?}"),
@@ -783,6 +839,7 @@ impl Daemon {
             worker: w,
             running: false,
             retry: None,
+            unconnected: Vec::new(),
         });
         Ok(())
     }
@@ -843,6 +900,56 @@ fn new_entry(flow: &Flow, worker: usize) -> FlowEntry {
         kernel_drops_before: 0,
         state: FlowState::Running,
         interface_pauses: 0,
+        outputs_state: vec![OutputState::default(); flow.outputs.len()],
+    }
+}
+
+/// After `entry`'s flow opened: outputs not in `pending` are connected,
+/// those in it are not (each logged when that is news). The ones to retry.
+fn note_outputs(
+    entry: &mut FlowEntry,
+    pending: Vec<(Unconnected, std::io::Error)>,
+) -> Vec<Unconnected> {
+    let name = entry.stats.name.clone();
+    for (index, state) in entry.outputs_state.iter_mut().enumerate() {
+        if !pending.iter().any(|(u, _)| u.index == index) && state.connected() {
+            let output = entry.stats.outputs.get(index).map(|(l, _)| l.as_str());
+            tracing::info!(flow = %name, output, "output connected; relaying to it");
+        }
+    }
+    pending
+        .into_iter()
+        .map(|(u, e)| {
+            log_output(entry, u.index, Err(e));
+            u
+        })
+        .collect()
+}
+
+/// Publish one attempt to connect output `index` of `entry`'s flow,
+/// logging it when it changes the output's state.
+fn log_output(entry: &mut FlowEntry, index: usize, result: std::io::Result<()>) {
+    let output = entry.stats.outputs.get(index).map(|(l, _)| l.clone());
+    let Some(state) = entry.outputs_state.get_mut(index) else {
+        return;
+    };
+    let name = &entry.stats.name;
+    match result {
+        Ok(()) => {
+            if state.connected() {
+                tracing::info!(flow = %name, output, "output connected; relaying to it");
+            }
+        }
+        Err(e) => {
+            if state.failed(&e) {
+                tracing::warn!(
+                    flow = %name,
+                    output,
+                    "output not connected ({e}); the flow relays to its other outputs, \
+                     this one is retried every second and on interface changes"
+                );
+            }
+        }
     }
 }
 

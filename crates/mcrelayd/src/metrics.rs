@@ -131,7 +131,7 @@ fn answer(mut conn: TcpStream, accepted: Instant, shared: &SharedHandle) -> std:
     conn.set_write_timeout(Some(left(deadline)?))?;
     match request_path(&request) {
         Some("/metrics") => {
-            let body = mcrelay_control::render_metrics(&lock(shared).snapshot());
+            let body = mcrelay_control::render_metrics(&lock(shared).read());
             respond(
                 &mut conn,
                 "200 OK",

@@ -296,7 +296,7 @@ mod tests {
             let watcher = std::thread::spawn(move || {
                 w.run(first, |t| tx.send(t.clone()).is_ok());
             });
-            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
             let mut last = None;
             while std::time::Instant::now() < deadline {
                 if let Ok(t) = rx.recv_timeout(Duration::from_millis(200)) {

@@ -237,7 +237,7 @@ mod tests {
             let path = dir.join("notify.sock");
             let socket = UnixDatagram::bind(&path).unwrap();
             socket
-                .set_read_timeout(Some(Duration::from_secs(5)))
+                .set_read_timeout(Some(Duration::from_secs(60)))
                 .unwrap();
             (Receiver { socket, dir }, path)
         }
@@ -381,7 +381,7 @@ mod tests {
         let name = format!("mcrelayd-notify-test-{}", std::process::id());
         let addr = SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
         let rx = UnixDatagram::bind_addr(&addr).unwrap();
-        rx.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        rx.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
 
         let n = Notifier::new(format!("@{name}")).unwrap();
         n.ready_with_status("up").unwrap();

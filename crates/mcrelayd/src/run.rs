@@ -159,6 +159,7 @@ fn supervise(
     let watchdog = notifier.as_ref().and_then(Notifier::watchdog_interval);
     let mut turns = daemon.turns();
     let mut last_check = Instant::now();
+    let mut health = crate::health::Watcher::default();
     loop {
         match wake.recv_timeout(TICK) {
             Ok(Wake::Signal(SIGHUP)) => {
@@ -188,8 +189,12 @@ fn supervise(
         if !turning {
             daemon.mark_stalled();
         }
+        health.tick(&lock(&daemon.shared()).snapshot());
         if let Some(n) = &notifier {
-            tell("status", n.status(&status_line(&daemon)));
+            tell(
+                "status",
+                n.status(&(status_line(&daemon) + &health.status())),
+            );
             if watchdog.is_some() && turning {
                 tell("watchdog", n.watchdog());
             }

@@ -14,10 +14,13 @@ use anyhow::{Context, bail};
 use mcrelay_config::{Flow, IngressKind, Output};
 use mcrelay_dataplane::{FlowSockets, IngressSocket, OutputSocket};
 use mcrelay_helper::packet::{flow_match, open_packet_ingress};
+use mcrelay_helper::sockets::open_egress_or_pending;
 use mcrelay_helper::{
-    EGRESS_SEND_BUFFER_BYTES, HelperClient, Zygote, hung_up, interface_index, open_egress,
-    open_ingress, watch_hangup,
+    EGRESS_SEND_BUFFER_BYTES, HelperClient, Zygote, hung_up, interface_index, open_ingress,
+    watch_hangup,
 };
+
+use crate::outputs::Unconnected;
 
 /// The source of sockets.
 pub enum Opener {
@@ -139,8 +142,12 @@ impl Opener {
         }
     }
 
-    /// `flow`'s ingress and output sockets, in config order.
-    pub fn open(&mut self, flow: &Flow) -> anyhow::Result<FlowSockets> {
+    /// `flow`'s ingress and output sockets, in config order, and the
+    /// outputs among them not connected yet (see [`crate::outputs`]).
+    pub fn open(
+        &mut self,
+        flow: &Flow,
+    ) -> anyhow::Result<(FlowSockets, Vec<(Unconnected, std::io::Error)>)> {
         let opened = match self {
             Opener::Direct => open_here(flow)?,
             Opener::Helper { client, .. } => {
@@ -169,6 +176,7 @@ impl Opener {
                     membership,
                     granted: opened.ingress_receive_buffer_bytes,
                     outputs: opened.outputs,
+                    unconnected: opened.unconnected,
                 }
             }
         };
@@ -177,7 +185,9 @@ impl Opener {
             membership,
             granted,
             outputs,
+            unconnected,
         } = opened;
+        let pending = crate::outputs::pending(flow, &outputs, &unconnected)?;
         let ingress = match flow.input.ingress {
             IngressKind::Socket => IngressSocket::Udp(ingress.into()),
             IngressKind::Packet => IngressSocket::Packet {
@@ -217,7 +227,11 @@ impl Opener {
                 OutputSocket::new(label, socket, o.queue_depth)
             })
             .collect();
-        Ok(FlowSockets::new(flow.name.clone(), ingress, outputs))
+        Ok((
+            FlowSockets::new(flow.name.clone(), ingress, outputs)
+                .with_health(crate::health::settings(flow)),
+            pending,
+        ))
     }
 }
 
@@ -275,6 +289,8 @@ struct Opened {
     membership: Option<std::net::UdpSocket>,
     granted: usize,
     outputs: Vec<std::net::UdpSocket>,
+    /// Outputs not connected yet: index, errno.
+    unconnected: Vec<(usize, i32)>,
 }
 
 fn open_here(flow: &Flow) -> anyhow::Result<Opened> {
@@ -294,13 +310,18 @@ fn open_here(flow: &Flow) -> anyhow::Result<Opened> {
         )
     })?;
     let mut outputs = Vec::with_capacity(flow.outputs.len());
-    for o in &flow.outputs {
-        let socket = open_egress(o, index_of(&o.interface)?).with_context(|| {
-            format!(
-                "flow {:?}: opening output {}:{} on {}",
-                flow.name, o.address, o.port, o.interface
-            )
-        })?;
+    let mut unconnected = Vec::new();
+    for (i, o) in flow.outputs.iter().enumerate() {
+        let (socket, pending) =
+            open_egress_or_pending(o, index_of(&o.interface)?).with_context(|| {
+                format!(
+                    "flow {:?}: opening output {}:{} on {}",
+                    flow.name, o.address, o.port, o.interface
+                )
+            })?;
+        if let Some(e) = pending {
+            unconnected.push((i, e.raw_os_error().unwrap_or(0)));
+        }
         outputs.push(socket);
     }
     Ok(Opened {
@@ -308,5 +329,6 @@ fn open_here(flow: &Flow) -> anyhow::Result<Opened> {
         membership: ingress.membership,
         granted: ingress.receive_buffer_bytes,
         outputs,
+        unconnected,
     })
 }

@@ -12,7 +12,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{MCRELAYD, is_root, netns_serial};
+use common::{DEADLINE, MCRELAYD, is_root, netns_serial, signal};
 
 /// Wait for `child` at most `limit`; kill it (and fail) after that.
 fn wait_at_most(child: &mut Child, limit: Duration) -> ExitStatus {
@@ -127,7 +127,7 @@ fn assert_cleaned_up(demo_pid: u32, stdout: &str) {
                 .any(|l| l.starts_with("State:") && l.contains('Z'))
         })
     };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let deadline = std::time::Instant::now() + DEADLINE;
     while running() && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
@@ -198,21 +198,22 @@ fn demo_stops_promptly_on_sigint_and_cleans_up() {
     let demo = Demo::start(&["--duration", "60", "--plain"]);
     let pid = demo.child.id();
     // Interrupt once the view is up (the daemon relaying), as Ctrl-C would.
-    if demo.view.recv_timeout(Duration::from_secs(30)).is_err() {
+    if demo.view.recv_timeout(DEADLINE).is_err() {
         let (_, out, err) = demo.finish(Duration::ZERO);
-        panic!("no live view within 30 s:\n{out}\n{err}");
+        panic!("no live view within {DEADLINE:?}:\n{out}\n{err}");
     }
+    // Signalled in-process: spawning `kill` would add its own start-up to
+    // the time measured. "Promptly" is measured against the 60 s run it
+    // interrupts: well under it, while the demo's clean-up (stopping the
+    // daemon, `ip netns del` three times) can take seconds on a loaded
+    // machine, which a 3 s bound did not allow for.
     let start = Instant::now();
-    let kill = Command::new("kill")
-        .args(["-INT", &pid.to_string()])
-        .status()
-        .expect("kill");
-    assert!(kill.success());
+    signal(&demo.child, libc::SIGINT);
     let (status, out, err) = demo.finish(Duration::from_secs(20));
     let took = start.elapsed();
     assert_eq!(status.code(), Some(130), "{out}\n{err}");
     assert!(
-        took < Duration::from_secs(3),
+        took < Duration::from_secs(10),
         "SIGINT to exit took {took:?}"
     );
     assert!(out.contains("(interrupted)"), "{out}");
@@ -278,9 +279,9 @@ fn a_later_demo_removes_what_a_killed_one_left() {
     // relay namespace and the temp dir stay behind.
     let demo = Demo::start(&["--duration", "60", "--plain"]);
     let killed = demo.child.id();
-    if demo.view.recv_timeout(Duration::from_secs(30)).is_err() {
+    if demo.view.recv_timeout(DEADLINE).is_err() {
         let (_, out, err) = demo.finish(Duration::ZERO);
-        panic!("no live view within 30 s:\n{out}\n{err}");
+        panic!("no live view within {DEADLINE:?}:\n{out}\n{err}");
     }
     let status = Command::new("kill")
         .args(["-KILL", &killed.to_string()])

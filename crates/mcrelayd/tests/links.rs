@@ -4,7 +4,7 @@
 //! Needs root (CI runs as root); skips with a message otherwise.
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use mcrelay_control::{FlowSnapshot, FlowState, Snapshot};
@@ -38,10 +38,6 @@ fn wait_for(
     (start.elapsed(), f)
 }
 
-fn whole(n: u64) -> i64 {
-    i64::try_from(n).expect("small")
-}
-
 /// Datagrams a sender at `rate` per second sends in `d`.
 fn sent_during(d: Duration, rate: u64) -> i64 {
     i64::try_from(d.as_millis() * u128::from(rate) / 1000).expect("small")
@@ -49,41 +45,6 @@ fn sent_during(d: Duration, rate: u64) -> i64 {
 
 fn sent(f: &FlowSnapshot) -> u64 {
     f.outputs.iter().map(|o| o.packets_out).sum()
-}
-
-/// A paced sender in namespace `ns`, in the background: `count`
-/// datagrams, or with `None` until [`stop_sender`] (at most 10 minutes).
-fn sender_at(
-    t: &Topology,
-    ns: &str,
-    dest: &str,
-    interface: Option<&str>,
-    count: Option<u64>,
-    rate: u64,
-) -> Child {
-    let mut c = t.command(ns, &loadgen());
-    c.args(["send", "--dest", dest, "--json"]);
-    if let Some(i) = interface {
-        c.args(["--interface", i]);
-    }
-    match count {
-        Some(n) => c.args(["--count", &n.to_string()]),
-        None => c.args(["--duration", "600"]),
-    };
-    c.args(["--rate", &rate.to_string()])
-        .args(["--size", "1316"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn sender")
-}
-
-/// Stop a sender started without a count (SIGTERM); how many it sent.
-fn stop_sender(tx: Child) -> u64 {
-    sh(&["kill", "-TERM", &tx.id().to_string()]);
-    let out = tx.wait_with_output().expect("sender");
-    assert!(out.status.success(), "sender failed");
-    let json = String::from_utf8_lossy(&out.stdout);
-    u64::try_from(field(&json, "sent")).expect("sent count")
 }
 
 /// Datagrams A's end of the input link has taken from the sender so far,
@@ -254,8 +215,8 @@ outputs = [ {{ interface = \"vRB\", address = \"239.2.2.9\", port = 6009 }} ]
     // sender, which runs until the flow has relayed again for a while.
     let main_rx = t.receiver("239.2.2.2:6000", u64::MAX, &[]);
     let other_rx = t.receiver("239.2.2.9:6009", count, &[]);
-    let main_tx = sender_at(&t, &t.a, "239.1.1.1:5000", Some("vA"), None, rate);
-    let other_tx = sender_at(&t, &t.r, "127.0.0.1:7000", None, Some(count), rate);
+    let main_tx = t.sender(&t.a, "239.1.1.1:5000", Some("vA"), None, rate);
+    let other_tx = t.sender(&t.r, "127.0.0.1:7000", None, Some(count), rate);
     let down_at = Instant::now();
     down_then_up(&t, &socket, "vRA");
     let down_for = down_at.elapsed();
@@ -348,7 +309,7 @@ fn output_interface_down_pauses_and_up_resumes_and_flapping_leaks_nothing() {
     let (fds, threads_before) = (fd_count(pid), threads(pid));
     let rate = 1000;
     let rx = t.receiver("239.2.2.2:6000", u64::MAX, &[]);
-    let tx = sender_at(&t, &t.a, "239.1.1.1:5000", Some("vA"), None, rate);
+    let tx = t.sender(&t.a, "239.1.1.1:5000", Some("vA"), None, rate);
     let down_at = Instant::now();
     down_then_up(&t, &socket, "vRB");
     let down_for = down_at.elapsed();
@@ -364,7 +325,7 @@ fn output_interface_down_pauses_and_up_resumes_and_flapping_leaks_nothing() {
     );
 
     // Flapping during traffic: 20 downs and ups, some too quick to see.
-    let tx = sender_at(&t, &t.a, "239.1.1.1:5000", Some("vA"), Some(3000), 1000);
+    let tx = t.sender(&t.a, "239.1.1.1:5000", Some("vA"), Some(3000), 1000);
     for i in 0..20 {
         t.ip(&t.r, &["link", "set", "vRB", "down"]);
         std::thread::sleep(Duration::from_millis(if i % 2 == 0 { 60 } else { 0 }));

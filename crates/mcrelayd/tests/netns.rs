@@ -287,27 +287,59 @@ outputs = [ { interface = "vRB", address = "239.2.2.2", port = 6000 } ]
     );
     // An unpaced burst of 20 000 overruns 16 buffers (and a 64 KiB socket
     // buffer, so the burst is dropped rather than queued); then a slow stream
-    // (run 2), one datagram every 0.5 ms so 16 buffers absorb a scheduling
-    // hiccup of up to ~8 ms on this shared machine, must arrive whole: the
-    // pool recovered.
-    let rx = t.receiver(
-        "239.2.2.2:6000",
-        1_000_000,
-        &["--run-id", "2", "--idle-exit", "3"],
-    );
+    // (run 2) must arrive whole: the pool recovered. The slow stream goes in
+    // chunks of 8, each sent once the relay has taken in the one before, so
+    // a chunk always fits in the socket buffer and the pool however late
+    // the worker runs (a paced stream at 2 kpps overran them whenever the
+    // worker waited more than ~8 ms for a CPU).
+    let rx = t.receiver("239.2.2.2:6000", 1_000_000, &["--run-id", "2"]);
     t.send(
         "239.1.1.1:5000",
         &[
             "--count", "20000", "--rate", "0", "--size", "1316", "--run-id", "1",
         ],
     );
-    std::thread::sleep(Duration::from_millis(300));
-    t.send(
-        "239.1.1.1:5000",
-        &[
-            "--count", "500", "--rate", "2000", "--batch", "1", "--size", "1316", "--run-id", "2",
-        ],
-    );
+    // The burst is over once the relay holds no buffer and its socket is
+    // empty (the burst's tail may still be queued there when the sender
+    // exits).
+    let socket = t.dir.join("control.sock");
+    wait_until("the burst drained", || {
+        let stats = snapshot(&socket);
+        let held: u32 = stats
+            .workers
+            .iter()
+            .flat_map(|w| &w.pools)
+            .map(|p| p.in_use)
+            .sum();
+        let queued = udp_rx_queue(&t.r, 5000);
+        if held == 0 && queued == 0 {
+            Ok(())
+        } else {
+            Err(format!("{held} buffers held, {queued} bytes queued"))
+        }
+    });
+    let mut taken = snapshot(&socket).flow("tiny").map_or(0, |f| f.packets_in);
+    for chunk in 0..63u64 {
+        let n = (500 - chunk * 8).min(8);
+        t.send(
+            "239.1.1.1:5000",
+            &[
+                "--count",
+                &n.to_string(),
+                "--rate",
+                "0",
+                "--size",
+                "1316",
+                "--run-id",
+                "2",
+                "--stream-id",
+                &chunk.to_string(),
+            ],
+        );
+        taken += n;
+        wait_for_packets_in(&socket, "tiny", taken);
+    }
+    t.end_marker(&t.a, "239.1.1.1:5000", Some("vA"));
     let out = finish(rx);
     let log = relay.stop();
     let exhausted = counter(&log, &["flow=tiny", "packets_in"], "drop_pool_exhausted")
@@ -318,6 +350,27 @@ outputs = [ { interface = "vRB", address = "239.2.2.2", port = 6000 } ]
         500,
         "the slow stream after the burst arrives whole: {out}\n{log}"
     );
+}
+
+/// Bytes waiting in the receive queues of namespace `ns`'s UDP sockets
+/// bound to `port` (`/proc/net/udp`).
+fn udp_rx_queue(ns: &str, port: u16) -> u64 {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, "cat", "/proc/net/udp"])
+        .output()
+        .expect("/proc/net/udp");
+    let local = format!(":{port:04X}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let cols: Vec<&str> = l.split_whitespace().collect();
+            let queues = cols.get(4)?.split_once(':')?;
+            cols.get(1)?
+                .ends_with(&local)
+                .then(|| u64::from_str_radix(queues.1, 16).ok())?
+        })
+        .sum()
 }
 
 #[test]
@@ -419,52 +472,39 @@ outputs = [ {{ interface = "vRB", address = "239.2.2.2", port = 6000 }} ]
     }
     let mut flood = UnixStream::connect(&socket).expect("connect");
     let _ = flood.write_all(&vec![b'x'; 1 << 20]);
-    let rx = t.receiver("239.2.2.2:6000", 3000, &[]);
-    // 3000 datagrams over 1.5 s, scraped half-way: the endpoint answers
-    // during traffic with a count that is under way.
-    let sender = t
-        .command(&t.a, &loadgen())
-        .args([
-            "send",
-            "--dest",
-            "239.1.1.1:5000",
-            "--interface",
-            "vA",
-            "--count",
-            "3000",
-            "--rate",
-            "2000",
-            "--size",
-            "1316",
-        ])
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("sender");
-    std::thread::sleep(Duration::from_millis(700));
+    let rx = t.receiver("239.2.2.2:6000", u64::MAX, &[]);
+    // 2000 datagrams/s, scraped once traffic is seen and stopped after the
+    // scrape: the endpoint answers during traffic with a count that is
+    // under way. The end marker follows the last datagram, so the relay
+    // counts one more than the sender sent.
+    let sender = t.sender(&t.a, "239.1.1.1:5000", Some("vA"), None, 2000);
+    wait_for_packets_in(&socket, "one", 1);
     let during = http_get(&t.r, "http://127.0.0.1:9464/metrics");
     let so_far: u64 = during
         .lines()
         .find_map(|l| l.strip_prefix("mcrelay_flow_received_packets_total{flow=\"one\"} "))
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or_else(|| panic!("no received counter while relaying:\n{during}"));
+    let sent = stop_sender(sender);
     assert!(
-        (1..3000).contains(&so_far),
-        "mid-stream scrape shows traffic under way: {so_far}"
+        (1..=sent).contains(&so_far),
+        "mid-stream scrape shows traffic under way: {so_far} of {sent}"
     );
-    assert!(sender.wait_with_output().expect("sender").status.success());
+    t.end_marker(&t.a, "239.1.1.1:5000", Some("vA"));
     let out = finish(rx);
-    assert_eq!(field(&out, "valid"), 3000, "{out}");
+    assert_eq!(field(&out, "valid"), whole(sent), "{out}");
+    let relayed = whole(sent + 1);
 
     let (code, stats) = ctl(&socket, &["stats", "--json"]);
     assert_eq!(code, 0, "{stats}");
     assert_eq!(
         json_after(&stats, "\"name\": \"one\"", "packets_in"),
-        3000,
+        relayed,
         "{stats}"
     );
     assert_eq!(
         json_after(&stats, "\"label\"", "packets_out"),
-        3000,
+        relayed,
         "{stats}"
     );
     let (code, flows) = ctl(&socket, &["flows", "--sample", "0.2"]);
@@ -484,13 +524,15 @@ outputs = [ {{ interface = "vRB", address = "239.2.2.2", port = 6000 }} ]
 
     let metrics = http_get(&t.r, "http://127.0.0.1:9464/metrics");
     assert!(
-        metrics.contains("mcrelay_flow_received_packets_total{flow=\"one\"} 3000"),
+        metrics.contains(&format!(
+            "mcrelay_flow_received_packets_total{{flow=\"one\"}} {relayed}"
+        )),
         "{metrics}"
     );
     assert!(
-        metrics.contains(
-            "mcrelay_output_sent_packets_total{flow=\"one\",output=\"239.2.2.2:6000@vRB\"} 3000"
-        ),
+        metrics.contains(&format!(
+            "mcrelay_output_sent_packets_total{{flow=\"one\",output=\"239.2.2.2:6000@vRB\"}} {relayed}"
+        )),
         "{metrics}"
     );
 
@@ -521,8 +563,8 @@ outputs = [ {{ interface = "vRB", address = "239.2.2.2", port = 6000 }} ]
 
     let log = relay.stop();
     assert_eq!(
-        counter(&log, &["flow=one", "packets_in"], "packets_in"),
-        3000
+        whole(counter(&log, &["flow=one", "packets_in"], "packets_in")),
+        relayed
     );
 }
 
@@ -558,27 +600,11 @@ outputs = [ { interface = "vRB", address = "239.2.2.4", port = 6000 } ]
 "#;
     let relay = t.relay(&config(leaving), &[]);
     let path = t.dir.join("mcrelay.toml");
-    // 3 s of the steady stream, with reloads in the middle of it.
-    let rx = t.receiver("239.2.2.2:6000", 30_000, &[]);
-    let sender = t
-        .command(&t.a, &loadgen())
-        .args([
-            "send",
-            "--dest",
-            "239.1.1.1:5000",
-            "--interface",
-            "vA",
-            "--count",
-            "30000",
-            "--rate",
-            "10000",
-            "--size",
-            "1316",
-        ])
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("sender");
-    std::thread::sleep(Duration::from_millis(700));
+    // The steady stream, with reloads in the middle of it: it runs from
+    // before the first reload until after the last (seen, not assumed).
+    let rx = t.receiver("239.2.2.2:6000", u64::MAX, &[]);
+    let sender = t.sender(&t.a, "239.1.1.1:5000", Some("vA"), None, 10_000);
+    wait_for_packets_in(&socket, "steady", 1000);
     fs::write(&path, config(joining)).expect("rewrite config");
     let (code, said) = ctl(&socket, &["reload"]);
     assert_eq!(code, 0, "{said}");
@@ -595,33 +621,43 @@ outputs = [ { interface = "vRB", address = "239.2.2.4", port = 6000 } ]
         said.contains("rejected") && said.contains("error"),
         "{said}"
     );
+    // Wait for the SIGHUP's own rejection (the socket's was logged too):
+    // only then may the file change again, else the reload could read it
+    // half-written (an empty file is a valid config without flows).
+    let rejected = relay.log().matches("reload rejected").count();
     sh(&["kill", "-HUP", &relay.child.id().to_string()]);
-    std::thread::sleep(Duration::from_millis(300));
-    assert!(relay.log().contains("reload rejected"), "{}", relay.log());
+    wait_until("SIGHUP's reload rejected", || {
+        let log = relay.log();
+        if log.matches("reload rejected").count() > rejected {
+            Ok(())
+        } else {
+            Err(log)
+        }
+    });
     fs::write(&path, config(joining)).expect("restore config");
-    let sent = sender.wait_with_output().expect("sender");
-    assert!(sent.status.success());
+    let n = snapshot(&socket).flow("steady").map_or(0, |f| f.packets_in);
+    wait_for_packets_in(&socket, "steady", n + 1000);
+    let sent = whole(stop_sender(sender));
+    t.end_marker(&t.a, "239.1.1.1:5000", Some("vA"));
     let out = finish(rx);
     clean(&out);
     assert_eq!(
-        (field(&out, "valid"), field(&out, "lost")),
-        (30_000, 0),
+        (field(&out, "valid"), field(&out, "unique")),
+        (sent, sent),
         "the unchanged flow lost nothing across the reloads: {out}\n{}",
         relay.log()
     );
     // The added flow relays; the removed one doesn't.
+    // The removed flow's receiver listens until the added one has got
+    // everything, sent after the removed flow's traffic.
     let joined = t.receiver("239.2.2.4:6000", 500, &[]);
-    let left = t.receiver(
-        "239.2.2.3:6000",
-        1,
-        &["--idle-exit", "0", "--duration", "2"],
-    );
-    for group in ["239.1.1.3:5000", "239.1.1.2:5000"] {
+    let left = t.receiver("239.2.2.3:6000", 1, &[]);
+    for group in ["239.1.1.2:5000", "239.1.1.3:5000"] {
         t.send(group, &["--count", "500", "--rate", "10000"]);
     }
     let joined = finish(joined);
     assert_eq!(field(&joined, "valid"), 500, "{joined}");
-    let left = finish(left);
+    let left = terminate(left);
     assert_eq!(field(&left, "received"), 0, "{left}");
     let (code, flows) = ctl(&socket, &["flows", "--sample", "0"]);
     assert_eq!(code, 0);
@@ -663,6 +699,8 @@ outputs = [ {{ interface = "vRB", address = "239.2.2.9", port = 6009 }} ]
         &[],
     );
     let light_rx = t.receiver("239.2.2.9:6009", 6000, &["--run-id", "2"]);
+    // The heavy sender runs from before the light stream (seen relaying)
+    // until after it.
     let heavy = t
         .command(&t.a, &loadgen())
         .args([
@@ -674,24 +712,25 @@ outputs = [ {{ interface = "vRB", address = "239.2.2.9", port = 6009 }} ]
             "--rate",
             "0",
             "--duration",
-            "4",
+            "600",
             "--size",
             "1316",
             "--run-id",
             "1",
+            "--json",
         ])
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .spawn()
         .expect("heavy sender");
-    std::thread::sleep(Duration::from_millis(500));
+    wait_for_packets_in(&t.dir.join("control.sock"), "heavy", 10_000);
     t.send(
         "239.1.1.9:5009",
         &[
             "--count", "6000", "--rate", "2000", "--size", "1316", "--run-id", "2",
         ],
     );
-    let _ = heavy.wait_with_output();
     let out = finish(light_rx);
+    stop_sender(heavy);
     let log = relay.stop();
     eprintln!(
         "{}",
@@ -779,38 +818,26 @@ outputs = [ { interface = "vRB", address = "239.2.2.2", port = 6000 } ]
         "the helper keeps CAP_NET_ADMIN"
     );
 
-    let rx = t.receiver("239.2.2.2:6000", 20_000, &[]);
-    let sender = t
-        .command(&t.a, &loadgen())
-        .args([
-            "send",
-            "--dest",
-            "239.1.1.1:5000",
-            "--interface",
-            "vA",
-            "--count",
-            "20000",
-            "--rate",
-            "10000",
-            "--size",
-            "1316",
-        ])
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("sender");
-    std::thread::sleep(Duration::from_millis(500));
-    // The zygote, and with it the helper: none can come back privileged
-    // (tests/zygote.rs kills the helper alone).
+    // The zygote, and with it the helper, is killed while traffic flows
+    // (none can come back privileged; tests/zygote.rs kills the helper
+    // alone), which goes on until the flow has relayed another 5000.
+    let socket = t.dir.join("control.sock");
+    let rx = t.receiver("239.2.2.2:6000", u64::MAX, &[]);
+    let sender = t.sender(&t.a, "239.1.1.1:5000", Some("vA"), None, 10_000);
+    wait_for_packets_in(&socket, "one", 5000);
     sh(&["kill", "-KILL", &zygote_of(pid).to_string()]);
-    let _ = sender.wait_with_output();
+    let n = snapshot(&socket).flow("one").map_or(0, |f| f.packets_in);
+    wait_for_packets_in(&socket, "one", n + 5000);
+    let sent = whole(stop_sender(sender));
+    t.end_marker(&t.a, "239.1.1.1:5000", Some("vA"));
     let out = finish(rx);
     assert_eq!(
-        (field(&out, "valid"), field(&out, "lost")),
-        (20_000, 0),
+        (field(&out, "valid"), field(&out, "unique")),
+        (sent, sent),
         "running flows keep running when the helper dies: {out}\n{}",
         relay.log()
     );
-    let (code, status) = ctl(&t.dir.join("control.sock"), &["status"]);
+    let (code, status) = ctl(&socket, &["status"]);
     assert_eq!(code, 0, "{status}");
     assert!(
         status.contains("degraded") && status.contains("helper"),
@@ -881,9 +908,7 @@ fn systemd_hears_ready_status_watchdog_reloading_and_stopping() {
     let path = t.dir.join("notify.sock");
     let notify = UnixDatagram::bind(&path).expect("bind notify socket");
     fs::set_permissions(&path, fs::Permissions::from_mode(0o666)).expect("chmod");
-    notify
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .expect("timeout");
+    notify.set_read_timeout(Some(DEADLINE)).expect("timeout");
     let relay = t.relay_with(
         r#"
 [[flow]]
@@ -900,7 +925,7 @@ outputs = [ { interface = "vRB", address = "239.2.2.2", port = 6000 } ]
     );
     let mut seen: Vec<String> = Vec::new();
     let mut wait_for = |want: &str| {
-        let deadline = Instant::now() + Duration::from_secs(5);
+        let deadline = Instant::now() + DEADLINE;
         while Instant::now() < deadline {
             let mut buf = [0u8; 4096];
             let Ok(n) = notify.recv(&mut buf) else { break };

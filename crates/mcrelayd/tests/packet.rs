@@ -68,8 +68,7 @@ fn output_receiver(t: &Topology) -> UdpSocket {
         let s = UdpSocket::bind("0.0.0.0:6000").expect("bind");
         s.join_multicast_v4(&"239.2.2.2".parse().unwrap(), &"10.10.2.2".parse().unwrap())
             .expect("join");
-        s.set_read_timeout(Some(std::time::Duration::from_secs(3)))
-            .expect("timeout");
+        s.set_read_timeout(Some(DEADLINE)).expect("timeout");
         s
     });
     // Let the IGMP join settle on the veth.
@@ -93,24 +92,25 @@ fn an_unroutable_source_is_relayed_by_packet_ingress_only() {
     // Socket ingress: the reverse-path filter eats everything.
     let relay = t.relay(&FLOW.replace("INGRESS", "socket"), &[]);
     let before = rpf_drops(&t.r);
-    let rx = t.receiver(
-        "239.2.2.2:6000",
-        0,
-        &["--idle-exit", "1", "--duration", "3"],
-    );
+    // The receiver listens until the kernel has counted every datagram
+    // dropped (and would fail the wait if it didn't).
+    let rx = t.receiver("239.2.2.2:6000", 1, &[]);
     t.send(
         "239.1.1.1:5000",
         &["--source", SOURCE, "--count", "500", "--rate", "20000"],
     );
-    let out = finish(rx);
+    wait_until("the kernel counted its RPF drops", || {
+        let dropped = rpf_drops(&t.r) - before;
+        if dropped >= 500 {
+            Ok(())
+        } else {
+            Err(format!("{dropped}"))
+        }
+    });
+    let out = terminate(rx);
     let log = relay.stop();
     assert_eq!(field(&out, "valid"), 0, "nothing gets through: {out}");
     assert_eq!(counter(&log, &["flow=rpf", "packets_in"], "packets_in"), 0);
-    let dropped = rpf_drops(&t.r) - before;
-    assert!(
-        dropped >= 500,
-        "the kernel counted its RPF drops: {dropped}"
-    );
 
     // Packet ingress: every datagram, byte-exact; the 9001-byte ones are
     // too large to relay and counted.

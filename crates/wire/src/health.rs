@@ -156,57 +156,14 @@ impl InputTracker {
     }
 }
 
-/// Silent or active: an input is silent once no datagram has arrived for
-/// `silence_ns`. Kept by the reader (the supervisor), which polls it and
-/// logs each change once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SilenceWatch {
-    silence_ns: u64,
-    /// When watching started (the flow was added): an input that never
-    /// received goes silent `silence_ns` after it.
-    since_ns: u64,
-    silent: bool,
-}
-
-/// A change of an input's silence state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SilenceChange {
-    /// No datagram for the silence time; carries the time since the last
-    /// one (or since watching started).
-    WentSilent { for_ns: u64 },
-    /// A datagram arrived after silence.
-    Resumed,
-}
-
-impl SilenceWatch {
-    pub fn new(silence_ns: u64, since_ns: u64) -> Self {
-        Self {
-            silence_ns,
-            since_ns,
-            silent: false,
-        }
-    }
-
-    pub fn is_silent(&self) -> bool {
-        self.silent
-    }
-
-    /// Whether the input is silent at `now_ns`, given when its latest
-    /// datagram arrived; returns the change, if this call saw one.
-    pub fn update(&mut self, last_ns: Option<u64>, now_ns: u64) -> Option<SilenceChange> {
-        let quiet_since = last_ns.unwrap_or(self.since_ns).max(self.since_ns);
-        let quiet = now_ns.saturating_sub(quiet_since);
-        let silent = quiet >= self.silence_ns;
-        if silent == self.silent {
-            return None;
-        }
-        self.silent = silent;
-        Some(if silent {
-            SilenceChange::WentSilent { for_ns: quiet }
-        } else {
-            SilenceChange::Resumed
-        })
-    }
+/// Whether an input is silent at `now_ns`: no datagram for `silence_ns`
+/// since the later of its latest datagram (`last_ns`) and when watching
+/// started (`since_ns`, when the flow was added: an input that never
+/// received goes silent `silence_ns` after it). The reader (the
+/// supervisor) asks; the worker only publishes `last_ns`.
+pub fn is_silent(last_ns: Option<u64>, since_ns: u64, now_ns: u64, silence_ns: u64) -> bool {
+    let quiet_since = last_ns.unwrap_or(since_ns).max(since_ns);
+    now_ns.saturating_sub(quiet_since) >= silence_ns
 }
 
 #[cfg(test)]
@@ -278,27 +235,15 @@ mod tests {
     }
 
     #[test]
-    fn silence_changes_once_each_way() {
-        let mut w = SilenceWatch::new(1000 * MS, 0);
-        assert_eq!(w.update(None, 999 * MS), None);
-        assert_eq!(
-            w.update(None, 1000 * MS),
-            Some(SilenceChange::WentSilent { for_ns: 1000 * MS })
-        );
-        assert_eq!(w.update(None, 2000 * MS), None);
-        assert!(w.is_silent());
-        assert_eq!(
-            w.update(Some(2100 * MS), 2200 * MS),
-            Some(SilenceChange::Resumed)
-        );
-        assert_eq!(w.update(Some(2100 * MS), 3099 * MS), None);
-        assert!(matches!(
-            w.update(Some(2100 * MS), 3100 * MS),
-            Some(SilenceChange::WentSilent { .. })
-        ));
+    fn silence() {
+        let ms = MS;
+        assert!(!is_silent(None, 0, 999 * ms, 1000 * ms));
+        assert!(is_silent(None, 0, 1000 * ms, 1000 * ms));
+        assert!(!is_silent(Some(2100 * ms), 0, 2200 * ms, 1000 * ms));
+        assert!(!is_silent(Some(2100 * ms), 0, 3099 * ms, 1000 * ms));
+        assert!(is_silent(Some(2100 * ms), 0, 3100 * ms, 1000 * ms));
         // A datagram from before watching started doesn't count.
-        let mut w = SilenceWatch::new(10, 100);
-        assert_eq!(w.update(Some(5), 105), None);
-        assert!(w.update(Some(5), 110).is_some());
+        assert!(!is_silent(Some(5), 100, 105, 10));
+        assert!(is_silent(Some(5), 100, 110, 10));
     }
 }

@@ -43,6 +43,9 @@ pub(super) struct Flow {
     pub(super) armed: bool,
     /// The first receive error was logged.
     pub(super) error_logged: bool,
+    /// Stream health of the input: every datagram is shown to it before
+    /// the core (it reads a clock; the core has none).
+    pub(super) health: crate::health::InputHealth,
     /// Packet ingress: the frames' filter, checked again per frame.
     pub(super) packet: Option<mcrelay_wire::FlowMatch>,
     /// Packet ingress: frames are left in the packet ring for the next turn.
@@ -92,6 +95,7 @@ impl Flow {
             output_fds,
             armed: false,
             error_logged: false,
+            health: crate::health::InputHealth::new(f.health, Arc::clone(&f.counters)),
             packet: f.ingress.packet_filter(),
             ring_pending: false,
             packet_ring,

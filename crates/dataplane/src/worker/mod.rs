@@ -76,6 +76,8 @@ pub struct FlowSockets {
     pub outputs: Vec<OutputSocket>,
     /// Written by the worker, read by anyone.
     pub counters: Arc<FlowCounters>,
+    /// What the datagrams carry, for stream health.
+    pub health: crate::health::HealthSettings,
 }
 
 impl FlowSockets {
@@ -85,7 +87,13 @@ impl FlowSockets {
             ingress,
             outputs,
             counters: Arc::default(),
+            health: crate::health::HealthSettings::default(),
         }
+    }
+
+    /// With stream-health settings other than the default (`udp`).
+    pub fn with_health(self, health: crate::health::HealthSettings) -> Self {
+        Self { health, ..self }
     }
 
     /// The handles a reader keeps to watch this flow's counters.

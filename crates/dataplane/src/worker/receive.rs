@@ -152,7 +152,10 @@ impl Worker {
         };
         let len = result.unsigned_abs() as usize;
         if let Some(bytes) = self.receive_buffers.filled(id, len)
-            && self.core.receive(f, bytes) == (Received::Full { newly: true })
+            && {
+                flow.health.observe(bytes);
+                self.core.receive(f, bytes) == (Received::Full { newly: true })
+            }
         {
             // Stop receiving until the outputs drain: the kernel drops the
             // excess at the socket for less than a receive costs, and
@@ -197,6 +200,9 @@ impl Worker {
                 });
                 match payload {
                     Ok(payload) => {
+                        if let Some(fl) = self.flows.get_mut(f.index()).and_then(Option::as_mut) {
+                            fl.health.observe(payload);
+                        }
                         if matches!(self.core.receive(f, payload), Received::Full { .. }) {
                             // This one is dropped (counted per output as
                             // backlog, as on a socket); the frames after it

@@ -160,7 +160,10 @@ fn parse_cpu_list(text: &str) -> Vec<usize> {
 /// after starting it.
 const START_TIMEOUT: Duration = Duration::from_secs(15);
 /// How long, after the sender stopped, receivers may take to get the rest.
-const DRAIN: Duration = Duration::from_secs(2);
+/// The wait ends as soon as every receiver has all it was sent, so this
+/// only bounds a run that lost something; generous, since on a loaded
+/// machine the receiver threads may not run for a while.
+const DRAIN: Duration = Duration::from_secs(10);
 /// How often the main loop looks at the signal flag and the threads.
 const POLL: Duration = Duration::from_millis(50);
 /// Live view refresh.
@@ -623,7 +626,7 @@ fn show_frame(current: &Snapshot, rates: &Rates, elapsed: Duration, args: &DemoA
 }
 
 /// User plus system clock ticks of `pid` (all its threads) and of its
-/// children (the daemon's privileged helper).
+/// descendants (the daemon's privileged zygote and the helper it forked).
 fn cpu_ticks(pid: u32) -> Option<u64> {
     let own = stat_ticks(pid)?;
     let children: u64 = std::fs::read_dir(format!("/proc/{pid}/task"))
@@ -636,7 +639,7 @@ fn cpu_ticks(pid: u32) -> Option<u64> {
                 .filter_map(|c| c.parse::<u32>().ok())
                 .collect::<Vec<_>>()
         })
-        .filter_map(stat_ticks)
+        .filter_map(cpu_ticks)
         .sum();
     Some(own + children)
 }

@@ -45,7 +45,7 @@ impl OutputResult {
 /// The daemon's CPU time while traffic flowed.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Cpu {
-    /// User plus system time of the daemon (all threads) and its helper.
+    /// User plus system time of the daemon (all threads), its zygote and helper.
     pub seconds: f64,
     /// Packets the daemon sent out over the same time, all outputs.
     pub packets: u64,

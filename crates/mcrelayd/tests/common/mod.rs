@@ -323,6 +323,34 @@ impl Topology {
         assert!(status.success(), "sender failed");
     }
 
+    /// A paced sender of 1316-byte datagrams in namespace `ns`, in the
+    /// background: `count` of them, or with `None` until [`stop_sender`]
+    /// (at most 10 minutes), so that traffic lasts as long as the test's
+    /// steps need, however long they take.
+    pub fn sender(
+        &self,
+        ns: &str,
+        dest: &str,
+        interface: Option<&str>,
+        count: Option<u64>,
+        rate: u64,
+    ) -> Child {
+        let mut c = self.command(ns, &loadgen());
+        c.args(["send", "--dest", dest, "--json"]);
+        if let Some(i) = interface {
+            c.args(["--interface", i]);
+        }
+        match count {
+            Some(n) => c.args(["--count", &n.to_string()]),
+            None => c.args(["--duration", "600"]),
+        };
+        c.args(["--rate", &rate.to_string()])
+            .args(["--size", "1316"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn sender")
+    }
+
     /// Send one end marker (a datagram of run [`END_RUN`]) from namespace
     /// `ns` to `dest`, out of `interface`, once the traffic being counted
     /// has been sent: a receiver behind an in-order path stops when it
@@ -362,8 +390,10 @@ impl Relay {
 
     /// SIGTERM; asserts a clean exit within a second; the final counters.
     pub fn stop(mut self) -> String {
+        // The signal is sent in-process: spawning `kill` would add its own
+        // start-up, seconds on a loaded machine, to the time measured.
         let start = Instant::now();
-        sh(&["kill", "-TERM", &self.child.id().to_string()]);
+        signal(&self.child, libc::SIGTERM);
         let status = loop {
             if let Some(s) = self.child.try_wait().expect("wait") {
                 break s;
@@ -406,14 +436,40 @@ pub fn field(json: &str, key: &str) -> i64 {
         .unwrap_or(-1)
 }
 
+/// A count as the receivers' JSON numbers are read ([`field`]).
+pub fn whole(n: u64) -> i64 {
+    i64::try_from(n).expect("small")
+}
+
 pub fn finish(rx: Child) -> String {
     String::from_utf8(rx.wait_with_output().expect("receiver").stdout).expect("utf-8")
+}
+
+/// Stop a sender (SIGTERM); how many datagrams it sent.
+pub fn stop_sender(tx: Child) -> u64 {
+    signal(&tx, libc::SIGTERM);
+    let out = tx.wait_with_output().expect("sender");
+    assert!(out.status.success(), "sender failed");
+    let json = String::from_utf8_lossy(&out.stdout);
+    u64::try_from(field(&json, "sent")).expect("sent count")
+}
+
+/// Send `sig` to a child (`ip netns exec` execs its program, so the child
+/// is the program itself); no process is started, so the signal goes out
+/// now, whatever the load.
+#[allow(unsafe_code)]
+pub fn signal(child: &Child, sig: i32) {
+    let pid = i32::try_from(child.id()).expect("pid");
+    // SAFETY: kill(2) on our own child, which has not been reaped (we hold
+    // its Child), so the pid names it; no memory is passed.
+    let rc = unsafe { libc::kill(pid, sig) };
+    assert_eq!(rc, 0, "kill: {}", std::io::Error::last_os_error());
 }
 
 /// Stop a receiver with SIGTERM (once the test has seen that nothing more
 /// can come) and read its summary.
 pub fn terminate(rx: Child) -> String {
-    sh(&["kill", "-TERM", &rx.id().to_string()]);
+    signal(&rx, libc::SIGTERM);
     finish(rx)
 }
 
@@ -460,7 +516,7 @@ pub fn wait_for_packets_in(socket: &Path, name: &str, n: u64) {
         let s = snapshot(socket);
         match s.flow(name) {
             Some(f) if f.packets_in >= n => Ok(()),
-            f => Err(format!("{f:?}")),
+            _ => Err(format!("{s:?}")),
         }
     });
 }

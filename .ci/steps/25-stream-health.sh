@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Stream health against a real encoder: install Debian's ffmpeg (no
+# services), then run the namespace test that relays ffmpeg's
+# `-f rtp_mpegts` stream through the daemon and expects zero errors on
+# every counter (crates/mcrelayd/tests/health.rs; it skips without ffmpeg,
+# so the workspace run before this step may have skipped it).
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+command -v ffmpeg >/dev/null || { apt-get update -qq && apt-get install -y -qq --no-install-recommends ffmpeg >/dev/null; }
+cargo test -p mcrelayd --test health --locked -- a_real_encoders_stream_shows_no_errors

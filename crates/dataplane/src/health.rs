@@ -1,0 +1,279 @@
+//! Stream health on the packet path: each flow's [`InputHealth`] reads
+//! every datagram it receives with [`mcrelay_wire::health::InputTracker`]
+//! (the RTP and TS headers for `payload = "rtp" | "mpegts" |
+//! "rtp-mpegts"`, arrival for every mode) and publishes what it learnt
+//! into the flow's [`HealthCounters`]: relaxed atomics written only by
+//! the worker, read by the supervisor. The datagram is never changed, and
+//! is relayed whatever this says.
+//!
+//! Cost per datagram: the tracker's bounded parse, one monotonic clock
+//! read, and a relaxed store per published counter of the mode (plain
+//! moves). Nothing allocates: the tracker, with its TS table, is built when
+//! the flow is added.
+
+use std::sync::Arc;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Instant;
+
+pub use mcrelay_wire::health::is_silent;
+use mcrelay_wire::health::{InputTracker, Payload};
+pub use mcrelay_wire::rtp::jitter_ns;
+
+use crate::counters::FlowCounters;
+
+/// A flow's stream-health settings (from its config).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HealthSettings {
+    pub payload: Payload,
+    pub rtp_clock_hz: u32,
+    pub silence_ms: u32,
+}
+
+impl Default for HealthSettings {
+    fn default() -> Self {
+        Self {
+            payload: Payload::Udp,
+            rtp_clock_hz: 90_000,
+            silence_ms: 1000,
+        }
+    }
+}
+
+/// Nanoseconds on the monotonic clock the workers stamp arrivals with
+/// (since the first call in this process), so readers can compare.
+pub fn now_ns() -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    let epoch = *EPOCH.get_or_init(Instant::now);
+    u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// A value with one writer at a time (the worker; for `max_gap_ns` a
+/// reader may reset it).
+#[derive(Debug, Default)]
+pub struct Gauge(AtomicU64);
+
+impl Gauge {
+    #[inline(always)]
+    fn set(&self, v: u64) {
+        self.0.store(v, Relaxed);
+    }
+
+    pub fn get(&self) -> u64 {
+        self.0.load(Relaxed)
+    }
+}
+
+/// One input's published health. Counters only grow while the flow is
+/// configured (across pauses: a re-added flow's tracker starts from where
+/// they stood).
+#[derive(Debug, Default)]
+pub struct HealthCounters {
+    /// [`Payload`] as its index in [`Payload::ALL`], plus one; 0 until the
+    /// flow is first added to a worker.
+    pub payload: Gauge,
+    pub rtp_clock_hz: Gauge,
+    pub silence_ms: Gauge,
+    /// When the flow was last added to its worker ([`now_ns`]).
+    pub added_ns: Gauge,
+    /// When its latest datagram arrived ([`now_ns`]), plus one; 0 before
+    /// any.
+    pub last_arrival_ns: Gauge,
+    /// Longest gap between two datagrams since a reader last reset it.
+    pub max_gap_ns: Gauge,
+    pub rtp_packets: Gauge,
+    pub rtp_lost: Gauge,
+    pub rtp_duplicates: Gauge,
+    pub rtp_reordered: Gauge,
+    pub rtp_ssrc_changes: Gauge,
+    pub rtp_resyncs: Gauge,
+    pub rtp_malformed: Gauge,
+    pub rtp_payload_type: Gauge,
+    pub rtp_ssrc: Gauge,
+    /// RFC 3550 jitter in clock units, times 16.
+    pub rtp_jitter_x16: Gauge,
+    pub ts_packets: Gauge,
+    pub ts_sync_errors: Gauge,
+    pub ts_continuity_errors: Gauge,
+    pub ts_transport_errors: Gauge,
+    pub ts_pids: Gauge,
+}
+
+impl HealthCounters {
+    /// The flow's settings, once it has been added to a worker.
+    pub fn settings(&self) -> Option<HealthSettings> {
+        let i = usize::try_from(self.payload.get().checked_sub(1)?).ok()?;
+        Some(HealthSettings {
+            payload: *Payload::ALL.get(i)?,
+            rtp_clock_hz: u32::try_from(self.rtp_clock_hz.get()).unwrap_or(90_000),
+            silence_ms: u32::try_from(self.silence_ms.get()).unwrap_or(1000),
+        })
+    }
+
+    /// When the latest datagram arrived, if any did.
+    pub fn last_arrival(&self) -> Option<u64> {
+        self.last_arrival_ns.get().checked_sub(1)
+    }
+
+    /// The longest gap since the previous call (counting the one open at
+    /// `now`), and start the next period. A reader's reset; a gap the
+    /// worker records between this read and the reset (the same
+    /// microsecond) is lost.
+    pub fn take_max_gap(&self, now: u64) -> u64 {
+        let open = self.last_arrival().map_or(0, |t| now.saturating_sub(t));
+        self.max_gap_ns.0.swap(0, Relaxed).max(open)
+    }
+
+    /// The longest gap since the last reset, counting the open one, without
+    /// resetting.
+    pub fn max_gap(&self, now: u64) -> u64 {
+        let open = self.last_arrival().map_or(0, |t| now.saturating_sub(t));
+        self.max_gap_ns.get().max(open)
+    }
+}
+
+/// Counter values when the tracker started: published values are these
+/// plus the tracker's.
+#[derive(Debug, Clone, Copy, Default)]
+struct Base {
+    rtp: [u64; 6],
+    ts: [u64; 4],
+}
+
+/// A flow's health tracker and where it publishes. Lives in the worker.
+#[derive(Debug)]
+pub struct InputHealth {
+    tracker: InputTracker,
+    counters: Arc<FlowCounters>,
+    base: Base,
+}
+
+impl InputHealth {
+    /// Called when the flow is added to its worker (not on the packet
+    /// path): allocates the tracker and records the settings.
+    pub fn new(settings: HealthSettings, counters: Arc<FlowCounters>) -> Self {
+        let h = &counters.health;
+        let index = Payload::ALL
+            .iter()
+            .position(|&p| p == settings.payload)
+            .unwrap_or(0);
+        h.payload.set(index as u64 + 1);
+        h.rtp_clock_hz.set(u64::from(settings.rtp_clock_hz));
+        h.silence_ms.set(u64::from(settings.silence_ms));
+        h.added_ns.set(now_ns());
+        let base = Base {
+            rtp: [
+                h.rtp_packets.get(),
+                h.rtp_lost.get(),
+                h.rtp_duplicates.get(),
+                h.rtp_reordered.get(),
+                h.rtp_ssrc_changes.get(),
+                h.rtp_malformed.get(),
+            ],
+            ts: [
+                h.ts_packets.get(),
+                h.ts_sync_errors.get(),
+                h.ts_continuity_errors.get(),
+                h.ts_transport_errors.get(),
+            ],
+        };
+        Self {
+            tracker: InputTracker::new(settings.payload, settings.rtp_clock_hz),
+            counters,
+            base,
+        }
+    }
+
+    /// Where it publishes.
+    pub fn counters(&self) -> &HealthCounters {
+        &self.counters.health
+    }
+
+    /// The packet path: read `d`, arrived now, and publish.
+    #[inline]
+    pub fn observe(&mut self, d: &[u8]) {
+        self.observe_at(d, now_ns());
+    }
+
+    /// [`Self::observe`] with the arrival time given (benchmarks, tests).
+    #[inline]
+    pub fn observe_at(&mut self, d: &[u8], now: u64) {
+        let gap = self.tracker.observe(d, now);
+        let h = &self.counters.health;
+        h.last_arrival_ns.set(now.saturating_add(1));
+        if gap > h.max_gap_ns.get() {
+            h.max_gap_ns.set(gap);
+        }
+        let payload = self.tracker.payload();
+        if payload.has_rtp() {
+            let r = self.tracker.rtp();
+            let b = &self.base.rtp;
+            h.rtp_packets.set(b[0] + r.packets);
+            h.rtp_lost.set(b[1] + r.lost);
+            h.rtp_duplicates.set(b[2] + r.duplicates);
+            h.rtp_reordered.set(b[3] + r.reordered);
+            h.rtp_ssrc_changes.set(b[4] + r.ssrc_changes);
+            h.rtp_malformed.set(b[5] + r.malformed);
+            h.rtp_resyncs.set(r.resyncs);
+            h.rtp_payload_type.set(u64::from(r.payload_type));
+            h.rtp_ssrc.set(u64::from(r.ssrc));
+            h.rtp_jitter_x16.set(r.jitter_x16);
+        }
+        if payload.has_ts() {
+            let t = self.tracker.ts();
+            let b = &self.base.ts;
+            h.ts_packets.set(b[0] + t.packets);
+            h.ts_sync_errors.set(b[1] + t.sync_errors);
+            h.ts_continuity_errors.set(b[2] + t.continuity_errors);
+            h.ts_transport_errors.set(b[3] + t.transport_errors);
+            h.ts_pids.set(t.pids);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mcrelay_wire::rtp;
+
+    fn pkt(seq: u16) -> [u8; 20] {
+        let mut b = [0u8; 20];
+        let _ = rtp::build(&mut b, 96, seq, 0, 5);
+        b
+    }
+
+    #[test]
+    fn publishes_and_resumes_from_where_it_stood() {
+        let counters = Arc::new(FlowCounters::default());
+        assert_eq!(counters.health.settings(), None);
+        let settings = HealthSettings {
+            payload: Payload::Rtp,
+            rtp_clock_hz: 48_000,
+            silence_ms: 250,
+        };
+        let mut h = InputHealth::new(settings, Arc::clone(&counters));
+        assert_eq!(counters.health.settings(), Some(settings));
+        assert_eq!(counters.health.last_arrival(), None);
+        h.observe_at(&pkt(1), 0);
+        h.observe_at(&pkt(3), 10);
+        h.observe_at(&pkt(3), 50);
+        let c = &counters.health;
+        assert_eq!(
+            (
+                c.rtp_packets.get(),
+                c.rtp_lost.get(),
+                c.rtp_duplicates.get()
+            ),
+            (3, 1, 1)
+        );
+        assert_eq!(c.last_arrival(), Some(50));
+        assert_eq!(c.max_gap(60), 40);
+        assert_eq!(c.take_max_gap(60), 40);
+        assert_eq!(c.take_max_gap(70), 20, "the open gap counts");
+        // The flow is paused and re-added: a new tracker, same counters.
+        let mut h = InputHealth::new(settings, Arc::clone(&counters));
+        h.observe_at(&pkt(100), 1000);
+        h.observe_at(&pkt(102), 1010);
+        assert_eq!((c.rtp_packets.get(), c.rtp_lost.get()), (5, 2));
+    }
+}

@@ -1,0 +1,85 @@
+//! The stream-health hook of the packet path never allocates: a counting
+//! global allocator watches while every payload mode reads thousands of
+//! datagrams — clean RTP-in-TS, and damaged ones (cut short, bad sync
+//! bytes, not RTP) — after the tracker was built.
+
+#![allow(unsafe_code)] // the counting allocator
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use mcrelay_dataplane::counters::FlowCounters;
+use mcrelay_dataplane::health::{HealthSettings, InputHealth};
+use mcrelay_wire::health::Payload;
+use mcrelay_wire::{rtp, ts};
+
+struct Counting;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: forwards every call to the system allocator unchanged; the only
+// addition is a relaxed counter increment, which cannot allocate.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: same contract as our caller's.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as our caller's.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: same contract as our caller's.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+#[test]
+fn observing_never_allocates() {
+    let mut datagrams: Vec<Vec<u8>> = (0..64u16)
+        .map(|seq| {
+            let mut d = vec![0xffu8; 12 + 7 * ts::PACKET];
+            let _ = rtp::build(&mut d, 33, seq, u32::from(seq) * 900, 1);
+            for (k, p) in d[12..].chunks_exact_mut(ts::PACKET).enumerate() {
+                let cc = u8::try_from((usize::from(seq) * 7 + k) % 16).unwrap();
+                ts::build(p, 0x100 + u16::try_from(k).unwrap(), cc, true, None);
+            }
+            d
+        })
+        .collect();
+    datagrams[10][12] = 0x48; // a lost sync byte
+    datagrams[20][0] = 0x40; // not RTP
+    let mut trackers: Vec<InputHealth> = Payload::ALL
+        .iter()
+        .map(|&payload| {
+            let settings = HealthSettings {
+                payload,
+                ..HealthSettings::default()
+            };
+            InputHealth::new(settings, Arc::new(FlowCounters::default()))
+        })
+        .collect();
+    // The clock's epoch is set on first use: before the window.
+    let _ = mcrelay_dataplane::health::now_ns();
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    for round in 0..100 {
+        for (i, d) in datagrams.iter().enumerate() {
+            for t in &mut trackers {
+                t.observe(d);
+                // Cut short, too.
+                t.observe(&d[..(i * 37 + round) % d.len()]);
+            }
+        }
+    }
+    let allocated = ALLOCATIONS.load(Ordering::Relaxed) - before;
+    assert_eq!(allocated, 0, "the health hook allocated {allocated} times");
+    let rtp_ts = trackers[3].counters();
+    assert!(rtp_ts.ts_sync_errors.get() > 0 && rtp_ts.rtp_malformed.get() > 0);
+    assert!(rtp_ts.ts_packets.get() > 0);
+}

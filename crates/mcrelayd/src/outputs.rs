@@ -1,0 +1,95 @@
+//! Outputs that could not be connected when their flow opened (no route to
+//! the destination yet, or the source address missing, e.g. an IPv6
+//! address gone with a link flap). The flow starts anyway with every
+//! output: the worker sends on the bad one's socket, which fails fast
+//! (`EDESTADDRREQ`, counted as a send error) without touching the others.
+//! The supervisor keeps a duplicate of that socket and retries binding and
+//! connecting it ([`mcrelay_helper::sockets::connect_egress`], which needs
+//! no privilege) every second and on every interface change; once connected
+//! the worker's next send on it succeeds. Logged once when it fails, once
+//! when it recovers; every failed attempt is counted.
+
+use std::io;
+use std::net::UdpSocket;
+
+use anyhow::Context;
+use mcrelay_config::{Flow, Output};
+use mcrelay_helper::sockets::connect_egress;
+
+/// An output still to connect: a duplicate of the socket its worker uses.
+#[derive(Debug)]
+pub struct Unconnected {
+    /// Its index in the flow's outputs.
+    pub index: usize,
+    socket: UdpSocket,
+    output: Output,
+}
+
+/// What readers see of one output's connection.
+#[derive(Debug, Clone, Default)]
+pub struct OutputState {
+    /// Why it is not connected, while it isn't.
+    pub not_connected: Option<String>,
+    /// Failed attempts to open or connect it.
+    pub connect_failures: u64,
+}
+
+impl OutputState {
+    /// Record a failed attempt; whether it is news (to log).
+    pub fn failed(&mut self, e: &io::Error) -> bool {
+        self.connect_failures = self.connect_failures.saturating_add(1);
+        let why = e.to_string();
+        let news = self.not_connected.as_deref() != Some(why.as_str());
+        self.not_connected = Some(why);
+        news
+    }
+
+    /// Record that it is connected; whether it was not (to log).
+    pub fn connected(&mut self) -> bool {
+        self.not_connected.take().is_some()
+    }
+}
+
+/// The outputs of `flow` that came back not connected (`unconnected`:
+/// index and errno), each with a duplicate of its socket in `sockets`.
+pub fn pending(
+    flow: &Flow,
+    sockets: &[UdpSocket],
+    unconnected: &[(usize, i32)],
+) -> anyhow::Result<Vec<(Unconnected, io::Error)>> {
+    unconnected
+        .iter()
+        .map(|&(index, errno)| {
+            let socket = sockets
+                .get(index)
+                .with_context(|| format!("flow {:?}: no output {index}", flow.name))?;
+            let output = flow.outputs.get(index).with_context(|| {
+                format!("flow {:?}: no output {index} in the config", flow.name)
+            })?;
+            let socket = socket.try_clone().with_context(|| {
+                format!("flow {:?}: duplicating output {index}'s socket", flow.name)
+            })?;
+            Ok((
+                Unconnected {
+                    index,
+                    socket,
+                    output: output.clone(),
+                },
+                io::Error::from_raw_os_error(errno),
+            ))
+        })
+        .collect()
+}
+
+/// Try to connect each of `pending`; those that connect leave the list.
+/// The result of each attempt, by output index.
+pub fn retry(pending: &mut Vec<Unconnected>) -> Vec<(usize, io::Result<()>)> {
+    let mut results = Vec::with_capacity(pending.len());
+    pending.retain(|u| {
+        let result = connect_egress(&u.socket, &u.output);
+        let done = result.is_ok();
+        results.push((u.index, result));
+        !done
+    });
+    results
+}
