@@ -10,7 +10,6 @@ mod check;
 mod control;
 mod daemon;
 mod demo;
-mod links;
 mod manpage;
 mod metrics;
 mod netlink;
@@ -18,6 +17,10 @@ mod notify;
 mod peercred;
 mod run;
 mod sockets;
+
+/// The rtnetlink link-message parser and link table, pure, in the wire
+/// crate so a fuzzer can reach it.
+use mcrelay_wire::rtnetlink as links;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

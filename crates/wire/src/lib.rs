@@ -12,11 +12,16 @@
 //! Pure: no sockets, no allocation in [`frame::parse`] or
 //! [`tpacket::frames`], no `unsafe`, no panics on any input (each read
 //! checks the length first). Fuzzed through [`fuzz_frame`].
+//!
+//! Also the daemon's other parser of kernel bytes, [`rtnetlink`] (link
+//! messages from a `NETLINK_ROUTE` socket), here so it is reachable from
+//! outside the daemon's binary; fuzzed through [`fuzz_rtnetlink`].
 #![forbid(unsafe_code)]
 
 pub mod bpf;
 pub mod checksum;
 pub mod frame;
+pub mod rtnetlink;
 pub mod testframes;
 pub mod tpacket;
 
@@ -51,5 +56,37 @@ pub fn fuzz_frame(data: &[u8]) {
     }
     for f in tpacket::frames(data).take(64).flatten() {
         let _ = parse(f.bytes, &flows[0], f.verify_checksum);
+    }
+}
+
+/// Fuzz entry point for [`rtnetlink`]: walk arbitrary bytes as a netlink
+/// datagram, apply every link message to a table, and check the walk
+/// advances (at most one item per header's worth of bytes, plus one), a
+/// message whose length is malformed ends it, and applying a message
+/// twice changes nothing the second time.
+pub fn fuzz_rtnetlink(data: &[u8]) {
+    use rtnetlink::{LinkTable, Malformed, Message, NLMSG_HDRLEN, messages};
+    let mut table = LinkTable::default();
+    let mut n = 0usize;
+    let mut walk = messages(data);
+    while let Some(m) = walk.next() {
+        n += 1;
+        assert!(n <= data.len() / NLMSG_HDRLEN + 1, "walk did not advance");
+        match m {
+            Ok(Message::Link(link)) => {
+                table.apply(&link);
+                assert!(
+                    !table.apply(&link),
+                    "a message applied twice changed the table"
+                );
+                if let Some(name) = &link.name {
+                    let _ = table.state(name);
+                }
+            }
+            Ok(_) | Err(Malformed::ShortLink { .. }) => {}
+            Err(Malformed::Truncated { .. } | Malformed::BadLength { .. }) => {
+                assert!(walk.next().is_none(), "walk went on after a bad length");
+            }
+        }
     }
 }
