@@ -1,11 +1,14 @@
 //! Which network interfaces exist and are up, from rtnetlink link messages
 //! (`RTM_NEWLINK` / `RTM_DELLINK`, as notifications or as the answer to an
 //! `RTM_GETLINK` dump). Pure: bytes in, a [`LinkTable`] out; the socket
-//! that reads them is [`crate::netlink`].
+//! that reads them is mcrelayd's `netlink` module (which imports this one
+//! as `links`). Fuzzed through [`crate::fuzz_rtnetlink`].
 //!
 //! Parsing checks every length before it reads, so no input — truncated,
 //! lying about its lengths, or random — can make it panic or read out of
-//! bounds; a malformed message ends the walk over its datagram.
+//! bounds; a message with a malformed length ends the walk over its
+//! datagram (a link message too short for its `ifinfomsg` is an error, but
+//! its length still says where the next message starts).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -128,7 +131,7 @@ pub enum Message {
 }
 
 /// The messages of one datagram, in order. Stops (after yielding one
-/// error) at the first malformed message.
+/// error) at the first message whose length is malformed.
 #[derive(Debug, Clone)]
 pub struct Messages<'a> {
     rest: &'a [u8],
@@ -285,6 +288,10 @@ impl LinkTable {
 
     pub fn len(&self) -> usize {
         self.by_index.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_index.is_empty()
     }
 }
 
