@@ -2,12 +2,20 @@
 //! catches regressions of the hot path: classify, take a pool buffer, copy
 //! the payload, park it for N sends, build N send SQEs, complete them,
 //! give the buffer back. IDs: `dataplane/packet/{1316,8000}/{1,4}`.
+//!
+//! `dataplane/core/{1316,8000}/{1,4}`: the same through the relay core
+//! (`Core::receive`, `Core::flush` into a send list, `Core::complete` per
+//! send), with its counters, admission and queue bookkeeping: the
+//! worker's whole userspace share of a datagram but the SQE and CQE
+//! translation.
 
 use std::hint::black_box;
+use std::sync::Arc;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use io_uring::{opcode, squeue, types::Fd};
-use mcrelay_dataplane::bench_support::{InFlight, UserData};
+use mcrelay_dataplane::bench_support::{FlowId, InFlight, OutputId, UserData};
+use mcrelay_dataplane::core::{Core, OutputSpec, SendToken};
 use mcrelay_pool::{MAX_PAYLOAD, PoolConfig, PoolSet, SharedBuffer};
 
 fn packet(c: &mut Criterion) {
@@ -15,6 +23,7 @@ fn packet(c: &mut Criterion) {
     let mut pool = PoolSet::new(config).expect("pool fits in memory");
     let mut in_flight = InFlight::with_capacity(config.small + config.standard + config.jumbo);
     let mut sqes: Vec<squeue::Entry> = Vec::with_capacity(4);
+    let flow = FlowId::new(0).expect("flow 0 exists");
     let mut group = c.benchmark_group("dataplane");
     for size in [1316usize, 8000] {
         let payload: Vec<u8> = (0..size).map(|i| i.to_le_bytes()[0]).collect();
@@ -46,8 +55,8 @@ fn packet(c: &mut Criterion) {
                                 .user_data(
                                     UserData::Send {
                                         slot,
-                                        flow: 0,
-                                        output,
+                                        flow,
+                                        output: OutputId(output),
                                     }
                                     .encode(),
                                 );
@@ -69,5 +78,40 @@ fn packet(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, packet);
+fn core(c: &mut Criterion) {
+    let mut group = c.benchmark_group("dataplane");
+    for size in [1316usize, 8000] {
+        let payload: Vec<u8> = (0..size).map(|i| i.to_le_bytes()[0]).collect();
+        for outputs in [1usize, 4] {
+            let pool = PoolSet::new(PoolConfig::default()).expect("pool fits in memory");
+            let mut core = Core::new(pool);
+            let specs = (0..outputs).map(|_| OutputSpec {
+                depth: 256,
+                gso: false,
+                counters: Arc::default(),
+            });
+            let flow = core
+                .add_flow(specs, Arc::default(), 1)
+                .expect("an empty core takes a flow");
+            let mut sent: Vec<SendToken> = Vec::with_capacity(outputs);
+            let result = i32::try_from(size).unwrap_or(0);
+            group.throughput(Throughput::Elements(1));
+            group.bench_function(BenchmarkId::new("core", format!("{size}/{outputs}")), |b| {
+                b.iter(|| {
+                    black_box(core.receive(flow, black_box(payload.as_slice())));
+                    core.flush(&mut |req, _| {
+                        sent.push(req.token());
+                        true
+                    });
+                    for token in sent.drain(..) {
+                        core.complete(token, result, &mut |_, _| true);
+                    }
+                });
+            });
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, packet, core);
 criterion_main!(benches);

@@ -1,11 +1,5 @@
-//! Feeds arbitrary bytes, split into datagrams, to the stream-health
-//! trackers of every payload mode (`mcrelay_wire::fuzz_health`): they
-//! must count, never panic. The same entry point runs on stable over
-//! crates/wire/tests/health_corpus and proptest inputs.
-#![no_main]
-
-use libfuzzer_sys::fuzz_target;
-
-fuzz_target!(|data: &[u8]| {
-    mcrelay_wire::fuzz_health(data);
-});
+//! Arbitrary bytes, split into datagrams, fed to the stream-health trackers
+//! of every payload mode (`mcrelay_wire::fuzz_health`): they must count,
+//! never panic.
+#![cfg_attr(feature = "libfuzzer", no_main)]
+mcrelay_fuzz::fuzz_target!(mcrelay_wire::fuzz_health);

@@ -59,7 +59,7 @@ pub fn render_metrics(s: &Snapshot) -> String {
 
 fn flow_families(m: &mut Exposition, s: &Snapshot) {
     type Value = fn(&FlowSnapshot) -> u64;
-    let simple: [(&str, &str, Value); 4] = [
+    let simple: [(&str, &str, Value); 5] = [
         (
             "mcrelay_flow_received_packets_total",
             "Datagrams received on the flow's input.",
@@ -79,6 +79,11 @@ fn flow_families(m: &mut Exposition, s: &Snapshot) {
             "mcrelay_flow_receive_rearms_total",
             "Times the provided receive buffers ran out and the receive was re-armed.",
             |f| f.receive_rearms,
+        ),
+        (
+            "mcrelay_flow_pool_fallbacks_total",
+            "Datagrams copied into a larger pool class because the fitting one had no buffer for the flow.",
+            |f| f.pool_fallbacks,
         ),
     ];
     for (name, help, value) in simple {

@@ -95,6 +95,10 @@ pub struct FlowSnapshot {
     /// was re-armed (datagrams waited in the socket buffer meanwhile).
     #[serde(default)]
     pub receive_rearms: u64,
+    /// Datagrams copied into a larger pool class because the fitting one
+    /// had no buffer for this flow (relayed: not a drop).
+    #[serde(default)]
+    pub pool_fallbacks: u64,
     /// In configuration order.
     pub outputs: Vec<OutputSnapshot>,
     /// Whether it relays now, and if not, why.
@@ -448,6 +452,7 @@ pub(crate) fn sample() -> Snapshot {
             },
             receive_errors: 4,
             receive_rearms: 5,
+            pool_fallbacks: 6,
             outputs: vec![
                 OutputSnapshot {
                     label: "10.0.0.1:6000".into(),

@@ -96,6 +96,9 @@ pub struct FlowCounters {
     /// The worker's provided receive buffers ran out; the kernel kept the
     /// datagrams in the socket buffer until the receive was re-armed.
     pub receive_rearms: Counter,
+    /// Datagrams copied into a larger pool class because the fitting one
+    /// had no buffer this flow could take (relayed, not a drop).
+    pub pool_fallbacks: Counter,
     /// Receives resumed after every output had been backed up (the
     /// socket buffer held, or dropped and counted, what came meanwhile).
     pub receive_resumes: Counter,

@@ -14,7 +14,6 @@ mod fdbudget;
 mod hardening;
 mod health;
 mod journal;
-mod links;
 mod manpage;
 mod metrics;
 mod netlink;
@@ -24,6 +23,10 @@ mod peercred;
 mod run;
 mod socketfile;
 mod sockets;
+
+/// The rtnetlink link-message parser and link table, pure, in the wire
+/// crate so a fuzzer can reach it.
+use mcrelay_wire::rtnetlink as links;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

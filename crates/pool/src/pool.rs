@@ -160,6 +160,20 @@ impl PoolSet {
         self.classes[i].take()
     }
 
+    /// Take a buffer of `class` exactly (no class choice): the caller picked
+    /// it, e.g. a larger class when the fitting one ran dry. `None`, counted
+    /// as that class's exhaustion, when it has no free buffer.
+    #[inline]
+    pub fn take_class(&mut self, class: Class) -> Option<Buffer> {
+        self.classes[class.index()].take()
+    }
+
+    /// Free buffers of `class` right now (owner's exact view).
+    #[inline]
+    pub fn free(&self, class: Class) -> u32 {
+        self.classes[class.index()].free_count()
+    }
+
     /// Take a buffer that fits `payload` and copy it in: the data plane's one
     /// copy. `None` as for [`PoolSet::take`].
     #[inline]
@@ -342,6 +356,22 @@ mod tests {
             PoolSet::new(huge),
             Err(PoolError::TooMany { class: "jumbo", .. })
         ));
+    }
+
+    #[test]
+    fn take_class_takes_that_class_and_free_counts_it() {
+        let mut p = small_set();
+        let free = p.free(Class::Jumbo);
+        let b = p.take_class(Class::Jumbo).expect("jumbo");
+        assert_eq!(b.class(), Class::Jumbo);
+        assert_eq!(p.free(Class::Jumbo), free - 1);
+        let mut b = b;
+        assert!(
+            p.fill(&mut b, &[1; 100]),
+            "a small payload fits a jumbo buffer"
+        );
+        p.give(b).expect("home");
+        assert_eq!(p.free(Class::Jumbo), free);
     }
 
     #[test]

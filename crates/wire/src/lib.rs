@@ -17,12 +17,17 @@
 //! header ([`rtp`]) and MPEG-TS packet headers ([`ts`]) — for the
 //! per-input stream health of flows with a `payload` other than `udp`,
 //! without changing it. Same rules; fuzzed through [`fuzz_health`].
+//!
+//! Also the daemon's other parser of kernel bytes, [`rtnetlink`] (link
+//! messages from a `NETLINK_ROUTE` socket), here so it is reachable from
+//! outside the daemon's binary; fuzzed through [`fuzz_rtnetlink`].
 #![forbid(unsafe_code)]
 
 pub mod bpf;
 pub mod checksum;
 pub mod frame;
 pub mod health;
+pub mod rtnetlink;
 pub mod rtp;
 pub mod testframes;
 pub mod tpacket;
@@ -98,5 +103,37 @@ pub fn fuzz_health(data: &[u8]) {
         let ts = t.ts();
         assert!(ts.pids <= ts::PIDS as u64);
         assert!(ts.continuity_errors <= ts.packets);
+    }
+}
+
+/// Fuzz entry point for [`rtnetlink`]: walk arbitrary bytes as a netlink
+/// datagram, apply every link message to a table, and check the walk
+/// advances (at most one item per header's worth of bytes, plus one), a
+/// message whose length is malformed ends it, and applying a message
+/// twice changes nothing the second time.
+pub fn fuzz_rtnetlink(data: &[u8]) {
+    use rtnetlink::{LinkTable, Malformed, Message, NLMSG_HDRLEN, messages};
+    let mut table = LinkTable::default();
+    let mut n = 0usize;
+    let mut walk = messages(data);
+    while let Some(m) = walk.next() {
+        n += 1;
+        assert!(n <= data.len() / NLMSG_HDRLEN + 1, "walk did not advance");
+        match m {
+            Ok(Message::Link(link)) => {
+                table.apply(&link);
+                assert!(
+                    !table.apply(&link),
+                    "a message applied twice changed the table"
+                );
+                if let Some(name) = &link.name {
+                    let _ = table.state(name);
+                }
+            }
+            Ok(_) | Err(Malformed::ShortLink { .. }) => {}
+            Err(Malformed::Truncated { .. } | Malformed::BadLength { .. }) => {
+                assert!(walk.next().is_none(), "walk went on after a bad length");
+            }
+        }
     }
 }

@@ -157,6 +157,7 @@ fn flow_snapshot(f: &FlowEntry, take_gaps: bool) -> FlowSnapshot {
         },
         receive_errors: c.receive_errors.get(),
         receive_rearms: c.receive_rearms.get(),
+        pool_fallbacks: c.pool_fallbacks.get(),
         outputs: f
             .stats
             .outputs

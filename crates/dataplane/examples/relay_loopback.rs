@@ -1,0 +1,89 @@
+//! A fixed relay workload on loopback, for instruction counts of the
+//! worker (`docs/benchmarks.md`): one worker relays `ROUNDS` bursts of
+//! `BURST` datagrams to `OUTPUTS` unicast loopback receivers, each burst
+//! waiting until every copy has arrived, so batching is the same on every
+//! run and under valgrind. Only the public API is used, so the same file
+//! builds against older versions of the crate for a before/after count:
+//!
+//! ```console
+//! cargo build --release -p mcrelay-dataplane --example relay_loopback
+//! valgrind --tool=callgrind --toggle-collect='*Worker*run*' \
+//!     target/release/examples/relay_loopback [size] [gso: 0|1]
+//! ```
+//!
+//! Sends only to 127.0.0.1.
+
+use std::net::{IpAddr, Ipv4Addr, UdpSocket};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use mcrelay_dataplane::{
+    FlowSockets, IngressSocket, OutputSocket, ReceiveMode, WorkerConfig, spawn,
+};
+use mcrelay_pool::PoolConfig;
+
+const ROUNDS: usize = 200;
+const BURST: usize = 32;
+const OUTPUTS: usize = 4;
+const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+
+fn main() -> std::io::Result<()> {
+    let mut args = std::env::args().skip(1);
+    let size: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(1316);
+    let gso = args.next().is_none_or(|a| a != "0");
+    let ingress = UdpSocket::bind((LOCALHOST, 0))?;
+    let dest = ingress.local_addr()?;
+    let mut receivers = Vec::new();
+    let mut outputs = Vec::new();
+    for i in 0..OUTPUTS {
+        let r = UdpSocket::bind((LOCALHOST, 0))?;
+        r.set_read_timeout(Some(Duration::from_secs(10)))?;
+        let out = UdpSocket::bind((LOCALHOST, 0))?;
+        out.connect(r.local_addr()?)?;
+        outputs.push(OutputSocket::new(format!("o{i}"), out, 256));
+        receivers.push(r);
+    }
+    let flow = FlowSockets::new("loopback".into(), IngressSocket::Udp(ingress), outputs);
+    let stats = flow.stats();
+    let (events, _events_rx) = std::sync::mpsc::channel();
+    let stop = Arc::new(AtomicBool::new(false));
+    let worker = spawn(
+        WorkerConfig {
+            index: 0,
+            cpu: None,
+            pools: PoolConfig::default(),
+            flows: vec![flow],
+            receive: ReceiveMode::Auto,
+            gso,
+        },
+        Arc::clone(&stop),
+        events,
+    )
+    .map_err(std::io::Error::other)?;
+    let sender = UdpSocket::bind((LOCALHOST, 0))?;
+    let payload = vec![0x5a_u8; size];
+    let mut buf = vec![0u8; 65536];
+    let mut lost = 0;
+    for _ in 0..ROUNDS {
+        for _ in 0..BURST {
+            sender.send_to(&payload, dest)?;
+        }
+        for r in &receivers {
+            for _ in 0..BURST {
+                if r.recv(&mut buf).is_err() {
+                    lost += 1;
+                    break;
+                }
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let _ = worker.join();
+    let out: u64 = stats.outputs.iter().map(|(_, c)| c.packets_out.get()).sum();
+    println!(
+        "relayed {} datagrams of {size} B to {OUTPUTS} outputs ({out} sends delivered, gso {gso}, {lost} receive timeouts)",
+        stats.input.packets_in.get()
+    );
+    Ok(())
+}
