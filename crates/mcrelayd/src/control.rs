@@ -17,7 +17,6 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use mcrelay_control::{LineEvent, LineReader, ReloadOutcome, Request, Response, parse_request};
 
 use crate::daemon::{SharedHandle, lock};
@@ -59,7 +58,7 @@ pub struct Bound {
 /// so the unprivileged daemon and its group keep access. Nothing follows a
 /// link or changes a file by path (see [`crate::socketfile`]); a socket
 /// directory someone else could write is refused.
-pub fn bind(path: &Path, owner: Option<(u32, u32)>) -> anyhow::Result<Bound> {
+pub fn bind(path: &Path, owner: Option<(u32, u32)>) -> Result<Bound, ControlError> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         crate::socketfile::prepare_dir(dir, owner)?;
     }
@@ -75,15 +74,25 @@ pub fn start(
     bound: Bound,
     shared: SharedHandle,
     supervisor: mpsc::Sender<ToSupervisor>,
-) -> anyhow::Result<()> {
+) -> Result<(), ControlError> {
     let Bound { listener, path } = bound;
     let policy = Policy::for_socket(&path);
     tracing::info!(path = %path.display(), "control socket listening");
     std::thread::Builder::new()
         .name("mcrelay-control".into())
         .spawn(move || serve(&listener, &path, &policy, &shared, &supervisor))
-        .context("starting the control thread")?;
+        .map_err(ControlError::Thread)?;
     Ok(())
+}
+
+/// Why the control socket could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    /// Its directory or the socket file itself.
+    #[error(transparent)]
+    SocketFile(#[from] crate::socketfile::SocketFileError),
+    #[error("starting the control thread")]
+    Thread(#[source] std::io::Error),
 }
 
 /// Who may talk to the daemon: root, the daemon's own user, and members of

@@ -127,8 +127,8 @@ pub fn raise_limit() -> io::Result<u64> {
 }
 
 /// At start-up: raise the soft limit, then check the config against it.
-pub fn at_start(path: &Path, config: &Config) -> anyhow::Result<()> {
-    let limit = raise_limit().map_err(|e| anyhow::anyhow!("raising RLIMIT_NOFILE: {e}"))?;
+pub fn at_start(path: &Path, config: &Config) -> Result<(), AtStartError> {
+    let limit = raise_limit().map_err(AtStartError::RaiseLimit)?;
     let budget = check(path, config, limit)?;
     tracing::info!(
         need = budget.total(),
@@ -139,6 +139,15 @@ pub fn at_start(path: &Path, config: &Config) -> anyhow::Result<()> {
         budget.base_fds
     );
     Ok(())
+}
+
+/// Why the descriptor check at start-up failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AtStartError {
+    #[error("raising RLIMIT_NOFILE")]
+    RaiseLimit(#[source] io::Error),
+    #[error(transparent)]
+    OverBudget(#[from] OverBudget),
 }
 
 /// On reload: check the new config against the limit in force.

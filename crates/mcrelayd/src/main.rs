@@ -6,6 +6,7 @@
 //! throwaway network namespaces and removes them again.
 #![deny(unsafe_code)]
 
+mod chain;
 mod check;
 mod control;
 mod daemon;

@@ -16,8 +16,6 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
-
 use crate::daemon::{SharedHandle, lock};
 
 /// Connections served at once.
@@ -29,18 +27,33 @@ const MAX_REQUEST: usize = 8192;
 
 /// Bind the endpoint (before privileges are dropped: the port may be
 /// below 1024).
-pub fn bind(listen: SocketAddr) -> anyhow::Result<TcpListener> {
-    TcpListener::bind(listen).with_context(|| format!("binding the metrics endpoint {listen}"))
+pub fn bind(listen: SocketAddr) -> Result<TcpListener, MetricsError> {
+    TcpListener::bind(listen).map_err(|source| MetricsError::Bind { listen, source })
+}
+
+/// Why the metrics endpoint did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsError {
+    #[error("binding the metrics endpoint {listen}")]
+    Bind {
+        listen: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("metrics endpoint address")]
+    Address(#[source] std::io::Error),
+    #[error("starting the metrics thread")]
+    Thread(#[source] std::io::Error),
 }
 
 /// Serve the bound endpoint on a thread for the life of the process.
-pub fn start(listener: TcpListener, shared: SharedHandle) -> anyhow::Result<SocketAddr> {
-    let bound = listener.local_addr().context("metrics endpoint address")?;
+pub fn start(listener: TcpListener, shared: SharedHandle) -> Result<SocketAddr, MetricsError> {
+    let bound = listener.local_addr().map_err(MetricsError::Address)?;
     tracing::info!(%bound, "metrics endpoint listening on /metrics");
     std::thread::Builder::new()
         .name("mcrelay-metrics".into())
         .spawn(move || serve(&listener, &shared))
-        .context("starting the metrics thread")?;
+        .map_err(MetricsError::Thread)?;
     Ok(bound)
 }
 

@@ -12,7 +12,6 @@
 use std::io;
 use std::net::UdpSocket;
 
-use anyhow::Context;
 use mcrelay_config::{Flow, Output};
 use mcrelay_helper::sockets::connect_egress;
 
@@ -56,19 +55,29 @@ pub fn pending(
     flow: &Flow,
     sockets: &[UdpSocket],
     unconnected: &[(usize, i32)],
-) -> anyhow::Result<Vec<(Unconnected, io::Error)>> {
+) -> Result<Vec<(Unconnected, io::Error)>, PendingError> {
     unconnected
         .iter()
         .map(|&(index, errno)| {
-            let socket = sockets
+            let flow_name = || flow.name.clone();
+            let socket = sockets.get(index).ok_or_else(|| PendingError::NoSocket {
+                flow: flow_name(),
+                index,
+            })?;
+            let output = flow
+                .outputs
                 .get(index)
-                .with_context(|| format!("flow {:?}: no output {index}", flow.name))?;
-            let output = flow.outputs.get(index).with_context(|| {
-                format!("flow {:?}: no output {index} in the config", flow.name)
-            })?;
-            let socket = socket.try_clone().with_context(|| {
-                format!("flow {:?}: duplicating output {index}'s socket", flow.name)
-            })?;
+                .ok_or_else(|| PendingError::NotInConfig {
+                    flow: flow_name(),
+                    index,
+                })?;
+            let socket = socket
+                .try_clone()
+                .map_err(|source| PendingError::Duplicate {
+                    flow: flow_name(),
+                    index,
+                    source,
+                })?;
             Ok((
                 Unconnected {
                     index,
@@ -79,6 +88,22 @@ pub fn pending(
             ))
         })
         .collect()
+}
+
+/// Why the not-yet-connected outputs of a flow could not be set aside.
+#[derive(Debug, thiserror::Error)]
+pub enum PendingError {
+    #[error("flow {flow:?}: no output {index}")]
+    NoSocket { flow: String, index: usize },
+    #[error("flow {flow:?}: no output {index} in the config")]
+    NotInConfig { flow: String, index: usize },
+    #[error("flow {flow:?}: duplicating output {index}'s socket")]
+    Duplicate {
+        flow: String,
+        index: usize,
+        #[source]
+        source: io::Error,
+    },
 }
 
 /// Try to connect each of `pending`; those that connect leave the list.

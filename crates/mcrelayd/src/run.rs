@@ -10,7 +10,6 @@ use std::process::ExitCode;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use mcrelay_control::{DaemonState, ReloadOutcome};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
@@ -34,11 +33,65 @@ pub fn run(path: &Path, options: RunOptions) -> ExitCode {
     match supervise(path, config, options) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            tracing::error!("{e:#}");
-            eprintln!("mcrelayd: {e:#}");
+            let e = crate::chain::Chain(&e);
+            tracing::error!("{e}");
+            eprintln!("mcrelayd: {e}");
             ExitCode::from(1)
         }
     }
+}
+
+/// Why the daemon stopped with an error, by the step that failed.
+#[derive(Debug, thiserror::Error)]
+enum SuperviseError {
+    #[error(transparent)]
+    Privileges(#[from] PrivilegeError),
+    #[error(transparent)]
+    FdBudget(#[from] crate::fdbudget::AtStartError),
+    #[error(transparent)]
+    SpawnHelper(#[from] crate::sockets::SpawnHelperError),
+    #[error(transparent)]
+    Control(#[from] control::ControlError),
+    #[error(transparent)]
+    Metrics(#[from] crate::metrics::MetricsError),
+    #[error(transparent)]
+    Start(#[from] crate::daemon::StartError),
+    #[error(transparent)]
+    WatchHelper(#[from] crate::sockets::WatchError),
+    /// Stopping the workers at the end.
+    #[error(transparent)]
+    Stop(#[from] mcrelay_dataplane::WorkerError),
+    #[error("installing signal handlers")]
+    Signals(#[source] std::io::Error),
+    /// A thread of the daemon's (named) did not start.
+    #[error("starting the {0}")]
+    Thread(&'static str, #[source] std::io::Error),
+}
+
+/// Why this process's privileges could not be read or given up.
+#[derive(Debug, thiserror::Error)]
+enum PrivilegeError {
+    #[error("reading /proc/self/status")]
+    Status(#[source] std::io::Error),
+    #[error(
+        "daemon.user {user:?}: started as root, mcrelayd switches to this user; \
+         create it (systemd-sysusers deploy/mcrelay.sysusers) or name another"
+    )]
+    NoUser {
+        user: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("switching to user {user:?}")]
+    SwitchUser {
+        user: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("dropping capabilities")]
+    Capabilities(#[source] std::io::Error),
+    #[error("making the daemon non-dumpable")]
+    Seal(#[source] crate::hardening::SealError),
 }
 
 /// What the main thread waits for.
@@ -59,7 +112,7 @@ fn supervise(
     path: &Path,
     config: mcrelay_config::Config,
     options: RunOptions,
-) -> anyhow::Result<()> {
+) -> Result<(), SuperviseError> {
     let notifier = Notifier::from_env();
     let control_path = config.daemon.control_socket.clone();
     let metrics_listen = config.daemon.metrics_listen;
@@ -105,8 +158,7 @@ fn supervise(
     daemon.on_helper_exit(std::sync::Arc::new(move || {
         let _ = helper_tx.send(Wake::HelperExited);
     }))?;
-    let mut signals =
-        Signals::new([SIGTERM, SIGINT, SIGHUP]).context("installing signal handlers")?;
+    let mut signals = Signals::new([SIGTERM, SIGINT, SIGHUP]).map_err(SuperviseError::Signals)?;
     let signal_tx = wake_tx.clone();
     std::thread::Builder::new()
         .name("mcrelay-signals".into())
@@ -117,13 +169,13 @@ fn supervise(
                 }
             }
         })
-        .context("starting the signal thread")?;
+        .map_err(|e| SuperviseError::Thread("signal thread", e))?;
     if let Some((watch, table)) = links {
         let links_tx = wake_tx.clone();
         std::thread::Builder::new()
             .name("mcrelay-links".into())
             .spawn(move || watch.run(table, |t| links_tx.send(Wake::Links(t.clone())).is_ok()))
-            .context("starting the interface watcher")?;
+            .map_err(|e| SuperviseError::Thread("interface watcher", e))?;
     }
     let (control_tx, control_rx) = mpsc::channel();
     control::start(control_bound, daemon.shared(), control_tx)?;
@@ -137,7 +189,7 @@ fn supervise(
                 }
             }
         })
-        .context("starting the control forwarder")?;
+        .map_err(|e| SuperviseError::Thread("control forwarder", e))?;
     if let Some(listener) = metrics_bound {
         crate::metrics::start(listener, daemon.shared())?;
     }
@@ -258,18 +310,17 @@ struct Privileges {
 }
 
 impl Privileges {
-    fn of_this_process(user: &str) -> anyhow::Result<Self> {
-        let me =
-            mcrelay_helper::status_of(std::process::id()).context("reading /proc/self/status")?;
+    fn of_this_process(user: &str) -> Result<Self, PrivilegeError> {
+        let me = mcrelay_helper::status_of(std::process::id()).map_err(PrivilegeError::Status)?;
         let root = me.uid[1] == 0;
         let capabilities = me.cap_prm != 0 || me.cap_eff != 0 || me.cap_amb != 0;
         let user = if root {
-            Some(mcrelay_helper::lookup_user(user).with_context(|| {
-                format!(
-                    "daemon.user {user:?}: started as root, mcrelayd switches to this user; \
-                     create it (systemd-sysusers deploy/mcrelay.sysusers) or name another"
-                )
-            })?)
+            Some(
+                mcrelay_helper::lookup_user(user).map_err(|source| PrivilegeError::NoUser {
+                    user: user.to_owned(),
+                    source,
+                })?,
+            )
         } else {
             None
         };
@@ -292,16 +343,20 @@ impl Privileges {
 
     /// Switch to the service user (when root) and drop every capability.
     /// Only while single-threaded: both act on the calling thread.
-    fn drop(&self) -> anyhow::Result<()> {
+    fn drop(&self) -> Result<(), PrivilegeError> {
         if let Some(user) = &self.user {
-            mcrelay_helper::drop_to_user(&user.name)
-                .with_context(|| format!("switching to user {:?}", user.name))?;
+            mcrelay_helper::drop_to_user(&user.name).map_err(|source| {
+                PrivilegeError::SwitchUser {
+                    user: user.name.clone(),
+                    source,
+                }
+            })?;
         }
         if self.any() {
-            mcrelay_helper::drop_all_capabilities().context("dropping capabilities")?;
-            crate::hardening::seal().context("making the daemon non-dumpable")?;
-            let me = mcrelay_helper::status_of(std::process::id())
-                .context("reading /proc/self/status")?;
+            mcrelay_helper::drop_all_capabilities().map_err(PrivilegeError::Capabilities)?;
+            crate::hardening::seal().map_err(PrivilegeError::Seal)?;
+            let me =
+                mcrelay_helper::status_of(std::process::id()).map_err(PrivilegeError::Status)?;
             tracing::info!(
                 uid = me.uid[1],
                 gid = me.gid[1],

@@ -10,14 +10,13 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
 use mcrelay_config::{Flow, IngressKind, Output};
 use mcrelay_dataplane::{FlowSockets, IngressSocket, OutputSocket};
 use mcrelay_helper::packet::{flow_match, open_packet_ingress};
 use mcrelay_helper::sockets::open_egress_or_pending;
 use mcrelay_helper::{
-    EGRESS_SEND_BUFFER_BYTES, HelperClient, Zygote, hung_up, interface_index, open_ingress,
-    watch_hangup,
+    EGRESS_SEND_BUFFER_BYTES, HelperClient, HelperError, Zygote, ZygoteError, hung_up,
+    interface_index, open_ingress, watch_hangup,
 };
 
 use crate::outputs::Unconnected;
@@ -61,15 +60,15 @@ impl Opener {
     /// as root) and have it fork the first helper. Call it from the main
     /// thread before any other thread starts: the zygote's parent-death
     /// signal follows this thread.
-    pub fn spawn_helper(config: &Path, user: Option<&str>) -> anyhow::Result<Self> {
-        let exe = std::env::current_exe().context("finding mcrelayd's own executable")?;
+    pub fn spawn_helper(config: &Path, user: Option<&str>) -> Result<Self, SpawnHelperError> {
+        let exe = std::env::current_exe().map_err(SpawnHelperError::OwnExecutable)?;
         let config = config
             .to_str()
-            .context("the config path is not UTF-8")?
+            .ok_or(SpawnHelperError::ConfigPathNotUtf8)?
             .to_owned();
         let mut args = vec!["helper", "--config", &config];
         args.extend(user.iter().flat_map(|u| ["--user", u]));
-        let mut zygote = Zygote::spawn(&exe, &args)?;
+        let mut zygote = Zygote::spawn(&exe, &args).map_err(SpawnHelperError::Zygote)?;
         let (pid, client) = first_helper(&mut zygote)?;
         tracing::info!(pid, zygote = zygote.pid(), "privileged helper started");
         Ok(Opener::Helper {
@@ -80,7 +79,7 @@ impl Opener {
     }
 
     /// Call `waker` whenever the helper dies, from a watcher thread.
-    pub fn on_helper_exit(&mut self, waker: HelperWaker) -> anyhow::Result<()> {
+    pub fn on_helper_exit(&mut self, waker: HelperWaker) -> Result<(), WatchError> {
         if let Opener::Helper {
             client, on_exit, ..
         } = self
@@ -93,14 +92,14 @@ impl Opener {
 
     /// Replace a dead helper with a new one from the zygote, as privileged
     /// as the first; its pid.
-    pub fn restart_helper(&mut self) -> anyhow::Result<u32> {
+    pub fn restart_helper(&mut self) -> Result<u32, RestartHelperError> {
         let Opener::Helper {
             client,
             zygote,
             on_exit,
         } = self
         else {
-            bail!("no privileged helper to restart");
+            return Err(RestartHelperError::NoHelper);
         };
         let (pid, new) = first_helper(zygote)?;
         *client = new;
@@ -116,11 +115,9 @@ impl Opener {
 
     /// Tell the helper to re-read the config file (a reload may only add
     /// flows the file now defines).
-    pub fn reload(&mut self) -> anyhow::Result<()> {
+    pub fn reload(&mut self) -> Result<(), HelperReloadError> {
         if let Opener::Helper { client, .. } = self {
-            client
-                .reload()
-                .context("the privileged helper could not reload the config")?;
+            client.reload().map_err(HelperReloadError)?;
         }
         Ok(())
     }
@@ -147,13 +144,17 @@ impl Opener {
     pub fn open(
         &mut self,
         flow: &Flow,
-    ) -> anyhow::Result<(FlowSockets, Vec<(Unconnected, std::io::Error)>)> {
+    ) -> Result<(FlowSockets, Vec<(Unconnected, std::io::Error)>), OpenError> {
         let opened = match self {
             Opener::Direct => open_here(flow)?,
             Opener::Helper { client, .. } => {
-                let mut opened = client
-                    .open_flow(&flow.name)
-                    .with_context(|| format!("flow {:?}: the privileged helper", flow.name))?;
+                let mut opened =
+                    client
+                        .open_flow(&flow.name)
+                        .map_err(|source| OpenError::Helper {
+                            flow: flow.name.clone(),
+                            source,
+                        })?;
                 // A packet flow on a group: the membership socket comes
                 // last (the count check below catches one that's missing).
                 let membership = if flow.input.ingress == IngressKind::Packet
@@ -164,12 +165,11 @@ impl Opener {
                     None
                 };
                 if opened.outputs.len() != flow.outputs.len() {
-                    bail!(
-                        "flow {:?}: the helper opened {} outputs, the config has {} (do the daemon and the helper read the same file?)",
-                        flow.name,
-                        opened.outputs.len(),
-                        flow.outputs.len()
-                    );
+                    return Err(OpenError::OutputCount {
+                        flow: flow.name.clone(),
+                        opened: opened.outputs.len(),
+                        configured: flow.outputs.len(),
+                    });
                 }
                 Opened {
                     ingress: opened.ingress,
@@ -248,8 +248,9 @@ pub fn restart_helper(opener: &mut Opener, why: &str) -> Option<String> {
         Err(e) => {
             *opener = Opener::direct();
             let state = format!(
-                "{why}; could not restart it ({e:#}); opening sockets without privileges \
-                 (restart the service to restore them)"
+                "{why}; could not restart it ({}); opening sockets without privileges \
+                 (restart the service to restore them)",
+                crate::chain::Chain(&e)
             );
             tracing::warn!("{state}");
             Some(state)
@@ -258,22 +259,113 @@ pub fn restart_helper(opener: &mut Opener, why: &str) -> Option<String> {
 }
 
 /// A helper from `zygote`, answering a ping.
-fn first_helper(zygote: &mut Zygote) -> anyhow::Result<(u32, HelperClient)> {
-    let (pid, mut client) = zygote.helper().context("starting the privileged helper")?;
-    client
-        .ping()
-        .context("the privileged helper did not answer")?;
+fn first_helper(zygote: &mut Zygote) -> Result<(u32, HelperClient), FirstHelperError> {
+    let (pid, mut client) = zygote.helper().map_err(FirstHelperError::Start)?;
+    client.ping().map_err(FirstHelperError::NoAnswer)?;
     Ok((pid, client))
 }
 
 /// Call `waker` once `client`'s helper hangs up.
-fn watch(client: &HelperClient, waker: HelperWaker) -> anyhow::Result<()> {
+fn watch(client: &HelperClient, waker: HelperWaker) -> Result<(), WatchError> {
     let fd = client
         .as_fd()
         .try_clone_to_owned()
-        .context("duplicating the helper connection to watch it")?;
-    watch_hangup(fd, move || waker()).context("starting the helper watcher")?;
+        .map_err(WatchError::Duplicate)?;
+    watch_hangup(fd, move || waker()).map_err(WatchError::Thread)?;
     Ok(())
+}
+
+/// Why the privileged helper (and its zygote) did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum SpawnHelperError {
+    #[error("finding mcrelayd's own executable")]
+    OwnExecutable(#[source] std::io::Error),
+    #[error("the config path is not UTF-8")]
+    ConfigPathNotUtf8,
+    #[error(transparent)]
+    Zygote(ZygoteError),
+    #[error(transparent)]
+    FirstHelper(#[from] FirstHelperError),
+}
+
+/// Why a helper forked from the zygote is not usable.
+#[derive(Debug, thiserror::Error)]
+pub enum FirstHelperError {
+    #[error("starting the privileged helper")]
+    Start(#[source] ZygoteError),
+    #[error("the privileged helper did not answer")]
+    NoAnswer(#[source] HelperError),
+}
+
+/// Why the helper's connection cannot be watched for its exit.
+#[derive(Debug, thiserror::Error)]
+pub enum WatchError {
+    #[error("duplicating the helper connection to watch it")]
+    Duplicate(#[source] std::io::Error),
+    #[error("starting the helper watcher")]
+    Thread(#[source] std::io::Error),
+}
+
+/// Why a dead helper was not replaced.
+#[derive(Debug, thiserror::Error)]
+pub enum RestartHelperError {
+    #[error("no privileged helper to restart")]
+    NoHelper,
+    #[error(transparent)]
+    FirstHelper(#[from] FirstHelperError),
+    #[error(transparent)]
+    Watch(#[from] WatchError),
+}
+
+/// The helper refused or failed to re-read the config file.
+#[derive(Debug, thiserror::Error)]
+#[error("the privileged helper could not reload the config")]
+pub struct HelperReloadError(#[source] pub HelperError);
+
+/// Why a flow's sockets could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("flow {flow:?}: the privileged helper")]
+    Helper {
+        flow: String,
+        #[source]
+        source: HelperError,
+    },
+    #[error(
+        "flow {flow:?}: the helper opened {opened} outputs, the config has {configured} (do the daemon and the helper read the same file?)"
+    )]
+    OutputCount {
+        flow: String,
+        opened: usize,
+        configured: usize,
+    },
+    #[error("flow {flow:?}")]
+    Interface {
+        flow: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("flow {flow:?}: opening {kind} input {address}:{port} on {interface}")]
+    Input {
+        flow: String,
+        kind: IngressKind,
+        address: std::net::IpAddr,
+        port: u16,
+        interface: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("flow {flow:?}: opening output {address}:{port} on {interface}")]
+    Output {
+        flow: String,
+        address: std::net::IpAddr,
+        port: u16,
+        interface: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Pending(#[from] crate::outputs::PendingError),
 }
 
 /// An output's label in counters and metrics: `address:port@interface`,
@@ -293,9 +385,12 @@ struct Opened {
     unconnected: Vec<(usize, i32)>,
 }
 
-fn open_here(flow: &Flow) -> anyhow::Result<Opened> {
-    let index_of = |name: &str| -> anyhow::Result<u32> {
-        interface_index(name).with_context(|| format!("flow {:?}", flow.name))
+fn open_here(flow: &Flow) -> Result<Opened, OpenError> {
+    let index_of = |name: &str| -> Result<u32, OpenError> {
+        interface_index(name).map_err(|source| OpenError::Interface {
+            flow: flow.name.clone(),
+            source,
+        })
     };
     let input = &flow.input;
     let open = match input.ingress {
@@ -303,21 +398,26 @@ fn open_here(flow: &Flow) -> anyhow::Result<Opened> {
         // Needs CAP_NET_RAW, which an unprivileged run lacks: EPERM, said.
         IngressKind::Packet => open_packet_ingress,
     };
-    let ingress = open(input, index_of(&input.interface)?).with_context(|| {
-        format!(
-            "flow {:?}: opening {} input {}:{} on {}",
-            flow.name, input.ingress, input.address, input.port, input.interface
-        )
+    let ingress = open(input, index_of(&input.interface)?).map_err(|source| OpenError::Input {
+        flow: flow.name.clone(),
+        kind: input.ingress,
+        address: input.address,
+        port: input.port,
+        interface: input.interface.clone(),
+        source,
     })?;
     let mut outputs = Vec::with_capacity(flow.outputs.len());
     let mut unconnected = Vec::new();
     for (i, o) in flow.outputs.iter().enumerate() {
         let (socket, pending) =
-            open_egress_or_pending(o, index_of(&o.interface)?).with_context(|| {
-                format!(
-                    "flow {:?}: opening output {}:{} on {}",
-                    flow.name, o.address, o.port, o.interface
-                )
+            open_egress_or_pending(o, index_of(&o.interface)?).map_err(|source| {
+                OpenError::Output {
+                    flow: flow.name.clone(),
+                    address: o.address,
+                    port: o.port,
+                    interface: o.interface.clone(),
+                    source,
+                }
             })?;
         if let Some(e) = pending {
             unconnected.push((i, e.raw_os_error().unwrap_or(0)));

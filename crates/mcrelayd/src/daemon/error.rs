@@ -6,6 +6,7 @@ use std::time::Duration;
 use mcrelay_dataplane::WorkerError;
 
 use super::placement::PlacementError;
+use crate::sockets::OpenError;
 
 /// Why the daemon did not start (nothing runs afterwards: workers already
 /// started are stopped).
@@ -16,9 +17,9 @@ pub enum StartError {
     Placement(#[from] PlacementError),
     /// A flow whose interfaces are up could not get its sockets.
     #[error(transparent)]
-    Open(anyhow::Error),
+    Open(OpenError),
     /// The second handle on an ingress socket (for its drop counter).
-    #[error("duplicating the ingress socket for its drop counter: {0}")]
+    #[error("duplicating the ingress socket for its drop counter")]
     Ingress(#[source] std::io::Error),
     /// What had to happen before the workers start (the privilege drop).
     #[error(transparent)]
@@ -33,9 +34,9 @@ pub enum StartError {
 pub enum FlowCommandError {
     /// Its sockets could not be opened (through the helper or directly).
     #[error(transparent)]
-    Open(anyhow::Error),
+    Open(OpenError),
     /// The second handle on its ingress socket (for its drop counter).
-    #[error("duplicating the ingress socket for its drop counter: {0}")]
+    #[error("duplicating the ingress socket for its drop counter")]
     Ingress(#[source] std::io::Error),
     /// The flow is not in the readers' table (an internal inconsistency).
     #[error("flow not published")]

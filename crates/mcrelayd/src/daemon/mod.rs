@@ -269,7 +269,10 @@ impl Daemon {
     }
 
     /// Call `waker` (from another thread) whenever the helper dies.
-    pub fn on_helper_exit(&mut self, waker: crate::sockets::HelperWaker) -> anyhow::Result<()> {
+    pub fn on_helper_exit(
+        &mut self,
+        waker: crate::sockets::HelperWaker,
+    ) -> Result<(), crate::sockets::WatchError> {
         self.opener.on_helper_exit(waker)
     }
 
@@ -413,7 +416,7 @@ impl Daemon {
     fn pause(&mut self, i: usize, state: FlowState) {
         let (name, worker) = (self.flows[i].flow.name.clone(), self.flows[i].worker);
         if let Err(e) = self.remove_from_worker(&name, worker) {
-            tracing::error!(flow = %name, "pausing: {e:#}");
+            tracing::error!(flow = %name, "pausing: {}", crate::chain::Chain(&e));
         }
         self.flows[i].running = false;
         self.flows[i].retry = None;
@@ -446,10 +449,14 @@ impl Daemon {
                     .map_or(RETRY_FIRST, |(_, d)| (d * 2).min(RETRY_MAX));
                 self.flows[i].retry = Some((Instant::now() + delay, delay));
                 let state = FlowState::OpenFailed {
-                    error: format!("{e:#}"),
+                    error: crate::chain::Chain(&e).to_string(),
                 };
                 if self.set_flow_state(&name, state) {
-                    tracing::error!(flow = %name, "not started: {e:#}; retrying in {delay:?}, then less often");
+                    tracing::error!(
+                        flow = %name,
+                        "not started: {}; retrying in {delay:?}, then less often",
+                        crate::chain::Chain(&e)
+                    );
                 }
             }
         }

@@ -74,17 +74,17 @@ impl Daemon {
         let mut problems = Vec::new();
         for name in &plan.stop {
             if let Err(e) = self.forget_flow(name) {
-                problems.push(format!("flow {name:?}: {e:#}"));
+                problems.push(format!("flow {name:?}: {}", crate::chain::Chain(&e)));
             }
         }
         if !plan.start.is_empty()
             && let Err(e) = self.opener.reload()
         {
-            problems.push(format!("{e:#}"));
+            problems.push(crate::chain::Chain(&e).to_string());
         }
         for flow in &plan.start {
             if let Err(e) = self.add_flow(flow) {
-                problems.push(format!("flow {:?}: {e:#}", flow.name));
+                problems.push(format!("flow {:?}: {}", flow.name, crate::chain::Chain(&e)));
             }
         }
         for m in &mut self.flows {
