@@ -17,6 +17,7 @@ seconds=${FUZZ_SECONDS:-60}
 # Every [[bin]] in fuzz/Cargo.toml.
 targets=${FUZZ_TARGETS:-$(sed -n 's/^name = "\(.*\)"$/\1/p' fuzz/Cargo.toml | grep -vx mcrelay-fuzz)}
 out=${FUZZ_OUT:-$(mktemp -d /tmp/mcrelay-fuzz.XXXXXX)}
+mkdir -p "$out"
 
 export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
 if ! cargo afl --version 2>/dev/null | grep -qF "cargo-afl $afl_version"; then

@@ -31,7 +31,8 @@ fn wait_at_most(child: &mut Child, limit: Duration) -> ExitStatus {
 }
 
 /// A running `mcrelayd demo ARGS`, its stdout and stderr collected by
-/// threads; `view` gets a message when the first live view appears.
+/// threads; `view` gets a message when the first live view's status line
+/// (with the daemon's PID) appears.
 struct Demo {
     child: Child,
     stdout: JoinHandle<String>,
@@ -53,7 +54,9 @@ impl Demo {
         let stdout = std::thread::spawn(move || {
             let mut all = String::new();
             for line in BufReader::new(out).lines().map_while(Result::ok) {
-                if line.starts_with("--- mcrelay demo") {
+                // The frame's status line, not its header: a test that
+                // acts on the view (a SIGKILL) needs the daemon's PID in it.
+                if line.starts_with("mcrelayd ") && line.contains(", pid ") {
                     let _ = tx.send(());
                 }
                 all.push_str(&line);
