@@ -39,6 +39,16 @@ pub fn wait_until<T>(what: &str, mut done: impl FnMut() -> Result<T, String>) ->
     }
 }
 
+/// Receive buffer each test receiver asks for (`loadgen recv --rcvbuf`,
+/// granted whole through `SO_RCVBUFFORCE` as root; the kernel doubles it
+/// for bookkeeping): room for a whole test's burst (4000 datagrams of
+/// 4000 bytes are 16 MB of payload, plus the kernel's overhead per
+/// datagram), so a receiver
+/// that gets no CPU for a while on a loaded machine drops nothing and
+/// what the tests count is the relay's delivery. loadgen's own 8 MiB
+/// default overflowed after ~100 ms without a CPU.
+pub const RECEIVER_RCVBUF: &str = "67108864";
+
 /// The run id of an end marker ([`Topology::end_marker`]): every
 /// receiver started by [`Topology::receiver_on`] stops when one arrives.
 pub const END_RUN: u32 = 999;
@@ -291,6 +301,11 @@ impl Topology {
                 &["--duration", "60"][..]
             })
             .args(idle)
+            .args(if extra.contains(&"--rcvbuf") {
+                &[][..]
+            } else {
+                &["--rcvbuf", RECEIVER_RCVBUF][..]
+            })
             .args(["--end-run-id", &END_RUN.to_string()])
             .args(["--expect", &expect.to_string(), "--ready-file"])
             .arg(&ready)
