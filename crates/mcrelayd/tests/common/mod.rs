@@ -55,6 +55,18 @@ pub const END_RUN: u32 = 999;
 
 pub const MCRELAYD: &str = env!("CARGO_BIN_EXE_mcrelayd");
 
+/// A wrapper ([`Topology::relay_with`]) that starts mcrelayd as nobody
+/// with only the capabilities it needs, as ambient capabilities (the way
+/// a systemd unit with `AmbientCapabilities=` starts it).
+pub const AMBIENT_START: [&str; 6] = [
+    "setpriv",
+    "--reuid=nobody",
+    "--regid=nogroup",
+    "--clear-groups",
+    "--inh-caps=+net_admin,+net_raw,+net_bind_service",
+    "--ambient-caps=+net_admin,+net_raw,+net_bind_service",
+];
+
 pub fn is_root() -> bool {
     Command::new("id")
         .arg("-u")
