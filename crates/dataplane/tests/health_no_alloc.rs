@@ -3,42 +3,16 @@
 //! datagrams — clean RTP-in-TS, and damaged ones (cut short, bad sync
 //! bytes, not RTP) — after the tracker was built.
 
-#![allow(unsafe_code)] // the counting allocator
-
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 use mcrelay_dataplane::counters::FlowCounters;
 use mcrelay_dataplane::health::{HealthSettings, InputHealth};
 use mcrelay_wire::health::Payload;
 use mcrelay_wire::{rtp, ts};
 
-struct Counting;
-
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: forwards every call to the system allocator unchanged; the only
-// addition is a relaxed counter increment, which cannot allocate.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as our caller's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as our caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as our caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
+mod counting;
+use counting::ALLOCATIONS;
 
 #[test]
 fn observing_never_allocates() {

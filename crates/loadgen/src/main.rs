@@ -138,6 +138,10 @@ struct RecvArgs {
     /// Datagrams per recvmmsg.
     #[arg(long, default_value_t = 64)]
     batch: usize,
+    /// Receive buffer to ask for, in bytes (`SO_RCVBUFFORCE`, else
+    /// `SO_RCVBUF`); the granted size is reported as `rcvbuf`.
+    #[arg(long, default_value_t = sock::RCVBUF)]
+    rcvbuf: usize,
     /// Print the summary as a JSON object.
     #[arg(long)]
     json: bool,
@@ -313,13 +317,14 @@ fn send(a: &SendArgs) -> anyhow::Result<()> {
 
 fn recv(a: &RecvArgs) -> anyhow::Result<()> {
     let iface = Iface::from_options(a.interface.as_deref(), a.interface_addr)?;
-    let (s, rcvbuf) = sock::receiver(&sock::ReceiverOptions {
+    let (s, _) = sock::receiver(&sock::ReceiverOptions {
         addr: a.group,
         iface,
         source: a.source,
         control: true,
     })
     .with_context(|| format!("receiving on {}", a.group))?;
+    let rcvbuf = sock::request_receive_buffer(&s, a.rcvbuf);
     s.set_read_timeout(Some(Duration::from_millis(50)))?;
     let stop = stop_flag()?;
     if let Some(path) = &a.ready_file {

@@ -238,6 +238,18 @@ pub struct ReceiverOptions {
     pub control: bool,
 }
 
+/// Ask for a receive buffer of `bytes` (`SO_RCVBUFFORCE`, else
+/// `SO_RCVBUF`, which the kernel caps at `net.core.rmem_max`); best
+/// effort: returns the size the kernel granted (0 if unreadable).
+pub fn request_receive_buffer(s: &impl std::os::fd::AsFd, bytes: usize) -> usize {
+    let s = socket2::SockRef::from(s);
+    let force = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    if setsockopt(&s, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &force).is_err() {
+        let _ = s.set_recv_buffer_size(bytes);
+    }
+    s.recv_buffer_size().unwrap_or(0)
+}
+
 /// A bound (and, for a group, joined) receiver with a large receive buffer;
 /// also returns the receive buffer size the kernel granted.
 pub fn receiver(o: &ReceiverOptions) -> io::Result<(UdpSocket, usize)> {
@@ -246,10 +258,7 @@ pub fn receiver(o: &ReceiverOptions) -> io::Result<(UdpSocket, usize)> {
     if ip.is_multicast() {
         s.set_reuse_address(true)?;
     }
-    let force = c_int(u32::try_from(RCVBUF).unwrap_or(u32::MAX))?;
-    if setsockopt(&s, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &force).is_err() {
-        let _ = s.set_recv_buffer_size(RCVBUF);
-    }
+    request_receive_buffer(&s, RCVBUF);
     let on: libc::c_int = 1;
     if ip.is_ipv4() {
         if ip.is_multicast() {

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{MCRELAYD, is_root};
+use common::{AMBIENT_START, MCRELAYD, is_root};
 
 const NOBODY: u32 = 65534;
 /// A uid and gid no account on a test machine has.
@@ -264,14 +264,7 @@ fn a_same_uid_process_cannot_take_fds_or_ptrace_after_an_ambient_start() {
     if skip_unless_root() {
         return;
     }
-    let daemon = Daemon::start(&[
-        "setpriv",
-        "--reuid=nobody",
-        "--regid=nogroup",
-        "--clear-groups",
-        "--inh-caps=+net_admin,+net_raw,+net_bind_service",
-        "--ambient-caps=+net_admin,+net_raw,+net_bind_service",
-    ]);
+    let daemon = Daemon::start(&AMBIENT_START);
     assert_sealed(&daemon, "ambient capabilities");
 }
 

@@ -868,14 +868,7 @@ outputs = [ {{ interface = "vRB", address = "239.2.2.2", port = 6000 }} ]
             run.join("control.sock").display()
         ),
         &[],
-        &[
-            "setpriv",
-            "--reuid=nobody",
-            "--regid=nogroup",
-            "--clear-groups",
-            "--inh-caps=+net_admin,+net_raw,+net_bind_service",
-            "--ambient-caps=+net_admin,+net_raw,+net_bind_service",
-        ],
+        &AMBIENT_START,
         &[],
     );
     let pid = relay.child.id();

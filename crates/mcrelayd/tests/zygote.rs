@@ -257,15 +257,13 @@ fn ambient_start_helper_comes_back_with_its_privileges() {
         &config(&t, None, ""),
         &[],
         &[
-            "setpriv",
-            "--reuid=nobody",
-            "--regid=nogroup",
-            "--clear-groups",
-            "--inh-caps=+net_admin,+net_raw,+net_bind_service",
-            "--ambient-caps=+net_admin,+net_raw,+net_bind_service",
-            "--bounding-set=-all,+net_admin,+net_raw,+net_bind_service",
-            "--no-new-privs",
-        ],
+            &AMBIENT_START[..],
+            &[
+                "--bounding-set=-all,+net_admin,+net_raw,+net_bind_service",
+                "--no-new-privs",
+            ],
+        ]
+        .concat(),
         &[],
     );
     helper_comes_back_privileged(&t, &relay, "65534");

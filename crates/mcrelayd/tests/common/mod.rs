@@ -39,11 +39,33 @@ pub fn wait_until<T>(what: &str, mut done: impl FnMut() -> Result<T, String>) ->
     }
 }
 
+/// Receive buffer each test receiver asks for (`loadgen recv --rcvbuf`,
+/// granted whole through `SO_RCVBUFFORCE` as root; the kernel doubles it
+/// for bookkeeping): room for a whole test's burst (4000 datagrams of
+/// 4000 bytes are 16 MB of payload, plus the kernel's overhead per
+/// datagram), so a receiver
+/// that gets no CPU for a while on a loaded machine drops nothing and
+/// what the tests count is the relay's delivery. loadgen's own 8 MiB
+/// default overflowed after ~100 ms without a CPU.
+pub const RECEIVER_RCVBUF: &str = "67108864";
+
 /// The run id of an end marker ([`Topology::end_marker`]): every
 /// receiver started by [`Topology::receiver_on`] stops when one arrives.
 pub const END_RUN: u32 = 999;
 
 pub const MCRELAYD: &str = env!("CARGO_BIN_EXE_mcrelayd");
+
+/// A wrapper ([`Topology::relay_with`]) that starts mcrelayd as nobody
+/// with only the capabilities it needs, as ambient capabilities (the way
+/// a systemd unit with `AmbientCapabilities=` starts it).
+pub const AMBIENT_START: [&str; 6] = [
+    "setpriv",
+    "--reuid=nobody",
+    "--regid=nogroup",
+    "--clear-groups",
+    "--inh-caps=+net_admin,+net_raw,+net_bind_service",
+    "--ambient-caps=+net_admin,+net_raw,+net_bind_service",
+];
 
 pub fn is_root() -> bool {
     Command::new("id")
@@ -291,6 +313,11 @@ impl Topology {
                 &["--duration", "60"][..]
             })
             .args(idle)
+            .args(if extra.contains(&"--rcvbuf") {
+                &[][..]
+            } else {
+                &["--rcvbuf", RECEIVER_RCVBUF][..]
+            })
             .args(["--end-run-id", &END_RUN.to_string()])
             .args(["--expect", &expect.to_string(), "--ready-file"])
             .arg(&ready)
