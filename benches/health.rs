@@ -9,10 +9,11 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use mcrelay_benches::health_datagram;
 use mcrelay_dataplane::counters::FlowCounters;
 use mcrelay_dataplane::health::{HealthSettings, InputHealth};
 use mcrelay_wire::health::Payload;
-use mcrelay_wire::{rtp, ts};
+use mcrelay_wire::ts;
 
 /// Datagrams in the ring the benchmark walks: small enough to stay in
 /// cache, as a datagram the worker just received is (a ring of thousands
@@ -23,24 +24,7 @@ use mcrelay_wire::{rtp, ts};
 const RING: usize = 64;
 
 fn stream(payload: Payload) -> Vec<Vec<u8>> {
-    (0..RING)
-        .map(|i| {
-            let seq = u16::try_from(i).unwrap_or(0);
-            let mut tsd = vec![0xffu8; 7 * ts::PACKET];
-            for (k, p) in tsd.chunks_exact_mut(ts::PACKET).enumerate() {
-                let cc = u8::try_from((i * 7 + k) % 16).unwrap_or(0);
-                ts::build(p, 0x100, cc, true, None);
-            }
-            if payload.has_rtp() {
-                let mut d = vec![0u8; 12];
-                let _ = rtp::build(&mut d, 33, seq, u32::from(seq) * 900, 1);
-                d.extend_from_slice(&tsd);
-                d
-            } else {
-                tsd
-            }
-        })
-        .collect()
+    (0..RING).map(|i| health_datagram(payload, i)).collect()
 }
 
 fn observe(c: &mut Criterion) {

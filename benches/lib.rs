@@ -1,2 +1,26 @@
-//! Benchmark suites for mcrelay live in `benches/benches/`; this crate has no
-//! library code of its own.
+//! Benchmark suites for mcrelay live in `benches/benches/`; this library
+//! only holds what several of them share.
+
+use mcrelay_wire::health::Payload;
+use mcrelay_wire::{rtp, ts};
+
+/// Datagram `i` of a clean stream in `payload`'s framing: seven TS packets
+/// (1316 B) on PID 0x100 whose continuity counters run on from datagram
+/// `i - 1`, behind an RTP header (sequence number `i`, timestamp `i` x 900)
+/// in the RTP modes. In the non-TS modes the TS bytes are just payload.
+pub fn health_datagram(payload: Payload, i: usize) -> Vec<u8> {
+    let seq = u16::try_from(i % 65536).unwrap_or(0);
+    let mut tsd = vec![0xffu8; 7 * ts::PACKET];
+    for (k, p) in tsd.chunks_exact_mut(ts::PACKET).enumerate() {
+        let cc = u8::try_from((i * 7 + k) % 16).unwrap_or(0);
+        ts::build(p, 0x100, cc, true, None);
+    }
+    if payload.has_rtp() {
+        let mut d = vec![0u8; 12];
+        let _ = rtp::build(&mut d, 33, seq, u32::from(seq).wrapping_mul(900), 1);
+        d.extend_from_slice(&tsd);
+        d
+    } else {
+        tsd
+    }
+}
