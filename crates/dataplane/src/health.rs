@@ -6,10 +6,11 @@
 //! the worker, read by the supervisor. The datagram is never changed, and
 //! is relayed whatever this says.
 //!
-//! Cost per datagram: the tracker's bounded parse, one monotonic clock
-//! read, and a relaxed store per published counter of the mode (plain
-//! moves). Nothing allocates: the tracker, with its TS table, is built when
-//! the flow is added.
+//! Cost per datagram: the tracker's bounded parse only. The monotonic
+//! clock is read once per completion batch by the worker, and the counters
+//! are published (a relaxed store each, plain moves) once per batch for
+//! each flow that received in it. Nothing allocates: the tracker, with its
+//! TS table, is built when the flow is added.
 
 use std::sync::Arc;
 use std::sync::OnceLock;
@@ -141,11 +142,21 @@ struct Base {
 }
 
 /// A flow's health tracker and where it publishes. Lives in the worker.
+///
+/// The packet path only updates the tracker ([`InputHealth::observe_at`]);
+/// the worker publishes once per completion batch ([`InputHealth::publish`])
+/// what a batch of datagrams changed, so the relaxed stores are paid per
+/// batch, not per datagram.
 #[derive(Debug)]
 pub struct InputHealth {
     tracker: InputTracker,
     counters: Arc<FlowCounters>,
     base: Base,
+    /// Datagrams observed since the last publish.
+    unpublished: bool,
+    /// The longest gap among them, and the latest arrival.
+    batch_max_gap: u64,
+    batch_last_ns: u64,
 }
 
 impl InputHealth {
@@ -181,6 +192,9 @@ impl InputHealth {
             tracker: InputTracker::new(settings.payload, settings.rtp_clock_hz),
             counters,
             base,
+            unpublished: false,
+            batch_max_gap: 0,
+            batch_last_ns: 0,
         }
     }
 
@@ -189,21 +203,29 @@ impl InputHealth {
         &self.counters.health
     }
 
-    /// The packet path: read `d`, arrived now, and publish.
+    /// The packet path: read `d`, arrived at `now` ([`now_ns`], read once
+    /// per batch by the worker). `true` when this is the first datagram
+    /// since the last [`Self::publish`]: the caller remembers to publish.
     #[inline]
-    pub fn observe(&mut self, d: &[u8]) {
-        self.observe_at(d, now_ns());
+    pub fn observe_at(&mut self, d: &[u8], now: u64) -> bool {
+        let gap = self.tracker.observe(d, now);
+        self.batch_max_gap = self.batch_max_gap.max(gap);
+        self.batch_last_ns = now;
+        !core::mem::replace(&mut self.unpublished, true)
     }
 
-    /// [`Self::observe`] with the arrival time given (benchmarks, tests).
-    #[inline]
-    pub fn observe_at(&mut self, d: &[u8], now: u64) {
-        let gap = self.tracker.observe(d, now);
-        let h = &self.counters.health;
-        h.last_arrival_ns.set(now.saturating_add(1));
-        if gap > h.max_gap_ns.get() {
-            h.max_gap_ns.set(gap);
+    /// Publish what the datagrams observed since the last call changed:
+    /// once per completion batch, off the per-datagram path.
+    pub fn publish(&mut self) {
+        if !core::mem::take(&mut self.unpublished) {
+            return;
         }
+        let h = &self.counters.health;
+        h.last_arrival_ns.set(self.batch_last_ns.saturating_add(1));
+        if self.batch_max_gap > h.max_gap_ns.get() {
+            h.max_gap_ns.set(self.batch_max_gap);
+        }
+        self.batch_max_gap = 0;
         let payload = self.tracker.payload();
         if payload.has_rtp() {
             let r = self.tracker.rtp();
@@ -254,10 +276,13 @@ mod tests {
         let mut h = InputHealth::new(settings, Arc::clone(&counters));
         assert_eq!(counters.health.settings(), Some(settings));
         assert_eq!(counters.health.last_arrival(), None);
-        h.observe_at(&pkt(1), 0);
-        h.observe_at(&pkt(3), 10);
-        h.observe_at(&pkt(3), 50);
+        assert!(h.observe_at(&pkt(1), 0), "the first one asks for a publish");
+        assert!(!h.observe_at(&pkt(3), 10), "later ones don't");
+        h.publish();
         let c = &counters.health;
+        assert_eq!((c.rtp_packets.get(), c.last_arrival()), (2, Some(10)));
+        assert!(h.observe_at(&pkt(3), 50), "asks again after a publish");
+        h.publish();
         assert_eq!(
             (
                 c.rtp_packets.get(),
@@ -274,6 +299,7 @@ mod tests {
         let mut h = InputHealth::new(settings, Arc::clone(&counters));
         h.observe_at(&pkt(100), 1000);
         h.observe_at(&pkt(102), 1010);
+        h.publish();
         assert_eq!((c.rtp_packets.get(), c.rtp_lost.get()), (5, 2));
     }
 }

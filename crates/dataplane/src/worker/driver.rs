@@ -121,6 +121,12 @@ pub(super) struct Worker {
     pub(super) index: usize,
     cpu: Option<usize>,
     pub(super) loop_counters: Arc<LoopCounters>,
+    /// The monotonic clock ([`crate::health::now_ns`]) read once per
+    /// completion batch: the arrival time of the batch's datagrams.
+    pub(super) batch_now_ns: u64,
+    /// Flows whose stream health saw datagrams not yet published, each at
+    /// most once; room for every flow, so a push never allocates.
+    pub(super) health_unpublished: Vec<FlowId>,
     commands: mpsc::Receiver<Command>,
     events: mpsc::Sender<Event>,
 }
@@ -215,6 +221,8 @@ impl Worker {
             index: worker,
             cpu: config.cpu,
             loop_counters: Arc::new(LoopCounters::default()),
+            batch_now_ns: crate::health::now_ns(),
+            health_unpublished: Vec::new(),
             commands,
             events,
         };
@@ -246,7 +254,20 @@ impl Worker {
             self.flows.resize_with(id.index() + 1, || None);
         }
         self.flows[id.index()] = Some(flow);
+        let room = self.flows.len();
+        self.health_unpublished
+            .reserve(room.saturating_sub(self.health_unpublished.len()));
         Ok(id)
+    }
+
+    /// Publish the stream health of every flow that received since the
+    /// last call: once per completion batch, not per datagram.
+    pub(super) fn publish_health(&mut self) {
+        for f in self.health_unpublished.drain(..) {
+            if let Some(flow) = self.flows.get_mut(f.index()).and_then(Option::as_mut) {
+                flow.health.publish();
+            }
+        }
     }
 
     pub(super) fn stats(&self) -> Arc<WorkerStats> {
@@ -310,10 +331,12 @@ impl Worker {
                     break;
                 }
                 self.loop_counters.completions.add(n as u64);
+                self.batch_now_ns = crate::health::now_ns();
                 for cqe in batch.iter_mut().take(n).filter_map(Option::take) {
                     self.complete(&cqe);
                 }
                 self.flush_sends();
+                self.publish_health();
                 // Hand this batch's sends to the kernel now: they complete
                 // (inline, mostly) while the next batch is handled, so an
                 // output's in-flight count tracks the kernel, not how many

@@ -153,7 +153,9 @@ impl Worker {
         let len = result.unsigned_abs() as usize;
         if let Some(bytes) = self.receive_buffers.filled(id, len)
             && {
-                flow.health.observe(bytes);
+                if flow.health.observe_at(bytes, self.batch_now_ns) {
+                    self.health_unpublished.push(f);
+                }
                 self.core.receive(f, bytes) == (Received::Full { newly: true })
             }
         {
@@ -186,6 +188,7 @@ impl Worker {
         // completion batch queued) and every 32 frames.
         self.flush_sends();
         let mut budget = CQE_BATCH;
+        let now = crate::health::now_ns();
         let mut pending = false;
         let mut done = ring.done;
         'blocks: while let Some(block) = ring.next_block() {
@@ -200,8 +203,10 @@ impl Worker {
                 });
                 match payload {
                     Ok(payload) => {
-                        if let Some(fl) = self.flows.get_mut(f.index()).and_then(Option::as_mut) {
-                            fl.health.observe(payload);
+                        if let Some(fl) = self.flows.get_mut(f.index()).and_then(Option::as_mut)
+                            && fl.health.observe_at(payload, now)
+                        {
+                            self.health_unpublished.push(f);
                         }
                         if matches!(self.core.receive(f, payload), Received::Full { .. }) {
                             // This one is dropped (counted per output as
@@ -228,6 +233,7 @@ impl Worker {
         }
         ring.done = done;
         self.flush_sends();
+        self.publish_health();
         if let Some(flow) = self.flows.get_mut(f.index()).and_then(Option::as_mut) {
             flow.packet_ring = Some(ring);
             flow.ring_pending = pending;
