@@ -28,11 +28,12 @@ pub mod gso;
 pub mod ids;
 pub mod inflight;
 pub mod queue;
+pub mod redundancy;
 mod request;
 
 use std::sync::Arc;
 
-use mcrelay_pool::{MAX_PAYLOAD, PoolSet, SharedBuffer};
+use mcrelay_pool::{Buffer, MAX_PAYLOAD, PoolSet, SharedBuffer};
 
 use crate::counters::{FlowCounters, OutputCounters};
 use admission::{Held, Reserve, Taken};
@@ -40,6 +41,7 @@ use gso::GsoRuns;
 pub use ids::{FlowId, OutputId, Slot};
 pub use inflight::InFlight;
 use queue::{Queued, SendQueue};
+pub use redundancy::{LegId, Redundancy};
 pub use request::{OutputSpec, Received, SendKind, SendRequest, SendToken, errno, refuses_gso};
 
 #[derive(Debug)]
@@ -60,6 +62,9 @@ struct Flow {
     paused: bool,
     removing: bool,
     held: Held,
+    /// Its inputs (1 to [`LegId::MAX_LEGS`]).
+    legs: u8,
+    redundancy: Redundancy,
 }
 
 /// One worker's relay state: its pool, in-flight table, GSO runs and flows.
@@ -113,11 +118,15 @@ impl Core {
         self.flows.len()
     }
 
-    /// Add a flow; its number, or `None` when `limit` flows exist already.
+    /// Add a flow fed by `legs` inputs (1 to [`LegId::MAX_LEGS`], clamped)
+    /// under `redundancy`; its number, or `None` when `limit` flows exist
+    /// already.
     pub fn add_flow(
         &mut self,
         outputs: impl IntoIterator<Item = OutputSpec>,
         counters: Arc<FlowCounters>,
+        legs: u8,
+        redundancy: Redundancy,
         limit: usize,
     ) -> Option<FlowId> {
         let index = match self.flows.iter().position(Option::is_none) {
@@ -146,6 +155,8 @@ impl Core {
             paused: false,
             removing: false,
             held: Held::default(),
+            legs: legs.clamp(1, LegId::MAX_LEGS),
+            redundancy,
         });
         // The dirty list holds every output at most once.
         let total: usize = self.flows.iter().flatten().map(|f| f.outputs.len()).sum();
@@ -215,91 +226,72 @@ impl Core {
         self.flows.get_mut(flow.index())?.as_mut()
     }
 
+    /// A flow's legs and redundancy rule.
+    pub fn redundancy(&self, flow: FlowId) -> Option<(u8, Redundancy)> {
+        self.flow(flow).map(|f| (f.legs, f.redundancy))
+    }
+
     /// A flow's counters (for the driver's receive errors).
     pub fn counters(&self, flow: FlowId) -> Option<&FlowCounters> {
         self.flow(flow).map(|f| &*f.counters)
     }
 
-    /// Admission, the packet path: count, classify, take a pool buffer,
-    /// copy `payload` into it once, and queue it on every output of `flow`
-    /// that has room.
+    /// [`Core::receive_on`] for a flow's first leg at time 0 (a
+    /// `Single` flow reads no clock).
     #[inline]
     pub fn receive(&mut self, flow: FlowId, payload: &[u8]) -> Received {
+        self.receive_on(flow, LegId(0), payload, 0)
+    }
+
+    /// Admission, the packet path: count, apply the flow's redundancy rule
+    /// (which may drop the datagram, counted, before it takes a buffer),
+    /// classify, take a pool buffer, copy `payload` into it once, and
+    /// queue it on every output of `flow` that has room (or, merging with
+    /// a delay, hold it until its turn). `leg` is the input it came from,
+    /// `now_ns` the driver's clock.
+    #[inline]
+    pub fn receive_on(
+        &mut self,
+        flow: FlowId,
+        leg: LegId,
+        payload: &[u8],
+        now_ns: u64,
+    ) -> Received {
+        let _ = now_ns;
         let Some(f) = self.flows.get_mut(flow.index()).and_then(Option::as_mut) else {
             return Received::Dropped;
         };
         let len = payload.len();
         f.counters.packets_in.inc();
         f.counters.bytes_in.add(len as u64);
+        let red = &f.counters.redundancy;
+        let Some(forwarded) = red.forwarded.get(leg.index()).filter(|_| leg.0 < f.legs) else {
+            red.unknown_leg.inc();
+            return Received::Dropped;
+        };
         if len > MAX_PAYLOAD {
             f.counters.drops.oversize.inc();
             return Received::Dropped;
         }
-        let accepted = f.outputs.iter().filter(|o| o.in_flight < o.depth).count();
-        if accepted == 0 {
-            for o in f.outputs.iter() {
-                o.counters.drop_backlog.inc();
-            }
-            let newly = !f.paused;
-            f.paused = true;
-            return Received::Full { newly };
-        }
-        let mut buf = match self.reserve.take(&mut self.pool, &mut f.held, len) {
-            Taken::Fitting(buf) => buf,
-            Taken::Fallback(buf) => {
-                f.counters.pool_fallbacks.inc();
-                buf
-            }
-            Taken::Exhausted => {
-                f.counters.drops.pool_exhausted.inc();
-                return Received::Dropped;
-            }
+        let mut parts = Parts {
+            pool: &mut self.pool,
+            in_flight: &mut self.in_flight,
+            reserve: &mut self.reserve,
+            dirty: &mut self.dirty,
         };
-        // Fits: admission picked a class at least `len` long.
-        let _ = self.pool.fill(&mut buf, payload);
-        let uses = u32::try_from(accepted).unwrap_or(u32::MAX);
-        let slot = match SharedBuffer::new(buf, uses)
-            .and_then(|s| self.in_flight.insert(s).map_err(SharedBuffer::into_buffer))
-        {
-            Ok(slot) => slot,
-            Err(buf) => {
-                // Unreachable: `accepted > 0`, and the table holds as many
-                // slots as the pool has buffers. Drop, keep the buffer.
-                let class = buf.class();
-                let _ = self.pool.give(buf);
-                self.reserve.given(&mut f.held, class);
-                f.counters.drops.pool_exhausted.inc();
-                return Received::Dropped;
-            }
+        let buf = match parts.admit(&f.outputs, &f.counters, &mut f.held, &mut f.paused, payload) {
+            Ok(buf) => buf,
+            Err(dropped) => return dropped,
         };
-        for (i, o) in f.outputs.iter_mut().enumerate() {
-            if o.in_flight >= o.depth {
-                o.counters.drop_backlog.inc();
-                continue;
-            }
-            if o.queue.is_empty() {
-                self.dirty
-                    .push((flow, OutputId(u16::try_from(i).unwrap_or(u16::MAX))));
-            }
-            if o.queue.push(Queued { slot, len }) {
-                o.in_flight += 1;
-                if u64::from(o.in_flight) > o.counters.in_flight_high_water.get() {
-                    o.counters.in_flight_high_water.set(u64::from(o.in_flight));
-                }
-            } else {
-                // Unreachable: the queues are flushed before they can fill
-                // (after each completion batch, and every 32 ring frames).
-                o.counters.drop_backlog.inc();
-                release(
-                    &mut self.in_flight,
-                    &mut self.pool,
-                    &mut self.reserve,
-                    &mut f.held,
-                    slot,
-                );
-            }
-        }
+        forwarded.inc();
+        parts.enqueue(flow, &mut f.outputs, &mut f.held, buf);
         Received::Queued
+    }
+
+    /// A loop turn at `now_ns`: the redundancy rules' timers (releasing
+    /// held packets, finalising the merge window, failover).
+    pub fn tick(&mut self, now_ns: u64) {
+        let _ = now_ns;
     }
 
     /// The slots of the datagrams queued on all outputs, not yet flushed.
@@ -528,6 +520,102 @@ fn release(
         let class = buf.class();
         if pool.give(buf).is_ok() {
             reserve.given(held, class);
+        }
+    }
+}
+
+/// The parts of the core admission and queueing use, borrowed apart
+/// from the flow table.
+struct Parts<'a> {
+    pool: &'a mut PoolSet,
+    in_flight: &'a mut InFlight,
+    reserve: &'a mut Reserve,
+    dirty: &'a mut Vec<(FlowId, OutputId)>,
+}
+
+impl Parts<'_> {
+    /// A pool buffer holding `payload`, or why the datagram is dropped
+    /// (counted): every output full (the flow pauses), or no buffer.
+    #[inline]
+    fn admit(
+        &mut self,
+        outputs: &[Output],
+        counters: &FlowCounters,
+        held: &mut Held,
+        paused: &mut bool,
+        payload: &[u8],
+    ) -> Result<Buffer, Received> {
+        if !outputs.iter().any(|o| o.in_flight < o.depth) {
+            for o in outputs {
+                o.counters.drop_backlog.inc();
+            }
+            let newly = !*paused;
+            *paused = true;
+            return Err(Received::Full { newly });
+        }
+        let mut buf = match self.reserve.take(self.pool, held, payload.len()) {
+            Taken::Fitting(buf) => buf,
+            Taken::Fallback(buf) => {
+                counters.pool_fallbacks.inc();
+                buf
+            }
+            Taken::Exhausted => {
+                counters.drops.pool_exhausted.inc();
+                return Err(Received::Dropped);
+            }
+        };
+        // Fits: admission picked a class at least `len` long.
+        let _ = self.pool.fill(&mut buf, payload);
+        Ok(buf)
+    }
+
+    /// Queue the datagram in `buf` on every output of `flow` with room;
+    /// when none has, it is dropped (counted per output as backlog) and
+    /// the buffer goes back.
+    #[inline]
+    fn enqueue(&mut self, flow: FlowId, outputs: &mut [Output], held: &mut Held, buf: Buffer) {
+        let len = buf.len();
+        let accepted = outputs.iter().filter(|o| o.in_flight < o.depth).count();
+        let uses = u32::try_from(accepted).unwrap_or(u32::MAX);
+        let slot = match SharedBuffer::new(buf, uses)
+            .and_then(|s| self.in_flight.insert(s).map_err(SharedBuffer::into_buffer))
+        {
+            Ok(slot) => slot,
+            Err(buf) => {
+                // No output with room (a held packet's turn came while
+                // every output was full), or, unreachable, no free slot:
+                // the table holds as many slots as the pool has buffers.
+                for o in outputs.iter() {
+                    o.counters.drop_backlog.inc();
+                }
+                let class = buf.class();
+                if self.pool.give(buf).is_ok() {
+                    self.reserve.given(held, class);
+                }
+                return;
+            }
+        };
+        for (i, o) in outputs.iter_mut().enumerate() {
+            if o.in_flight >= o.depth {
+                o.counters.drop_backlog.inc();
+                continue;
+            }
+            if o.queue.is_empty() {
+                self.dirty
+                    .push((flow, OutputId(u16::try_from(i).unwrap_or(u16::MAX))));
+            }
+            if o.queue.push(Queued { slot, len }) {
+                o.in_flight += 1;
+                if u64::from(o.in_flight) > o.counters.in_flight_high_water.get() {
+                    o.counters.in_flight_high_water.set(u64::from(o.in_flight));
+                }
+            } else {
+                // Unreachable: the queues are flushed before they can fill
+                // (after each completion batch, and every 32 ring frames),
+                // and held packets are released only into queues with room.
+                o.counters.drop_backlog.inc();
+                release(self.in_flight, self.pool, self.reserve, held, slot);
+            }
         }
     }
 }

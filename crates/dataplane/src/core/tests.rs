@@ -41,7 +41,7 @@ fn add(
     let (specs, outs) = outputs(depths, gso);
     let counters = Arc::<FlowCounters>::default();
     let id = core
-        .add_flow(specs, Arc::clone(&counters), 64)
+        .add_flow(specs, Arc::clone(&counters), 1, Redundancy::Single, 64)
         .expect("room");
     (id, counters, outs)
 }
@@ -313,7 +313,10 @@ impl Model {
             Op::Add { depths, gso } => {
                 let (specs, outputs) = outputs(&depths, gso);
                 let counters = Arc::<FlowCounters>::default();
-                if let Some(id) = self.core.add_flow(specs, Arc::clone(&counters), 4) {
+                if let Some(id) =
+                    self.core
+                        .add_flow(specs, Arc::clone(&counters), 1, Redundancy::Single, 4)
+                {
                     self.flows.retain(|f| f.id != id);
                     self.last_seq.retain(|(f, _), _| *f != id);
                     self.flows.push(ModelFlow {
