@@ -435,6 +435,16 @@ impl Core {
         self.due = due;
     }
 
+    /// When the driver should tick next at the latest (its wait's
+    /// timeout): now when held packets are ready, the next timer slot when
+    /// a timer is armed, `None` when nothing is pending.
+    pub fn next_tick_ns(&self) -> Option<u64> {
+        if !self.ready.is_empty() {
+            return Some(0);
+        }
+        self.timers.next_ns()
+    }
+
     fn serve(&mut self, flow: FlowId, now_ns: u64) {
         let Some(f) = self.flows.get_mut(flow.index()).and_then(Option::as_mut) else {
             return;
@@ -811,9 +821,11 @@ impl Parts<'_> {
                     o.counters.in_flight_high_water.set(u64::from(o.in_flight));
                 }
             } else {
-                // Unreachable: the queues are flushed before they can fill
-                // (after each completion batch, and every 32 ring frames),
-                // and held packets are released only into queues with room.
+                // The queues are flushed before they can fill (after each
+                // completion batch, and every 32 ring frames) and a merge's
+                // held packets leave only into queues with room, but for
+                // what a merge must let go at once (its hold full, a
+                // restart, the flow removed): counted as backlog.
                 o.counters.drop_backlog.inc();
                 release(self.in_flight, self.pool, self.reserve, held, slot);
             }

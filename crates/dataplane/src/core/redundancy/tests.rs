@@ -581,3 +581,19 @@ fn a_removed_merge_flow_sends_what_it_held() {
     h.tick(1000 * MS);
     assert_eq!(h.core.flow_slots(), 1);
 }
+
+#[test]
+fn the_driver_is_told_when_to_tick() {
+    let mut h = Harness::new(2, merge(10, 50));
+    assert_eq!(h.core.next_tick_ns(), None, "nothing pending");
+    h.rx(0, 0, 0);
+    h.rx(0, 2, 0);
+    let next = h.core.next_tick_ns().expect("a skip and windows pending");
+    assert!(next <= SLOT, "{next}");
+    h.tick(10 * MS + SLOT);
+    assert_eq!(h.sent, [0, 2]);
+    assert!(h.core.next_tick_ns().is_some(), "windows still open");
+    h.tick(60 * MS + SLOT);
+    assert_eq!(h.red().lost.get(), 1);
+    assert_eq!(h.core.next_tick_ns(), None, "all accounted");
+}

@@ -39,6 +39,8 @@ pub(crate) struct Timers {
     links: Vec<Link>,
     /// The last slot tick expired.
     last: u64,
+    /// Flows armed.
+    armed: usize,
 }
 
 fn slot_of(tick: u64) -> usize {
@@ -52,6 +54,7 @@ impl Timers {
             heads: vec![NONE; SLOTS].into_boxed_slice(),
             links: Vec::new(),
             last: 0,
+            armed: 0,
         }
     }
 
@@ -90,6 +93,7 @@ impl Timers {
             at: Some(tick),
         };
         self.heads[slot] = i;
+        self.armed += 1;
     }
 
     pub(crate) fn disarm(&mut self, flow: FlowId) {
@@ -107,6 +111,13 @@ impl Timers {
             n.prev = link.prev;
         }
         self.links[flow.index()] = UNLINKED;
+        self.armed -= 1;
+    }
+
+    /// The start of the next slot when a timer is armed: no timer fires
+    /// before it.
+    pub(crate) fn next_ns(&self) -> Option<u64> {
+        (self.armed > 0).then(|| (self.last + 1) << SHIFT)
     }
 
     /// Every flow whose timer fired by `now_ns`, into `due` (disarmed).
@@ -122,6 +133,7 @@ impl Timers {
             while let Some(link) = self.links.get_mut(i as usize) {
                 let next = link.next;
                 *link = UNLINKED;
+                self.armed -= 1;
                 if let Some(flow) = FlowId::new(i as usize) {
                     due.push(flow);
                 }
@@ -151,6 +163,7 @@ mod tests {
         t.arm(flow(2), 3 * MS);
         t.expire(3 * MS - 1, &mut due);
         assert!(due.is_empty());
+        assert_eq!(t.next_ns(), Some(3 * MS), "armed: from the next slot");
         t.expire(3 * MS, &mut due);
         assert_eq!(due, [flow(2)]);
         due.clear();
@@ -161,6 +174,7 @@ mod tests {
         due.clear();
         t.expire(100 * MS, &mut due);
         assert!(due.is_empty());
+        assert_eq!(t.next_ns(), None, "nothing armed");
     }
 
     #[test]
