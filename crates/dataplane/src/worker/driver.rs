@@ -19,7 +19,7 @@ use super::{
     Command, Event, FlowSockets, ReceiveMode, WorkerConfig, WorkerError, WorkerStats,
     receive_buffers,
 };
-use crate::core::{Core, FlowId, InFlight, OutputSpec, SendKind, SendRequest};
+use crate::core::{Core, FlowId, InFlight, OutputSpec, Redundancy, SendKind, SendRequest};
 use crate::counters::LoopCounters;
 use crate::egress::GsoMessages;
 use crate::ingress::IngressSocket;
@@ -247,7 +247,10 @@ impl Worker {
     /// `limit` flows exist already.
     fn place(&mut self, f: FlowSockets, limit: usize) -> Result<FlowId, String> {
         let (flow, specs, counters) = Flow::new(f, self.gso_enabled);
-        let Some(id) = self.core.add_flow(specs, counters, limit) else {
+        let Some(id) = self
+            .core
+            .add_flow(specs, counters, 1, Redundancy::Single, limit)
+        else {
             return Err(flow.name);
         };
         if self.flows.len() <= id.index() {
