@@ -146,15 +146,20 @@ fn socket(t: &Topology) -> PathBuf {
     t.dir.join("control.sock")
 }
 
-/// The receiver in B: `legs-recv` on OUT, joined before this returns.
-fn receiver(t: &Topology, expect: u64, extra: &[&str]) -> Child {
+/// The receiver in B of `loadgen legs`' stream: `legs-recv` on OUT,
+/// joined before this returns.
+fn receiver(t: &Topology, expect: u64) -> Child {
+    let ssrc = SSRC.to_string();
+    receiver_with(t, &["--expect", &expect.to_string(), "--ssrc", &ssrc])
+}
+
+/// `legs-recv` in B on OUT with `extra`, joined before this returns.
+fn receiver_with(t: &Topology, extra: &[&str]) -> Child {
     let ready = t.dir.join("receiver-ready");
     let _ = fs::remove_file(&ready);
     let child = t
         .command(&t.b, &loadgen())
         .args(["legs-recv", "--group", OUT, "--interface", "vB", "--json"])
-        .args(["--expect", &expect.to_string()])
-        .args(["--ssrc", &SSRC.to_string()])
         .args(["--rcvbuf", common::RECEIVER_RCVBUF])
         .arg("--ready-file")
         .arg(&ready)
@@ -333,7 +338,7 @@ fn merge(merge_delay_ms: u64) {
         format!("payload = \"rtp\"\nredundancy = \"merge\"\nmerge_delay_ms = {merge_delay_ms}");
     let relay = start(&t, &config(&t, &two_legs(), &settings));
     let count = 4000;
-    let rx = receiver(&t, count, &[]);
+    let rx = receiver(&t, count);
     let tx = sender(
         &t,
         &[
@@ -406,7 +411,7 @@ fn merge_loses_nothing_when_a_legs_interface_goes_down() {
     let settings = "payload = \"rtp\"\nredundancy = \"merge\"";
     let relay = start(&t, &config(&t, &two_legs(), settings));
     let count = 5000;
-    let rx = receiver(&t, count, &[]);
+    let rx = receiver(&t, count);
     let tx = sender(
         &t,
         &[
@@ -460,7 +465,7 @@ fn failover_switches_to_the_backup_and_back_without_repeating_numbers() {
     let relay = start(&t, &config(&t, &two_legs(), &settings));
     let count = 6500;
     let (stop, restart) = (2000u64, 3500u64);
-    let rx = receiver(&t, count, &[]);
+    let rx = receiver(&t, count);
     let tx = sender(
         &t,
         &[
@@ -540,7 +545,7 @@ fn reload_adding_a_leg_loses_nothing_on_the_existing_leg() {
     let one = format!("input = {}", leg_toml("vRA1", LEG0));
     let relay = start(&t, &config(&t, &one, "payload = \"rtp\""));
     let count = 8000;
-    let rx = receiver(&t, count, &[]);
+    let rx = receiver(&t, count);
     let mut tx = sender(&t, &["--count", &count.to_string()]);
     wait_for_metric(
         &t,
@@ -664,35 +669,32 @@ fn a_real_encoders_stream_merged_from_two_lossy_legs_decodes_cleanly() {
     let settings = "payload = \"rtp-mpegts\"\nredundancy = \"merge\"\nmerge_delay_ms = 50";
     let relay = start(&t, &config(&t, &two_legs(), settings));
     let received = t.dir.join("received.ts");
-    let rx = t
-        .command(&t.b, &loadgen())
-        .args(["legs-recv", "--group", OUT, "--interface", "vB", "--json"])
-        .args(["--payload", "any", "--first-seq", &first.to_string()])
-        .args(["--expect", &count.to_string()])
-        .args(["--rcvbuf", common::RECEIVER_RCVBUF])
-        .arg("--save-payload")
-        .arg(&received)
-        .arg("--ready-file")
-        .arg(t.dir.join("receiver-ready"))
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn receiver");
-    let rx = ready_or_exit(rx, &t.dir.join("receiver-ready"), "receiver");
-    let tx = t
-        .command(&t.a, &loadgen())
-        .args(["legs", "--json", "--rate", &RATE.to_string()])
-        .args([
-            "--leg",
-            &format!("{LEG0}@vA1"),
-            "--leg",
-            &format!("{LEG1}@vA2"),
-        ])
-        .args(["--loss", "5,5", "--delay-ms", "0,20", "--seed", "5"])
-        .arg("--replay")
-        .arg(&recording)
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn sender");
+    let rx = receiver_with(
+        &t,
+        &[
+            "--payload",
+            "any",
+            "--first-seq",
+            &first.to_string(),
+            "--expect",
+            &count.to_string(),
+            "--save-payload",
+            received.to_str().expect("utf-8 path"),
+        ],
+    );
+    let tx = sender(
+        &t,
+        &[
+            "--loss",
+            "5,5",
+            "--delay-ms",
+            "0,20",
+            "--seed",
+            "5",
+            "--replay",
+            recording.to_str().expect("utf-8 path"),
+        ],
+    );
     let sent = summary(tx, "sender");
     let got = summary(rx, "receiver");
     assert_eq!(got["ended"], true, "{got}");

@@ -143,28 +143,7 @@ static NEXT: AtomicU32 = AtomicU32::new(0);
 
 impl Topology {
     pub fn new() -> Option<Self> {
-        if !is_root() {
-            eprintln!("SKIPPED: namespace tests need root (CI runs them as root)");
-            return None;
-        }
-        let serial = netns_serial();
-        let id = format!(
-            "{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
-        let t = Topology {
-            _serial: serial,
-            a: format!("mcr-a-{id}"),
-            r: format!("mcr-r-{id}"),
-            b: format!("mcr-b-{id}"),
-            dir: std::env::temp_dir().join(format!("mcrelay-test-{id}")),
-        };
-        fs::create_dir_all(&t.dir).expect("temp dir");
-        for ns in [&t.a, &t.r, &t.b] {
-            sh(&["ip", "netns", "add", ns]);
-            t.ip(ns, &["link", "set", "lo", "up"]);
-        }
+        let t = Self::bare("mcr")?;
         sh(&[
             "ip", "link", "add", "vA", "netns", &t.a, "mtu", "9200", "type", "veth", "peer",
             "name", "vRA", "netns", &t.r, "mtu", "9200",
