@@ -3,8 +3,11 @@
 # services), then run the namespace test that relays ffmpeg's
 # `-f rtp_mpegts` stream through the daemon and expects zero errors on
 # every counter (crates/mcrelayd/tests/health.rs; it skips without ffmpeg,
-# so the workspace run before this step may have skipped it).
+# so the workspace run before this step may have skipped it), and the
+# redundancy test that merges a recorded ffmpeg stream from two lossy legs
+# (crates/mcrelayd/tests/redundancy.rs).
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 command -v ffmpeg >/dev/null || { apt-get update -qq && apt-get install -y -qq --no-install-recommends ffmpeg >/dev/null; }
 cargo test -p mcrelayd --test health --locked -- a_real_encoders_stream_shows_no_errors
+cargo test -p mcrelayd --test redundancy --locked -- a_real_encoders_stream_merged_from_two_lossy_legs_decodes_cleanly

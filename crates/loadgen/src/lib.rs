@@ -10,10 +10,14 @@
 //! * [`tracker`]: receiver-side accounting per stream (duplicates,
 //!   reordering, gaps, loss) and of short / corrupt / foreign datagrams;
 //! * [`pacer`]: the sender's token bucket on the monotonic clock;
+//! * [`legs`]: one RTP stream played onto several legs with planted,
+//!   disjoint losses and delays (the SMPTE 2022-7 tests), and what a
+//!   receiver saw of it;
 //! * [`sock`]: the libc glue (sendmmsg / recvmmsg batches, joins, TTL
 //!   control messages), the only module with `unsafe`.
 #![deny(unsafe_code)]
 
+pub mod legs;
 pub mod pacer;
 pub mod payload;
 pub mod sock;

@@ -9,6 +9,8 @@
 //! loadgen relay --input 239.1.1.1:5000 --input-interface vRA \
 //!               --output 239.2.2.2:6000 --output-interface vRB1 \
 //!               --output 239.2.2.2:6000 --output-interface vRB2
+//! loadgen legs --leg 239.1.1.1:5000@vA1 --leg 239.1.3.1:5000@vA2 --loss 5,5 --delay-ms 0,20
+//! loadgen legs-recv --group 239.2.2.2:5000 --interface vB --expect 5000 --json
 //! ```
 //!
 //! The relay's `--output-interface` (or `--output-interface-addr`) is given
@@ -28,6 +30,8 @@ use mcrelay_loadgen::payload;
 use mcrelay_loadgen::sock::{self, Iface, RecvBatch, SendBatch};
 use mcrelay_loadgen::tracker::{DEFAULT_LIMIT, Streams};
 
+mod legs_cmd;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "loadgen",
@@ -46,6 +50,12 @@ enum Command {
     Recv(RecvArgs),
     /// The baseline relay: blocking recvmmsg, then one sendmmsg per output.
     Relay(RelayArgs),
+    /// One RTP stream onto several legs: planted disjoint losses, delays,
+    /// a leg stopped and restarted (SMPTE 2022-7 tests).
+    Legs(legs_cmd::LegsArgs),
+    /// Receive the stream of `legs` after the relay: missing, duplicated
+    /// and late sequence numbers.
+    LegsRecv(legs_cmd::LegsRecvArgs),
 }
 
 #[derive(Debug, Args)]
@@ -192,6 +202,8 @@ fn main() -> anyhow::Result<()> {
         Command::Send(a) => send(&a),
         Command::Recv(a) => recv(&a),
         Command::Relay(a) => relay(&a),
+        Command::Legs(a) => legs_cmd::send(&a),
+        Command::LegsRecv(a) => legs_cmd::recv(&a),
     }
 }
 

@@ -143,28 +143,7 @@ static NEXT: AtomicU32 = AtomicU32::new(0);
 
 impl Topology {
     pub fn new() -> Option<Self> {
-        if !is_root() {
-            eprintln!("SKIPPED: namespace tests need root (CI runs them as root)");
-            return None;
-        }
-        let serial = netns_serial();
-        let id = format!(
-            "{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
-        let t = Topology {
-            _serial: serial,
-            a: format!("mcr-a-{id}"),
-            r: format!("mcr-r-{id}"),
-            b: format!("mcr-b-{id}"),
-            dir: std::env::temp_dir().join(format!("mcrelay-test-{id}")),
-        };
-        fs::create_dir_all(&t.dir).expect("temp dir");
-        for ns in [&t.a, &t.r, &t.b] {
-            sh(&["ip", "netns", "add", ns]);
-            t.ip(ns, &["link", "set", "lo", "up"]);
-        }
+        let t = Self::bare("mcr")?;
         sh(&[
             "ip", "link", "add", "vA", "netns", &t.a, "mtu", "9200", "type", "veth", "peer",
             "name", "vRA", "netns", &t.r, "mtu", "9200",
@@ -209,6 +188,37 @@ impl Topology {
         }
         for key in ["all", "default", "vRA", "vRB"] {
             t.rp_filter(key, 0);
+        }
+        Some(t)
+    }
+
+    /// Three empty namespaces (only `lo` up), `{prefix}-a-ID`,
+    /// `{prefix}-r-ID` and `{prefix}-b-ID`, and a temporary directory,
+    /// removed on drop like [`Topology::new`]'s, for a test that wires
+    /// its own links (e.g. two paths from A into R: tests/redundancy.rs).
+    /// Holds the machine-wide namespace lock.
+    pub fn bare(prefix: &str) -> Option<Self> {
+        if !is_root() {
+            eprintln!("SKIPPED: namespace tests need root (CI runs them as root)");
+            return None;
+        }
+        let serial = netns_serial();
+        let id = format!(
+            "{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let t = Topology {
+            _serial: serial,
+            a: format!("{prefix}-a-{id}"),
+            r: format!("{prefix}-r-{id}"),
+            b: format!("{prefix}-b-{id}"),
+            dir: std::env::temp_dir().join(format!("mcrelay-{prefix}-{id}")),
+        };
+        fs::create_dir_all(&t.dir).expect("temp dir");
+        for ns in [&t.a, &t.r, &t.b] {
+            sh(&["ip", "netns", "add", ns]);
+            t.ip(ns, &["link", "set", "lo", "up"]);
         }
         Some(t)
     }
@@ -564,4 +574,27 @@ pub fn ctl(socket: &Path, args: &[&str]) -> (i32, String) {
             String::from_utf8_lossy(&out.stderr)
         ),
     )
+}
+
+/// Run `f` on a thread that has entered network namespace `ns` (a path
+/// under /var/run/netns, as `ip netns add` makes): to connect to a
+/// daemon's loopback-only endpoint, or send from inside the namespace.
+pub fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let path = PathBuf::from("/var/run/netns").join(ns);
+    std::thread::spawn(move || {
+        let file = fs::File::open(&path).expect("netns file");
+        enter_netns(&file);
+        f()
+    })
+    .join()
+    .expect("netns thread")
+}
+
+#[allow(unsafe_code)]
+fn enter_netns(file: &fs::File) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: setns on a descriptor this function borrows, for the calling
+    // thread only (network namespace); no memory is passed.
+    let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+    assert_eq!(rc, 0, "setns: {}", std::io::Error::last_os_error());
 }
