@@ -34,7 +34,8 @@ pub use protocol::{
 };
 pub use rates::{FlowRates, OutputRates, Rates};
 pub use render::{
-    human_bits_per_second, human_bytes, human_count, human_duration, human_rate, render_flows,
+    health_text, human_bits_per_second, human_bytes, human_count, human_duration, human_rate,
+    ingress_drops as flow_drops_text, output_drops as output_drops_text, render_flows,
     render_stats, render_status, render_top,
 };
 pub use server::{ControlHandler, answer_event, answer_line};

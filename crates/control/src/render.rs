@@ -337,7 +337,7 @@ fn stream_errors(h: &InputHealth) -> Vec<String> {
 
 /// The HEALTH column of an input: its payload mode, SILENT, the max gap,
 /// the RTP jitter and every nonzero error counter ("ok" if none).
-fn health_text(h: &InputHealth) -> String {
+pub fn health_text(h: &InputHealth) -> String {
     if h.payload.is_empty() {
         return dash();
     }
@@ -373,7 +373,9 @@ fn dash() -> String {
     "-".into()
 }
 
-fn ingress_drops(flow: &FlowSnapshot, rates: Option<&FlowRates>) -> String {
+/// The DROPS cell of a flow: every nonzero ingress drop reason and the
+/// receive errors, then the drop rate (`kernel=3 (1.50/s)`, or `none`).
+pub fn ingress_drops(flow: &FlowSnapshot, rates: Option<&FlowRates>) -> String {
     let d = flow.drops.by_reason();
     let reasons = [
         d[0],
@@ -389,7 +391,9 @@ fn ingress_drops(flow: &FlowSnapshot, rates: Option<&FlowRates>) -> String {
     drops_text(&reasons, None, rates.map(|r| r.drops_per_second))
 }
 
-fn output_drops(output: &OutputSnapshot, rates: Option<&OutputRates>) -> String {
+/// The DROPS cell of an output: its nonzero drop reasons, rate, last send
+/// error and why it is not connected, if it isn't.
+pub fn output_drops(output: &OutputSnapshot, rates: Option<&OutputRates>) -> String {
     let reasons = [
         ("backlog", output.drops_backlog),
         ("send_error", output.drops_send_error),

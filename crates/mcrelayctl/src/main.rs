@@ -22,8 +22,10 @@ use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 use mcrelay_control::{
     Rates, ReloadOutcome, Request, Snapshot, encode_request, parse_response, render_flows,
-    render_stats, render_status, render_top,
+    render_stats, render_status,
 };
+
+mod top;
 
 /// Default `daemon.control_socket`.
 const DEFAULT_SOCKET: &str = "/run/mcrelay/control.sock";
@@ -83,7 +85,8 @@ enum Cmd {
         /// Stop after this many refreshes (default: until Ctrl-C).
         #[arg(long)]
         iterations: Option<u64>,
-        /// Print each refresh below the last instead of redrawing the screen.
+        /// Print each refresh as text below the last instead of the
+        /// interactive screen (the default when stdout is not a terminal).
         #[arg(long)]
         plain: bool,
     },
@@ -147,7 +150,23 @@ fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
             interval,
             iterations,
             plain,
-        } => top(&client, *interval, *iterations, *plain),
+        } => {
+            let socket = cli.socket.clone();
+            let options = top::Options {
+                interval: Duration::try_from_secs_f64(interval.max(0.1))
+                    .context("bad --interval")?,
+                iterations: *iterations,
+                plain: *plain,
+            };
+            top::run(options, move || {
+                Client {
+                    socket: &socket,
+                    timeout,
+                }
+                .ask(Request::Stats)
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 
@@ -171,34 +190,6 @@ fn show(
     let rates = Rates::between(&first, &second);
     print!("{}", render(&second, Some(&rates)));
     Ok(ExitCode::SUCCESS)
-}
-
-fn top(
-    client: &Client<'_>,
-    interval: f64,
-    iterations: Option<u64>,
-    plain: bool,
-) -> anyhow::Result<ExitCode> {
-    let pause = Duration::try_from_secs_f64(interval.max(0.1)).context("bad --interval")?;
-    let mut previous: Snapshot = client.ask(Request::Stats)?;
-    let mut shown = 0u64;
-    loop {
-        std::thread::sleep(pause);
-        let current: Snapshot = client.ask(Request::Stats)?;
-        let rates = Rates::between(&previous, &current);
-        let mut out = std::io::stdout().lock();
-        if !plain {
-            // Home the cursor and clear the screen.
-            write!(out, "\x1b[H\x1b[2J")?;
-        }
-        write!(out, "{}", render_top(&current, &rates))?;
-        out.flush()?;
-        previous = current;
-        shown += 1;
-        if iterations.is_some_and(|n| shown >= n) {
-            return Ok(ExitCode::SUCCESS);
-        }
-    }
 }
 
 fn render_reload(o: &ReloadOutcome) -> String {
