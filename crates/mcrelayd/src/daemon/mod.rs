@@ -75,19 +75,41 @@ struct Managed {
     unconnected: Vec<Unconnected>,
 }
 
-/// The interfaces `flow` names: its input's, then its outputs'.
-fn interfaces(flow: &Flow) -> impl Iterator<Item = &str> {
-    std::iter::once(flow.input.interface.as_str())
-        .chain(flow.outputs.iter().map(|o| o.interface.as_str()))
-}
-
 /// Why `flow` can't run with the interfaces in `links`; `None` if it can,
-/// or if interfaces are not watched.
-fn blocked(links: Option<&LinkTable>, flow: &Flow) -> Option<FlowState> {
-    Some(match links::blocked(links?, interfaces(flow))? {
+/// or if interfaces are not watched. `running`: whether it runs now.
+///
+/// Every output's interface must be up. Of the legs (inputs), one up is
+/// enough: a flow with several legs keeps running on the others while
+/// one leg's interface is down or gone (its sockets stay open and the
+/// leg receives again when the interface is back), and it starts while
+/// one is down, as long as every leg's interface exists (its sockets
+/// can't be opened otherwise).
+fn blocked(links: Option<&LinkTable>, flow: &Flow, running: bool) -> Option<FlowState> {
+    let links = links?;
+    let state = |b: Blocked| match b {
         Blocked::Down(interface) => FlowState::InterfaceDown { interface },
         Blocked::Missing(interface) => FlowState::WaitingForInterface { interface },
-    })
+    };
+    let outputs = flow.outputs.iter().map(|o| o.interface.as_str());
+    if let Some(b) = links::blocked(links, outputs) {
+        return Some(state(b));
+    }
+    let legs: Vec<Option<Blocked>> = flow
+        .inputs
+        .iter()
+        .map(|i| links::blocked(links, [i.interface.as_str()]))
+        .collect();
+    if legs.iter().all(Option::is_some) {
+        return legs.into_iter().flatten().next().map(state);
+    }
+    if !running {
+        return legs
+            .into_iter()
+            .flatten()
+            .find(|b| matches!(b, Blocked::Missing(_)))
+            .map(state);
+    }
+    None
 }
 
 /// `opened` writing into `stats` (the flow's counters since it was
@@ -155,7 +177,7 @@ impl Daemon {
             let w = placement.place(flow)?;
             let mut entry = new_entry(flow, w);
             let mut unconnected = Vec::new();
-            let running = match blocked(links.as_ref(), flow) {
+            let running = match blocked(links.as_ref(), flow, false) {
                 None => {
                     let (opened, pending) = opener.open(flow).map_err(StartError::Open)?;
                     let opened = with_counters(opened, &entry.stats);
@@ -366,7 +388,7 @@ impl Daemon {
         self.retry_outputs();
         for i in 0..self.flows.len() {
             let m = &self.flows[i];
-            match (m.running, blocked(self.links.as_ref(), &m.flow)) {
+            match (m.running, blocked(self.links.as_ref(), &m.flow, m.running)) {
                 (true, None) => {}
                 (true, Some(state)) => self.pause(i, state),
                 (false, Some(state)) => {
@@ -475,7 +497,7 @@ impl Daemon {
         let opened = with_counters(opened, &stats);
         let ingress = clone_ingress(&opened).map_err(FlowCommandError::Ingress)?;
         let handle = self.workers.get(w).ok_or(FlowCommandError::NoSuchWorker)?;
-        if handle.command(Command::AddFlow(opened)).is_err() {
+        if handle.command(Command::AddFlow(Box::new(opened))).is_err() {
             return Err(FlowCommandError::NotTakingCommands { worker: w });
         }
         let name = flow.name.clone();
@@ -560,7 +582,12 @@ impl Daemon {
     }
 }
 
+/// A watch on the kernel's drops at each leg's ingress socket.
 fn clone_ingress(opened: &FlowSockets) -> std::io::Result<mcrelay_dataplane::sockets::KernelDrops> {
-    let fd = opened.ingress.try_clone_fd()?;
-    Ok(mcrelay_dataplane::sockets::KernelDrops::new(fd))
+    let fds = opened
+        .legs
+        .iter()
+        .map(|l| l.try_clone_fd())
+        .collect::<std::io::Result<Vec<_>>>()?;
+    Ok(mcrelay_dataplane::sockets::KernelDrops::legs(fds))
 }

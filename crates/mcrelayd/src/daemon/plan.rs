@@ -183,7 +183,7 @@ mod tests {
         assert_eq!(plan.stop, ["gone", "moved"]);
         // The changed flow starts again with its new settings.
         assert_eq!(names(&plan.start), ["moved", "fresh"]);
-        assert_eq!(plan.start[0].input.port, 5001);
+        assert_eq!(plan.start[0].primary().port, 5001);
         assert!(plan.retry.is_empty());
         let outcome = plan.outcome();
         assert!(outcome.applied && outcome.errors.is_empty());
