@@ -20,7 +20,10 @@
 //! - the in-flight table ([`InFlight`]) and completion accounting: a
 //!   buffer goes back to the pool when the last send naming it completes;
 //! - pause and resume ([`Core::resume`]): a flow whose outputs are all full
-//!   stops receiving until one has drained to half its depth.
+//!   stops receiving until one has drained to half its depth;
+//! - redundant legs ([`redundancy`], [`Core::receive_on`], [`Core::tick`]):
+//!   SMPTE 2022-7 merge and input failover, timed by the driver's clock
+//!   passed in as `now_ns`.
 #![forbid(unsafe_code)]
 
 pub mod admission;
@@ -41,6 +44,10 @@ use gso::GsoRuns;
 pub use ids::{FlowId, OutputId, Slot};
 pub use inflight::InFlight;
 use queue::{Queued, SendQueue};
+use redundancy::Mode;
+use redundancy::failover::Pass;
+use redundancy::merge::{Merge, Verdict};
+use redundancy::timers::Timers;
 pub use redundancy::{LegId, Redundancy};
 pub use request::{OutputSpec, Received, SendKind, SendRequest, SendToken, errno, refuses_gso};
 
@@ -65,6 +72,10 @@ struct Flow {
     /// Its inputs (1 to [`LegId::MAX_LEGS`]).
     legs: u8,
     redundancy: Redundancy,
+    mode: Mode,
+    /// In [`Core::ready`]: held packets may leave once the queues have
+    /// room.
+    ready: bool,
 }
 
 /// One worker's relay state: its pool, in-flight table, GSO runs and flows.
@@ -78,6 +89,13 @@ pub struct Core {
     flows: Vec<Option<Flow>>,
     /// Outputs with queued datagrams, each once.
     dirty: Vec<(FlowId, OutputId)>,
+    /// When each redundancy flow next has something due.
+    timers: Timers,
+    /// Merge flows with held packets whose turn has come, stopped by full
+    /// queues: served by the next tick (each once).
+    ready: Vec<FlowId>,
+    /// The flows a tick serves (kept for its capacity).
+    due: Vec<FlowId>,
 }
 
 impl Core {
@@ -97,6 +115,9 @@ impl Core {
             reserve: Reserve::default(),
             flows: Vec::new(),
             dirty: Vec::with_capacity(64),
+            timers: Timers::new(),
+            ready: Vec::new(),
+            due: Vec::new(),
         }
     }
 
@@ -157,7 +178,15 @@ impl Core {
             held: Held::default(),
             legs: legs.clamp(1, LegId::MAX_LEGS),
             redundancy,
+            mode: Mode::new(legs, redundancy),
+            ready: false,
         });
+        // A tick serves each flow at most twice (its timer, the ready
+        // list): no allocation on the packet path.
+        let slots = self.flows.len();
+        self.timers.reserve(slots);
+        self.ready.reserve(slots.saturating_sub(self.ready.len()));
+        self.due.reserve((2 * slots).saturating_sub(self.due.len()));
         // The dirty list holds every output at most once.
         let total: usize = self.flows.iter().flatten().map(|f| f.outputs.len()).sum();
         self.dirty
@@ -173,9 +202,36 @@ impl Core {
 
     /// Stop relaying a flow: it takes no more datagrams and goes once its
     /// sends have completed ([`Core::is_quiet`], [`Core::forget`]).
+    /// Packets a merge holds are sent first, in order.
     pub fn remove_flow(&mut self, flow: FlowId) {
-        if let Some(f) = self.flow_mut(flow) {
-            f.removing = true;
+        let Some(f) = self.flows.get_mut(flow.index()).and_then(Option::as_mut) else {
+            return;
+        };
+        f.removing = true;
+        if let Mode::Merge(m) = &mut f.mode {
+            let mut parts = Parts {
+                pool: &mut self.pool,
+                in_flight: &mut self.in_flight,
+                reserve: &mut self.reserve,
+                dirty: &mut self.dirty,
+            };
+            m.drain(&mut |buf| parts.enqueue(flow, &mut f.outputs, &mut f.held, buf));
+        }
+    }
+
+    /// Buffers a merge flow holds back (waiting for their turn).
+    pub fn held(&self, flow: FlowId) -> usize {
+        match self.flow(flow).map(|f| &f.mode) {
+            Some(Mode::Merge(m)) => m.held(),
+            _ => 0,
+        }
+    }
+
+    /// A failover flow's active leg.
+    pub fn active_leg(&self, flow: FlowId) -> Option<LegId> {
+        match &self.flow(flow)?.mode {
+            Mode::Failover(f) => Some(f.active()),
+            _ => None,
         }
     }
 
@@ -195,6 +251,8 @@ impl Core {
             && let Some(slot) = self.flows.get_mut(flow.index())
         {
             *slot = None;
+            self.timers.disarm(flow);
+            self.ready.retain(|&f| f != flow);
             self.rebalance();
         }
     }
@@ -257,7 +315,6 @@ impl Core {
         payload: &[u8],
         now_ns: u64,
     ) -> Received {
-        let _ = now_ns;
         let Some(f) = self.flows.get_mut(flow.index()).and_then(Option::as_mut) else {
             return Received::Dropped;
         };
@@ -279,19 +336,145 @@ impl Core {
             reserve: &mut self.reserve,
             dirty: &mut self.dirty,
         };
-        let buf = match parts.admit(&f.outputs, &f.counters, &mut f.held, &mut f.paused, payload) {
-            Ok(buf) => buf,
-            Err(dropped) => return dropped,
-        };
-        forwarded.inc();
-        parts.enqueue(flow, &mut f.outputs, &mut f.held, buf);
+        let counters = &*f.counters;
+        let Flow {
+            outputs,
+            paused,
+            held,
+            mode,
+            ready,
+            ..
+        } = f;
+        match mode {
+            Mode::Single => {
+                let buf = match parts.admit(outputs, counters, held, paused, payload) {
+                    Ok(buf) => buf,
+                    Err(dropped) => return dropped,
+                };
+                forwarded.inc();
+                parts.enqueue(flow, outputs, held, buf);
+            }
+            Mode::Failover(fo) => {
+                let seq = match fo.admit(leg, payload, now_ns, red) {
+                    Pass::Forward(seq) => seq,
+                    Pass::Standby => {
+                        if let Some(c) = red.standby.get(leg.index()) {
+                            c.inc();
+                        }
+                        return Received::Dropped;
+                    }
+                    Pass::Duplicate => return drop(&red.duplicates),
+                    Pass::Late => return drop(&red.late),
+                    Pass::NotRtp => return drop(&red.not_rtp),
+                };
+                if let Some(deadline) = fo.deadline(now_ns) {
+                    self.timers.arm(flow, deadline);
+                }
+                let buf = match parts.admit(outputs, counters, held, paused, payload) {
+                    Ok(buf) => buf,
+                    Err(dropped) => return dropped,
+                };
+                forwarded.inc();
+                fo.sent(seq, red);
+                parts.enqueue(flow, outputs, held, buf);
+            }
+            Mode::Merge(m) => {
+                let Some(h) = mcrelay_wire::rtp::parse(payload) else {
+                    return drop(&red.not_rtp);
+                };
+                let verdict = m.classify(leg, h.sequence, h.ssrc, now_ns, red, &mut |buf| {
+                    parts.enqueue(flow, outputs, held, buf);
+                });
+                let admitted = match verdict {
+                    Verdict::New(ext) => parts
+                        .admit(outputs, counters, held, paused, payload)
+                        .map(|buf| (ext, buf)),
+                    Verdict::Duplicate => Err(drop(&red.duplicates)),
+                    Verdict::Late => Err(drop(&red.late)),
+                };
+                let result = match admitted {
+                    Ok((ext, buf)) => {
+                        forwarded.inc();
+                        if let Some(buf) = m.commit(ext, buf) {
+                            parts.enqueue(flow, outputs, held, buf);
+                        }
+                        if m.delays()
+                            && parts.release_ready(flow, m, outputs, held, now_ns)
+                            && !*ready
+                        {
+                            *ready = true;
+                            self.ready.push(flow);
+                        }
+                        Received::Queued
+                    }
+                    Err(dropped) => dropped,
+                };
+                if let Some(deadline) = m.deadline() {
+                    self.timers.arm(flow, deadline);
+                }
+                return result;
+            }
+        }
         Received::Queued
     }
 
-    /// A loop turn at `now_ns`: the redundancy rules' timers (releasing
-    /// held packets, finalising the merge window, failover).
+    /// A loop turn at `now_ns`: what the redundancy rules have due —
+    /// held packets whose turn came (also those stopped by full queues
+    /// last turn), numbers missing for the merge delay skipped, merge
+    /// windows accounted, the failover rule. O(flows with something
+    /// due). Call it before flushing.
     pub fn tick(&mut self, now_ns: u64) {
-        let _ = now_ns;
+        let mut due = std::mem::take(&mut self.due);
+        due.clear();
+        self.timers.expire(now_ns, &mut due);
+        due.append(&mut self.ready);
+        for &flow in &due {
+            self.serve(flow, now_ns);
+        }
+        due.clear();
+        self.due = due;
+    }
+
+    /// When the driver should tick next at the latest (its wait's
+    /// timeout): now when held packets are ready, the next timer slot when
+    /// a timer is armed, `None` when nothing is pending.
+    pub fn next_tick_ns(&self) -> Option<u64> {
+        if !self.ready.is_empty() {
+            return Some(0);
+        }
+        self.timers.next_ns()
+    }
+
+    fn serve(&mut self, flow: FlowId, now_ns: u64) {
+        let Some(f) = self.flows.get_mut(flow.index()).and_then(Option::as_mut) else {
+            return;
+        };
+        let red = &f.counters.redundancy;
+        f.ready = false;
+        let deadline = match &mut f.mode {
+            Mode::Single => None,
+            Mode::Failover(fo) => {
+                fo.evaluate(now_ns, red);
+                fo.deadline(now_ns)
+            }
+            Mode::Merge(m) => {
+                let mut parts = Parts {
+                    pool: &mut self.pool,
+                    in_flight: &mut self.in_flight,
+                    reserve: &mut self.reserve,
+                    dirty: &mut self.dirty,
+                };
+                if parts.release_ready(flow, m, &mut f.outputs, &mut f.held, now_ns) {
+                    f.ready = true;
+                    self.ready.push(flow);
+                }
+                m.finalise(now_ns, red);
+                m.deadline()
+            }
+        };
+        if let Some(deadline) = deadline {
+            self.timers.arm(flow, deadline);
+        }
     }
 
     /// The slots of the datagrams queued on all outputs, not yet flushed.
@@ -482,6 +665,12 @@ impl Core {
     }
 }
 
+/// Count a datagram a redundancy rule dropped.
+fn drop(counter: &crate::counters::Counter) -> Received {
+    counter.inc();
+    Received::Dropped
+}
+
 /// The completion of `n` datagrams' send with `result`.
 fn count_result(counters: &OutputCounters, result: i32, n: u64) {
     if result >= 0 {
@@ -534,6 +723,28 @@ struct Parts<'a> {
 }
 
 impl Parts<'_> {
+    /// Let a merge's held packets whose turn has come at `now` go, in
+    /// order, while every output's queue has room; `true` when some are
+    /// still due (the queues filled first).
+    fn release_ready(
+        &mut self,
+        flow: FlowId,
+        merge: &mut Merge,
+        outputs: &mut [Output],
+        held: &mut Held,
+        now: u64,
+    ) -> bool {
+        loop {
+            if outputs.iter().any(|o| o.queue.room() == 0) {
+                return merge.has_ready(now);
+            }
+            let Some(buf) = merge.pop_ready(now) else {
+                return false;
+            };
+            self.enqueue(flow, outputs, held, buf);
+        }
+    }
+
     /// A pool buffer holding `payload`, or why the datagram is dropped
     /// (counted): every output full (the flow pauses), or no buffer.
     #[inline]
@@ -610,9 +821,11 @@ impl Parts<'_> {
                     o.counters.in_flight_high_water.set(u64::from(o.in_flight));
                 }
             } else {
-                // Unreachable: the queues are flushed before they can fill
-                // (after each completion batch, and every 32 ring frames),
-                // and held packets are released only into queues with room.
+                // The queues are flushed before they can fill (after each
+                // completion batch, and every 32 ring frames) and a merge's
+                // held packets leave only into queues with room, but for
+                // what a merge must let go at once (its hold full, a
+                // restart, the flow removed): counted as backlog.
                 o.counters.drop_backlog.inc();
                 release(self.in_flight, self.pool, self.reserve, held, slot);
             }

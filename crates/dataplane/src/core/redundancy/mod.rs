@@ -47,3 +47,46 @@ pub enum Redundancy {
         rtp: bool,
     },
 }
+
+pub(crate) mod failover;
+pub(crate) mod merge;
+pub(crate) mod timers;
+
+/// Sequence numbers a merge (and a failover's repeat guard) keeps state
+/// for: the hold and the window cover at most this many numbers (87 ms
+/// of a 47 kpps stream); a number this far from the highest one restarts
+/// the state. A power of two.
+pub const SPAN: u64 = 4096;
+
+/// A flow's redundancy state on its worker, built when it is added.
+#[derive(Debug)]
+pub(crate) enum Mode {
+    Single,
+    Merge(Box<merge::Merge>),
+    Failover(failover::Failover),
+}
+
+impl Mode {
+    pub(crate) fn new(legs: u8, redundancy: Redundancy) -> Self {
+        match redundancy {
+            Redundancy::Single => Self::Single,
+            Redundancy::Merge {
+                delay_ns,
+                window_ns,
+            } => Self::Merge(Box::new(merge::Merge::new(legs, delay_ns, window_ns))),
+            Redundancy::Failover {
+                after_ns,
+                revert_after_ns,
+                rtp,
+            } => Self::Failover(failover::Failover::new(
+                legs,
+                after_ns,
+                revert_after_ns,
+                rtp,
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
