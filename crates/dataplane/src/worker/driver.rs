@@ -27,6 +27,10 @@ use crate::packet_ring::PacketRing;
 use crate::receive_buffers::ReceiveBuffers;
 use crate::submit::{self, UserData};
 
+/// The longest a loop turn waits for a completion: how soon a stop request
+/// or a command is noticed.
+const TICK_NS: u64 = 100_000_000;
+
 /// The receive buffer of leg `leg` of flow `f` in single-receive mode.
 pub(super) fn single_buffer(f: FlowId, leg: LegId) -> Option<u16> {
     f.get()
@@ -337,8 +341,6 @@ impl Worker {
         for f in self.ids() {
             self.arm_receives(f);
         }
-        let tick = Timespec::new().nsec(100_000_000);
-        let args = SubmitArgs::new().timespec(&tick);
         let mut batch = [const { None::<cqueue::Entry> }; CQE_BATCH];
         let mut stopping: Option<Instant> = None;
         loop {
@@ -360,14 +362,23 @@ impl Worker {
                     break;
                 }
             }
-            // Frames left in a packet ring: look for completions, don't wait.
+            // Wait at most the 100 ms tick, or until the redundancy rules'
+            // next timer (a held packet's turn, a merge window, failover).
+            let wait_ns = self.core.next_tick_ns().map_or(TICK_NS, |at| {
+                at.saturating_sub(crate::health::now_ns()).min(TICK_NS)
+            });
+            // Frames left in a packet ring, or a timer due: look for
+            // completions, don't wait.
             let want = usize::from(
-                !self
-                    .flows
-                    .iter()
-                    .flatten()
-                    .any(|f| f.legs.iter().any(|l| l.ring_pending)),
+                wait_ns > 0
+                    && !self
+                        .flows
+                        .iter()
+                        .flatten()
+                        .any(|f| f.legs.iter().any(|l| l.ring_pending)),
             );
+            let tick = Timespec::new().nsec(u32::try_from(wait_ns).unwrap_or(100_000_000));
+            let args = SubmitArgs::new().timespec(&tick);
             match self.uring.submitter().submit_with_args(want, &args) {
                 Ok(_) => {}
                 Err(e)

@@ -3,7 +3,10 @@
 //!
 //! Each loop turn makes one `io_uring_enter` that submits everything queued
 //! since the last turn and waits for at least one completion (or a 100 ms
-//! tick, to notice a stop request). Then it handles the completions in
+//! tick, to notice a stop request; sooner when the core's redundancy rules
+//! have a timer due, [`crate::core::Core::next_tick_ns`]). The monotonic
+//! clock is read once per completion batch and per turn, never per
+//! datagram; each turn ends with [`crate::core::Core::tick`]. Then it handles the completions in
 //! batches: a receive copies the datagram into a pool buffer (the one copy),
 //! gives the receive buffer back to the kernel, and queues the datagram on
 //! each output that has room; at the end of the batch each output's queue
