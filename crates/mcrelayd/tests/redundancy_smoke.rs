@@ -12,6 +12,10 @@
 //! (crates/dataplane/src/core/redundancy), and the full scenarios (skew,
 //! delay, failover, reload, a real encoder) are tests/redundancy*.rs.
 //!
+//! A reload that adds the second leg to a running one-leg flow loses
+//! nothing of the stream on the first (the flow is replaced make before
+//! break).
+//!
 //! The streams are sent by a thread of this test inside A's network
 //! namespace (`setns`), from sockets bound to A's addresses, and received
 //! by one inside B's.
@@ -96,10 +100,10 @@ fn merged(s: &serde_json::Value) -> &serde_json::Value {
         .unwrap_or_else(|| panic!("no flow merged in {s}"))
 }
 
-#[test]
-fn two_socket_legs_merge_into_one_complete_output() {
-    let Some(t) = Topology::new() else { return };
-    // A second path from A into R.
+/// The topology of tests/common with a second path from A into R (vA2 in
+/// A, 10.10.3.1; vRA2 in R, 10.10.3.2).
+fn two_paths() -> Option<Topology> {
+    let t = Topology::new()?;
     sh(&[
         "ip", "link", "add", "vA2", "netns", &t.a, "type", "veth", "peer", "name", "vRA2", "netns",
         &t.r,
@@ -112,14 +116,29 @@ fn two_socket_legs_merge_into_one_complete_output() {
         t.ip(ns, &["link", "set", dev, "up"]);
     }
     t.rp_filter("vRA2", 0);
-    let config = format!(
-        "\n[[flow]]\nname = \"merged\"\ninputs = [\n  \
-         {{ interface = \"vRA\", address = \"{LEG_A}\", port = {PORT} }},\n  \
-         {{ interface = \"vRA2\", address = \"{LEG_B}\", port = {PORT} }},\n]\n\
-         redundancy = \"merge\"\npayload = \"rtp\"\n\
+    Some(t)
+}
+
+/// Flow `name`, RTP to `OUT` on vRB, from leg A only, or (`both`) merged
+/// from legs A and B.
+fn flow_toml(name: &str, both: bool) -> String {
+    let a = format!("{{ interface = \"vRA\", address = \"{LEG_A}\", port = {PORT} }}");
+    let b = format!("{{ interface = \"vRA2\", address = \"{LEG_B}\", port = {PORT} }}");
+    let input = if both {
+        format!("inputs = [{a}, {b}]\nredundancy = \"merge\"")
+    } else {
+        format!("input = {a}")
+    };
+    format!(
+        "\n[[flow]]\nname = \"{name}\"\n{input}\npayload = \"rtp\"\n\
          outputs = [{{ interface = \"vRB\", address = \"{OUT}\", port = {PORT} }}]\n"
-    );
-    let relay = t.relay(&config, &[]);
+    )
+}
+
+#[test]
+fn two_socket_legs_merge_into_one_complete_output() {
+    let Some(t) = two_paths() else { return };
+    let relay = t.relay(&flow_toml("merged", true), &[]);
     let socket = t.dir.join("control.sock");
 
     // The receiver in B: every datagram of the output, until it has one
@@ -248,6 +267,139 @@ fn two_socket_legs_merge_into_one_complete_output() {
             && table.contains(&format!("<= {LEG_B}:{PORT} on vRA2"))
             && table.contains(&format!("merge: recovered {planted}")),
         "{table}"
+    );
+    relay.stop();
+}
+
+#[test]
+fn a_reload_adding_a_leg_loses_nothing_on_the_running_one() {
+    let Some(t) = two_paths() else { return };
+    let relay = t.relay(&flow_toml("grow", false), &[]);
+    let socket = t.dir.join("control.sock");
+
+    // The receiver in B: every datagram, until it has each number up to
+    // the last one sent (told once the sender stops) or the deadline.
+    let (joined_tx, joined_rx) = std::sync::mpsc::channel();
+    let (last_tx, last_rx) = std::sync::mpsc::channel::<u16>();
+    let receiver = in_netns(&t.b, move || {
+        let s = UdpSocket::bind(SocketAddrV4::new(OUT, PORT)).expect("bind in B");
+        s.join_multicast_v4(&OUT, &Ipv4Addr::new(10, 10, 2, 2))
+            .expect("join in B");
+        s.set_read_timeout(Some(Duration::from_millis(100)))
+            .expect("timeout");
+        let _ = joined_tx.send(());
+        let mut copies: BTreeMap<u16, u32> = BTreeMap::new();
+        let mut last = None;
+        let deadline = Instant::now() + DEADLINE;
+        let mut buf = [0u8; 2048];
+        while Instant::now() < deadline {
+            if let Ok(n) = s.recv(&mut buf)
+                && let Some(h) = rtp::parse(&buf[..n])
+            {
+                *copies.entry(h.sequence).or_default() += 1;
+            }
+            last = last.or_else(|| last_rx.try_recv().ok());
+            if let Some(last) = last
+                && (0..=last).all(|seq| copies.contains_key(&seq))
+            {
+                break;
+            }
+        }
+        copies
+    });
+    joined_rx
+        .recv_timeout(DEADLINE)
+        .expect("receiver joined in B");
+    std::thread::sleep(Duration::from_millis(50));
+
+    // The stream on both legs (only A's is received before the reload),
+    // until told to stop: it lasts as long as the reload takes.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stopping = std::sync::Arc::clone(&stop);
+    let sender = in_netns(&t.a, move || {
+        let a = sender(Ipv4Addr::new(10, 10, 1, 1));
+        let b = sender(Ipv4Addr::new(10, 10, 3, 1));
+        let mut seq = 0u16;
+        loop {
+            let d = datagram(seq);
+            a.send_to(&d, SocketAddrV4::new(LEG_A, PORT))
+                .expect("leg A");
+            b.send_to(&d, SocketAddrV4::new(LEG_B, PORT))
+                .expect("leg B");
+            if stopping.load(std::sync::atomic::Ordering::Relaxed) || seq == 60_000 {
+                return seq;
+            }
+            seq += 1;
+            std::thread::sleep(Duration::from_micros(250));
+        }
+    });
+    let packets_in = |n: u64| {
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            let s = stats(&socket);
+            let f = s["flows"]
+                .as_array()
+                .and_then(|f| f.iter().find(|f| f["name"] == "grow").cloned())
+                .unwrap_or_default();
+            if f["packets_in"].as_u64() >= Some(n) && f["state"]["state"] == "running" {
+                return f;
+            }
+            assert!(Instant::now() < deadline, "flow grow stuck: {s}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    packets_in(500);
+    // Add leg B.
+    let config = format!(
+        "[daemon]\nuser = \"nobody\"\ncontrol_socket = \"{}\"\n{}",
+        socket.display(),
+        flow_toml("grow", true)
+    );
+    fs::write(t.dir.join("mcrelay.toml"), config).expect("rewrite config");
+    let (code, said) = ctl(&socket, &["reload"]);
+    assert_eq!(code, 0, "{said}");
+    assert!(said.contains("changed: grow"), "{said}");
+    // The new flow relays both legs.
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let s = stats(&socket);
+        let legs = s["flows"][0]["redundancy"]["legs"].clone();
+        if legs[0]["forwarded"].as_u64() > Some(0)
+            && legs[1]["health"]["rtp"]["packets"].as_u64() > Some(200)
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the merged flow never ran: {s}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let last = sender.join().expect("sender");
+    let _ = last_tx.send(last);
+    let copies = receiver.join().expect("receiver");
+    let missing: Vec<u16> = (0..=last).filter(|s| !copies.contains_key(s)).collect();
+    let twice: usize = copies.values().filter(|&&n| n > 1).count();
+    assert!(
+        missing.is_empty(),
+        "the reload lost {} of {} numbers: {:?}...\n{}",
+        missing.len(),
+        u32::from(last) + 1,
+        &missing[..missing.len().min(20)],
+        relay.log()
+    );
+    // Only the overlap of the old and the new sockets (about one loop
+    // turn) may leave twice.
+    assert!(
+        twice <= usize::from(last) / 10,
+        "{twice} of {last} numbers left twice"
+    );
+    eprintln!(
+        "reload: {} numbers, none lost, {twice} twice",
+        u32::from(last) + 1
+    );
+    assert!(
+        relay.log().contains("replaced by the reload"),
+        "{}",
+        relay.log()
     );
     relay.stop();
 }
