@@ -102,11 +102,24 @@ pub struct FlowCounters {
     /// Receives resumed after every output had been backed up (the
     /// socket buffer held, or dropped and counted, what came meanwhile).
     pub receive_resumes: Counter,
-    /// Stream health of the input (see [`crate::health`]).
+    /// Stream health of the input, or of its first leg (see
+    /// [`crate::health`]); [`FlowCounters::leg_health`] has every leg's.
     pub health: crate::health::HealthCounters,
+    /// Stream health of legs 1 to 3 of a flow with several inputs.
+    pub more_health: [crate::health::HealthCounters; 3],
     /// What the flow's redundancy rule did with each leg's datagrams
     /// (see [`crate::core::redundancy`]).
     pub redundancy: RedundancyCounters,
+}
+
+impl FlowCounters {
+    /// Stream health of leg `leg` (0 to 3).
+    pub fn leg_health(&self, leg: usize) -> Option<&crate::health::HealthCounters> {
+        match leg {
+            0 => Some(&self.health),
+            n => self.more_health.get(n - 1),
+        }
+    }
 }
 
 /// A flow's legs and its redundancy rule (`Single`, `Merge`, `Failover`).

@@ -648,6 +648,7 @@ pub(crate) mod fixtures {
             state: FlowState::Running,
             interface_pauses: 0,
             health: InputHealth::default(),
+            redundancy: None,
         }
     }
 
