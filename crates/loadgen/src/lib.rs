@@ -9,11 +9,14 @@
 //!   byte-by-byte checker;
 //! * [`tracker`]: receiver-side accounting per stream (duplicates,
 //!   reordering, gaps, loss) and of short / corrupt / foreign datagrams;
+//! * [`many`]: many groups at once (the scale experiment's round-robin
+//!   sender over N groups and the receiver that joins them all);
 //! * [`pacer`]: the sender's token bucket on the monotonic clock;
 //! * [`sock`]: the libc glue (sendmmsg / recvmmsg batches, joins, TTL
 //!   control messages), the only module with `unsafe`.
 #![deny(unsafe_code)]
 
+pub mod many;
 pub mod pacer;
 pub mod payload;
 pub mod sock;

@@ -6,6 +6,8 @@
 //! loadgen recv --group 239.2.2.2:6000 --interface vB --expect 500000 --json
 //! loadgen relay --input 239.1.1.1:5000 --input-interface vRA \
 //!               --output 239.2.2.2:6000 --output-interface vRB
+//! loadgen many-send --first 239.10.0.1:5000 --groups 1000 --source 10.18.0.1 --per-group 100
+//! loadgen many-recv --first 239.11.0.1:6000 --groups 1000 --interface vr --per-group 100
 //! loadgen relay --input 239.1.1.1:5000 --input-interface vRA \
 //!               --output 239.2.2.2:6000 --output-interface vRB1 \
 //!               --output 239.2.2.2:6000 --output-interface vRB2
@@ -28,6 +30,8 @@ use mcrelay_loadgen::payload;
 use mcrelay_loadgen::sock::{self, Iface, RecvBatch, SendBatch};
 use mcrelay_loadgen::tracker::{DEFAULT_LIMIT, Streams};
 
+mod many_cmd;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "loadgen",
@@ -46,6 +50,10 @@ enum Command {
     Recv(RecvArgs),
     /// The baseline relay: blocking recvmmsg, then one sendmmsg per output.
     Relay(RelayArgs),
+    /// Send round-robin over N groups at one aggregate rate.
+    ManySend(many_cmd::ManySendArgs),
+    /// Join N groups on one socket, check every datagram, count loss per group.
+    ManyRecv(many_cmd::ManyRecvArgs),
 }
 
 #[derive(Debug, Args)]
@@ -192,6 +200,8 @@ fn main() -> anyhow::Result<()> {
         Command::Send(a) => send(&a),
         Command::Recv(a) => recv(&a),
         Command::Relay(a) => relay(&a),
+        Command::ManySend(a) => many_cmd::send(&a),
+        Command::ManyRecv(a) => many_cmd::recv(&a),
     }
 }
 
