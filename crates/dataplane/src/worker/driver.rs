@@ -123,6 +123,10 @@ pub(super) struct Worker {
     pub(super) loop_counters: Arc<LoopCounters>,
     commands: mpsc::Receiver<Command>,
     events: mpsc::Sender<Event>,
+    /// Written by the control plane after queueing a command; its poll is
+    /// armed on the ring while `wake_armed`.
+    waker: super::wake::Waker,
+    wake_armed: bool,
 }
 
 impl Worker {
@@ -130,6 +134,7 @@ impl Worker {
         config: WorkerConfig,
         commands: mpsc::Receiver<Command>,
         events: mpsc::Sender<Event>,
+        waker: super::wake::Waker,
     ) -> Result<Self, WorkerError> {
         let worker = config.index;
         if let Some(cpu) = config.cpu {
@@ -217,6 +222,8 @@ impl Worker {
             loop_counters: Arc::new(LoopCounters::default()),
             commands,
             events,
+            waker,
+            wake_armed: false,
         };
         let flows = config.flows.len();
         for f in config.flows {
@@ -269,6 +276,7 @@ impl Worker {
         for f in self.ids() {
             self.arm_receive(f);
         }
+        self.arm_wake();
         let tick = Timespec::new().nsec(100_000_000);
         let args = SubmitArgs::new().timespec(&tick);
         let mut batch = [const { None::<cqueue::Entry> }; CQE_BATCH];
@@ -323,6 +331,9 @@ impl Worker {
                 }
             }
             if stopping.is_none() {
+                if !self.wake_armed {
+                    self.arm_wake();
+                }
                 self.take_commands();
                 for f in self.ids() {
                     self.turn(f);
@@ -492,8 +503,24 @@ impl Worker {
         std::mem::forget(std::mem::take(&mut self.flows));
     }
 
+    /// Poll the wake-up eventfd (multishot): a command queued by the
+    /// control plane ends the wait of this turn's enter.
+    fn arm_wake(&mut self) {
+        let entry = self.waker.poll_entry().user_data(UserData::Wake.encode());
+        // SAFETY: the poll names only the eventfd, which `self.waker` keeps
+        // open for as long as the worker (and so its io_uring) lives.
+        self.wake_armed = unsafe { submit::push(&mut self.uring, &entry) };
+    }
+
     fn complete(&mut self, cqe: &cqueue::Entry) {
         match UserData::decode(cqe.user_data()) {
+            Some(UserData::Wake) => {
+                // The commands themselves are taken at the end of the turn.
+                self.waker.drain();
+                if !cqueue::more(cqe.flags()) {
+                    self.wake_armed = false;
+                }
+            }
             Some(UserData::Receive { flow }) => self.received(flow, cqe),
             Some(u) => {
                 if let Some(token) = u.token() {
