@@ -127,6 +127,10 @@ pub(super) struct Worker {
     /// armed on the ring while `wake_armed`.
     waker: super::wake::Waker,
     wake_armed: bool,
+    /// Flows to visit at the end of this turn (not every flow).
+    pub(super) attention: super::attention::Attention,
+    /// Flows being removed, until their last send completes.
+    removing: Vec<FlowId>,
 }
 
 impl Worker {
@@ -224,6 +228,8 @@ impl Worker {
             events,
             waker,
             wake_armed: false,
+            attention: super::attention::Attention::default(),
+            removing: Vec::new(),
         };
         let flows = config.flows.len();
         for f in config.flows {
@@ -253,6 +259,9 @@ impl Worker {
             self.flows.resize_with(id.index() + 1, || None);
         }
         self.flows[id.index()] = Some(flow);
+        self.attention.reserve(self.flows.len());
+        self.removing
+            .reserve(self.flows.len().saturating_sub(self.removing.len()));
         Ok(id)
     }
 
@@ -275,6 +284,7 @@ impl Worker {
         let worker = self.index;
         for f in self.ids() {
             self.arm_receive(f);
+            self.notice_if_needed(f);
         }
         self.arm_wake();
         let tick = Timespec::new().nsec(100_000_000);
@@ -297,7 +307,14 @@ impl Worker {
                 }
             }
             // Frames left in a packet ring: look for completions, don't wait.
-            let want = usize::from(!self.flows.iter().flatten().any(|f| f.ring_pending));
+            let flows = &self.flows;
+            let ring_pending = self.attention.queued().iter().any(|f| {
+                flows
+                    .get(f.index())
+                    .and_then(Option::as_ref)
+                    .is_some_and(|fl| fl.ring_pending)
+            });
+            let want = usize::from(!ring_pending);
             match self.uring.submitter().submit_with_args(want, &args) {
                 Ok(_) => {}
                 Err(e)
@@ -335,9 +352,11 @@ impl Worker {
                     self.arm_wake();
                 }
                 self.take_commands();
-                for f in self.ids() {
+                let visit = self.attention.take();
+                for &f in &visit {
                     self.turn(f);
                 }
+                self.attention.done(visit);
             }
             self.finish_removals();
             self.receive_buffers.publish();
@@ -364,6 +383,8 @@ impl Worker {
         // poll stays armed and its pause only stopped the walk.
         if self.core.is_paused(f) {
             if !self.core.resume(f) {
+                // Checked again next turn.
+                self.attention.notice(f);
                 return;
             }
             if has_packet_ring {
@@ -384,6 +405,23 @@ impl Worker {
             .is_some_and(|fl| !fl.armed)
         {
             self.arm_receive(f);
+        }
+        self.notice_if_needed(f);
+    }
+
+    /// Queue flow `f` for the end of the turn if it needs the loop: a
+    /// pause to lift, frames left in its packet ring, a receive to re-arm
+    /// (a packet flow without a ring never has one).
+    pub(super) fn notice_if_needed(&mut self, f: FlowId) {
+        let Some(flow) = self.flows.get(f.index()).and_then(Option::as_ref) else {
+            return;
+        };
+        if self.core.is_removing(f) {
+            return;
+        }
+        let can_arm = flow.packet.is_none() || flow.packet_ring.is_some();
+        if self.core.is_paused(f) || flow.ring_pending || (!flow.armed && can_arm) {
+            self.attention.notice(f);
         }
     }
 
@@ -416,6 +454,7 @@ impl Worker {
         match self.place(f, limit) {
             Ok(id) => {
                 self.arm_receive(id);
+                self.notice_if_needed(id);
                 let name = self.flows[id.index()]
                     .as_ref()
                     .map(|f| f.name.clone())
@@ -442,6 +481,8 @@ impl Worker {
             Some(f) => {
                 self.core.remove_flow(f);
                 self.cancel_receive(f);
+                // Room reserved when the flow was placed.
+                self.removing.push(f);
             }
             None => self.report(Event::FlowUnknown {
                 worker: self.index,
@@ -453,11 +494,17 @@ impl Worker {
     /// Drop the flows whose remove has finished: nothing of theirs is left
     /// in the kernel, so their sockets can close.
     fn finish_removals(&mut self) {
-        for f in self.ids() {
+        let mut i = 0;
+        while let Some(&f) = self.removing.get(i) {
             let done = self.flows[f.index()].as_ref().is_some_and(|fl| !fl.armed)
                 && self.core.is_removing(f)
                 && self.core.is_quiet(f);
-            if done && let Some(flow) = self.flows[f.index()].take() {
+            if !done {
+                i += 1;
+                continue;
+            }
+            self.removing.swap_remove(i);
+            if let Some(flow) = self.flows[f.index()].take() {
                 self.core.forget(f);
                 tracing::info!(worker = self.index, flow = %flow.name, "flow removed");
                 self.report(Event::FlowRemoved {
@@ -521,7 +568,11 @@ impl Worker {
                     self.wake_armed = false;
                 }
             }
-            Some(UserData::Receive { flow }) => self.received(flow, cqe),
+            Some(UserData::Receive { flow }) => {
+                self.received(flow, cqe);
+                // Its receive ended, it paused, or frames are left.
+                self.notice_if_needed(flow);
+            }
             Some(u) => {
                 if let Some(token) = u.token() {
                     let (mut submitter, core) = self.submitter();

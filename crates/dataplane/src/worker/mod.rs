@@ -19,6 +19,7 @@
 //! SQEs (and send completions back), `receive` that of receives and packet
 //! ring frames into the core's "datagram received".
 
+mod attention;
 mod driver;
 mod receive;
 mod wake;
