@@ -51,6 +51,13 @@ impl Daemon {
                 ..ReloadOutcome::default()
             };
         }
+        if let Err(e) = crate::kernel_limits::at_load(&self.path, &new) {
+            tracing::error!("reload rejected; the running configuration stays:\n{e}");
+            return ReloadOutcome {
+                errors: vec![e.to_string()],
+                ..ReloadOutcome::default()
+            };
+        }
         if let Err(e) =
             plan::refuse_emptying(&self.config.flows, &new.flows, allow_empty, &self.path)
         {
