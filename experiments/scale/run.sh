@@ -10,6 +10,7 @@
 #   mcrelayctl flows (time, bytes of --json)                <= 200 ms
 #   a reload changing one flow, under traffic               <= 100 ms, the
 #     other N-1 flows lose nothing (every datagram checked byte by byte)
+#   the input interface down and up: until every flow relays again
 #   mcrelayd check of a 10 000-flow file                    <= 1 s
 #
 #   experiments/scale/run.sh                  # build, then measure (~2 min)
@@ -134,7 +135,10 @@ start_daemon() { # start_daemon CONFIG LOG -> sets daemon_pid and startup_ms
     t0=$(now_ns)
     # `ip netns exec` may stay the parent: the daemon's own PID from sh.
     rm -f "$work/daemon.pid"
-    in_ns "$R" sh -c 'echo $$ >"$0"; exec "$@"' "$work/daemon.pid" "$mcrelayd" --config "$1" >"$2" 2>&1 &
+    # --gso off: GSO batches consecutive datagrams of one flow into one
+    # send, which one flow at 20 kpps gets and a round-robin over N flows
+    # never does; off in both runs, the CPU ratio shows what N costs.
+    in_ns "$R" sh -c 'echo $$ >"$0"; exec "$@"' "$work/daemon.pid" "$mcrelayd" --config "$1" --gso off >"$2" 2>&1 &
     pids+=("$!")
     while [[ ! -s $work/daemon.pid ]]; do sleep 0.005; done
     daemon_pid=$(cat "$work/daemon.pid")
@@ -247,6 +251,23 @@ traffic_wait
 lostr=$(($(field "$work/recv-a.json" lost) + $(field "$work/recv-b.json" lost)))
 exlost=$(($(field "$work/recv-a.json" excluded_lost) + $(field "$work/recv-b.json" excluded_lost)))
 echo "  reload changing flow f00000 under traffic: ${reload_ms} ms (target 100); the other $((flows - 1)) flows lost $lostr (target 0); f00000 lost $exlost"
+
+# The input interface down (every flow pauses), then up: until all relay.
+all_relaying() { ctl status 2>/dev/null | grep -qE "^flows: +[0-9]+ with [0-9]+ outputs$"; }
+in_ns "$R" ip link set va down
+deadline=$((SECONDS + 60))
+until ctl status | grep -q "(0 relaying"; do
+    ((SECONDS < deadline)) || { echo "run.sh: flows not paused after 60 s" >&2; exit 1; }
+    sleep 0.05
+done
+t0=$(now_ns)
+in_ns "$R" ip link set va up
+deadline=$((SECONDS + 120))
+until all_relaying; do
+    ((SECONDS < deadline)) || { echo "run.sh: flows not resumed after 120 s" >&2; exit 1; }
+    sleep 0.02
+done
+echo "  va down, every flow paused; va up: all $flows relaying again after $(ms_since "$t0") ms"
 stop_daemon
 
 # --- 1 flow: the base for the per-flow cost and CPU per datagram ---
