@@ -101,29 +101,47 @@ pub fn sender(source: Ipv4Addr, ttl: u32, multicast_loop: bool) -> std::io::Resu
     Ok(s.into())
 }
 
-/// One receiver bound to `port` that joins `groups` groups from `first` on
-/// interface `iface` (0: the kernel's choice); only those groups arrive
-/// (`IP_MULTICAST_ALL` off). Each join counts against
+/// A receiver of `groups` groups from `first` on `port`: the socket to
+/// read, and the one holding the memberships.
+#[derive(Debug)]
+pub struct Receiver {
+    /// Bound to the port on any address, `IP_MULTICAST_ALL` on and no
+    /// membership of its own: it takes every group joined on this host.
+    pub socket: UdpSocket,
+    /// Never bound: it only joins the groups. The kernel walks the
+    /// membership list of every socket bound to a datagram's port for each
+    /// datagram (`ip_mc_sf_allow`), so a thousand joins on the reading
+    /// socket itself would cost the receiving CPU — on a veth, the relay's
+    /// own — a thousand steps per datagram.
+    pub joins: socket2::Socket,
+}
+
+/// [`Receiver`] of `groups` groups from `first` on `port`, joined on
+/// interface `iface`. Each join counts against
 /// `net.ipv4.igmp_max_memberships` (per socket): the error says so.
 pub fn receiver(
     first: Ipv4Addr,
     groups: u32,
     port: u16,
     iface: crate::sock::Iface,
-) -> std::io::Result<UdpSocket> {
-    let (s, _) = crate::sock::receiver(&crate::sock::ReceiverOptions {
+) -> std::io::Result<Receiver> {
+    let (socket, _) = crate::sock::receiver(&crate::sock::ReceiverOptions {
         addr: SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port),
         iface,
         source: None,
         control: false,
     })?;
-    let r = socket2::SockRef::from(&s);
-    r.set_multicast_all_v4(false)?;
+    socket2::SockRef::from(&socket).set_multicast_all_v4(true)?;
+    let joins = socket2::Socket::new(
+        socket2::Domain::IPV4,
+        socket2::Type::DGRAM,
+        Some(socket2::Protocol::UDP),
+    )?;
     for g in 0..groups {
         let ip = group(first, g).ok_or_else(|| {
             std::io::Error::new(std::io::ErrorKind::InvalidInput, "group range overflows")
         })?;
-        crate::sock::join(&r, IpAddr::V4(ip), None, iface).map_err(|e| {
+        crate::sock::join(&joins, IpAddr::V4(ip), None, iface).map_err(|e| {
             std::io::Error::new(
                 e.kind(),
                 format!(
@@ -133,7 +151,7 @@ pub fn receiver(
             )
         })?;
     }
-    Ok(s)
+    Ok(Receiver { socket, joins })
 }
 
 #[cfg(test)]

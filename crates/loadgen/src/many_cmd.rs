@@ -152,9 +152,10 @@ pub fn send(a: &ManySendArgs) -> anyhow::Result<()> {
 
 pub fn recv(a: &ManyRecvArgs) -> anyhow::Result<()> {
     let iface = Iface::from_options(a.interface.as_deref(), None)?;
-    let s = many::receiver(*a.first.ip(), a.groups, a.first.port(), iface)
+    let receiver = many::receiver(*a.first.ip(), a.groups, a.first.port(), iface)
         .with_context(|| format!("joining {} groups from {}", a.groups, a.first))?;
-    let rcvbuf = sock::request_receive_buffer(&s, 32 << 20);
+    let s = &receiver.socket;
+    let rcvbuf = sock::request_receive_buffer(s, 32 << 20);
     s.set_read_timeout(Some(Duration::from_millis(50)))?;
     let stop = crate::stop_flag()?;
     if let Some(path) = &a.ready_file {
@@ -162,7 +163,18 @@ pub fn recv(a: &ManyRecvArgs) -> anyhow::Result<()> {
     }
     let mut rx = RecvBatch::new(64, sock::MAX_DATAGRAM + 1, false);
     let mut t = Streams::new(a.per_group.clamp(1 << 16, 1 << 28));
-    let expected = a.per_group.saturating_mul(u64::from(a.groups));
+    // Every group not excluded complete ends the run (excluded groups, e.g.
+    // a flow a reload changed, may never be).
+    let counted = (0..a.groups).filter(|g| !a.exclude.contains(g)).count();
+    let expected = a
+        .per_group
+        .saturating_mul(u64::try_from(counted).unwrap_or(u64::MAX));
+    let complete = |t: &Streams| {
+        t.valid >= expected && {
+            let sum = many::summarize(t, a.groups, a.per_group, &a.exclude);
+            sum.lost == 0
+        }
+    };
     let start = Instant::now();
     let end = crate::deadline(start, Some(a.duration))?;
     let idle = Duration::try_from_secs_f64(a.idle_exit).context("bad --idle-exit")?;
@@ -170,13 +182,13 @@ pub fn recv(a: &ManyRecvArgs) -> anyhow::Result<()> {
     loop {
         let now = Instant::now();
         if stop.load(Ordering::Relaxed)
-            || t.valid >= expected && t.unique() >= expected
+            || complete(&t)
             || end.is_some_and(|e| now >= e)
             || last.is_some_and(|l| now - l >= idle)
         {
             break;
         }
-        let n = match rx.recv(&s) {
+        let n = match rx.recv(s) {
             Ok(n) => n,
             Err(e) if crate::is_timeout(&e) => continue,
             Err(e) => return Err(e).context("recvmmsg"),
@@ -189,7 +201,7 @@ pub fn recv(a: &ManyRecvArgs) -> anyhow::Result<()> {
     }
     let secs = start.elapsed().as_secs_f64();
     let sum = many::summarize(&t, a.groups, a.per_group, &a.exclude);
-    let drops = crate::json_opt(sock::socket_drops(&s));
+    let drops = crate::json_opt(sock::socket_drops(s));
     let lossy: Vec<String> = sum.lossy.iter().map(|(g, n)| format!("{g}:{n}")).collect();
     if a.json {
         println!(
