@@ -15,6 +15,15 @@
 //! `net.core.rmem_max` caps each input's `receive_buffer_bytes`: not an
 //! error, but said once here, with the flows it affects, instead of once
 //! per socket.
+//!
+//! Every multicast output group on an interface needs a neighbour entry
+//! (the group's MAC mapping). The neighbour tables are shared by the whole
+//! host; above `gc_thresh2` entries the kernel garbage-collects them every
+//! few seconds and above `gc_thresh3` on every new entry, so with more
+//! output groups than that, entries are evicted and re-created while they
+//! are in use (seen as `___neigh_create` in a profile of 2000 output
+//! groups). Relaying goes on; each send costs more. Said once, with the
+//! sysctls to raise (readable in the host's network namespace only).
 
 use std::net::IpAddr;
 use std::path::Path;
@@ -28,6 +37,8 @@ pub struct Sysctls {
     pub igmp_max_msf: Option<u64>,
     pub mld_max_msf: Option<u64>,
     pub rmem_max: Option<u64>,
+    /// `net.ipv4.neigh.default.gc_thresh2` and the IPv6 one.
+    pub neigh_gc_thresh2: [Option<u64>; 2],
 }
 
 fn read_sysctl(name: &str) -> Option<u64> {
@@ -43,6 +54,10 @@ impl Sysctls {
             igmp_max_msf: read_sysctl("net.ipv4.igmp_max_msf"),
             mld_max_msf: read_sysctl("net.ipv6.mld_max_msf"),
             rmem_max: read_sysctl("net.core.rmem_max"),
+            neigh_gc_thresh2: [
+                read_sysctl("net.ipv4.neigh.default.gc_thresh2"),
+                read_sysctl("net.ipv6.neigh.default.gc_thresh2"),
+            ],
         }
     }
 }
@@ -141,10 +156,40 @@ pub fn capped_receive_buffers(config: &Config, sysctls: &Sysctls) -> Option<(usi
     (n > 0).then_some((n, largest))
 }
 
+/// The IPv4 and IPv6 multicast output groups (distinct per interface)
+/// beyond their family's `gc_thresh2`: `(sysctl prefix, groups, gc_thresh2)`.
+pub fn neighbour_pressure(config: &Config, sysctls: &Sysctls) -> Vec<(&'static str, usize, u64)> {
+    let mut groups = [
+        std::collections::HashSet::new(),
+        std::collections::HashSet::new(),
+    ];
+    for o in config.flows.iter().flat_map(|f| &f.outputs) {
+        if o.address.is_multicast() {
+            groups[usize::from(o.address.is_ipv6())].insert((o.interface.as_str(), o.address));
+        }
+    }
+    ["net.ipv4.neigh.default", "net.ipv6.neigh.default"]
+        .into_iter()
+        .zip(groups)
+        .zip(sysctls.neigh_gc_thresh2)
+        .filter_map(|((name, g), thresh)| {
+            let thresh = thresh?;
+            (u64::try_from(g.len()).unwrap_or(u64::MAX) > thresh).then_some((name, g.len(), thresh))
+        })
+        .collect()
+}
+
 /// At start-up and on reload: check, and log the receive buffer cap once.
 pub fn at_load(path: &Path, config: &Config) -> Result<(), LimitError> {
     let sysctls = Sysctls::read();
     check(path, config, &sysctls)?;
+    for (prefix, groups, thresh) in neighbour_pressure(config, &sysctls) {
+        tracing::warn!(
+            "{groups} multicast output groups need as many neighbour entries, more than \
+             {prefix}.gc_thresh2 ({thresh}): the kernel evicts and re-creates them while in use, \
+             costing CPU on every send; raise {prefix}.gc_thresh2 and gc_thresh3 above {groups}"
+        );
+    }
     if let (Some((n, largest)), Some(max)) =
         (capped_receive_buffers(config, &sysctls), sysctls.rmem_max)
     {
@@ -178,6 +223,7 @@ mod tests {
         igmp_max_msf: Some(10),
         mld_max_msf: Some(64),
         rmem_max: Some(212_992),
+        neigh_gc_thresh2: [Some(512), Some(512)],
     };
 
     #[test]
@@ -252,6 +298,33 @@ mod tests {
             ..DEFAULTS
         };
         assert_eq!(capped_receive_buffers(&c, &big), None);
+    }
+
+    #[test]
+    fn more_output_groups_than_gc_thresh2_are_named() {
+        let c = |n: usize| {
+            let mut text = String::from("[daemon]\ncores = [0]\n");
+            for i in 0..n {
+                text.push_str(&format!(
+                    "[[flow]]\nname = \"f{i}\"\ninput = {{ interface = \"d0\", address = \"239.1.{}.{}\", port = 5000 }}\noutputs = [{{ interface = \"d1\", address = \"239.2.{}.{}\", port = 6000 }}, {{ interface = \"d1\", address = \"10.0.0.9\", port = {} }}]\n",
+                    i / 250, i % 250 + 1, i / 250, i % 250 + 1, 6001 + i
+                ));
+            }
+            mcrelay_config::parse(&text, "t.toml").expect("valid")
+        };
+        assert!(
+            neighbour_pressure(&c(512), &DEFAULTS).is_empty(),
+            "unicast outputs not counted"
+        );
+        assert_eq!(
+            neighbour_pressure(&c(513), &DEFAULTS),
+            [("net.ipv4.neigh.default", 513, 512)]
+        );
+        let unreadable = Sysctls {
+            neigh_gc_thresh2: [None, None],
+            ..DEFAULTS
+        };
+        assert!(neighbour_pressure(&c(600), &unreadable).is_empty());
     }
 
     #[test]
