@@ -100,12 +100,13 @@ fn receivers(t: &Topology, per_group: u64, exclude: &str) -> [Child; 2] {
     })
 }
 
-/// `per_group` datagrams to every flow's input, round-robin at `rate`.
-fn sender(t: &Topology, per_group: u64, rate: u64) -> Child {
+/// `per_group` datagrams of `size` bytes to every flow's input,
+/// round-robin at `rate`.
+fn sender(t: &Topology, per_group: u64, rate: u64, size: usize) -> Child {
     t.command(&t.a, &loadgen())
         .args(["many-send", "--first", "239.10.0.1:5000"])
         .args(["--groups", &FLOWS.to_string(), "--source", "10.10.1.1"])
-        .args(["--rate", &rate.to_string(), "--size", "1316"])
+        .args(["--rate", &rate.to_string(), "--size", &size.to_string()])
         .args(["--per-group", &per_group.to_string(), "--json"])
         .stdout(Stdio::piped())
         .spawn()
@@ -132,7 +133,7 @@ fn a_thousand_flows_relay_a_burst_each_to_both_outputs_byte_exact() {
     };
     let per_group = 5;
     let rx = receivers(&t, per_group, "");
-    let sent = output(sender(&t, per_group, 10_000));
+    let sent = output(sender(&t, per_group, 10_000, 1316));
     assert_eq!(field(&sent, "sent"), i64::from(FLOWS) * 5, "{sent}");
     for r in rx {
         let out = output(r);
@@ -149,11 +150,14 @@ fn reloading_one_flow_of_a_thousand_costs_the_others_nothing() {
         return;
     };
     let socket = t.dir.join("control.sock");
-    // 20 s of traffic at 20 000 datagrams/s over all flows: the reload
-    // happens well inside it (checked below), whatever the machine's load.
-    let per_group = 400;
+    // 20 s of traffic at 5000 small datagrams/s over all flows: the reload
+    // happens well inside it (checked below), whatever the machine's load,
+    // and the receivers (debug builds, checking every byte) keep up with it
+    // on a loaded machine (at 20 000/s of 1316 bytes, one dropped 6 % in
+    // its socket at load average 25).
+    let per_group = 100;
     let rx = receivers(&t, per_group, "0");
-    let mut tx = sender(&t, per_group, 20_000);
+    let mut tx = sender(&t, per_group, 5_000, 200);
     wait_until("traffic on the last flow", || {
         let s = snapshot(&socket);
         match s.flow(&format!("f{:05}", FLOWS - 1)) {
