@@ -31,6 +31,8 @@ pub enum UserData {
     },
     /// A cancellation request (its own completion carries nothing).
     Cancel,
+    /// The poll of the worker's wake-up eventfd: commands are queued.
+    Wake,
 }
 
 const KIND_SHIFT: u32 = 62;
@@ -43,6 +45,8 @@ const FLOW_MASK: u64 = FlowId::LIMIT as u64 - 1;
 const RECEIVE: u64 = 1;
 const SEND: u64 = 2;
 const CANCEL: u64 = 3;
+/// Kind 0 holds one value: the wake-up poll.
+const WAKE: u64 = 0x5741_4b45;
 /// Set in a send's value when it is a GSO send.
 const GSO_FLAG: u64 = 1 << 61;
 
@@ -78,6 +82,7 @@ impl UserData {
                 output,
             } => GSO_FLAG | send_bits(record, flow, output),
             UserData::Cancel => CANCEL << KIND_SHIFT,
+            UserData::Wake => WAKE,
         }
     }
 
@@ -110,6 +115,7 @@ impl UserData {
                 })
             }
             CANCEL => Some(UserData::Cancel),
+            0 if v == WAKE => Some(UserData::Wake),
             _ => None,
         }
     }
@@ -127,7 +133,7 @@ impl UserData {
                 flow,
                 output,
             }),
-            UserData::Receive { .. } | UserData::Cancel => None,
+            UserData::Receive { .. } | UserData::Cancel | UserData::Wake => None,
         }
     }
 }
@@ -271,6 +277,7 @@ mod tests {
                 output: OutputId(65_535),
             },
             UserData::Cancel,
+            UserData::Wake,
         ] {
             assert_eq!(UserData::decode(u.encode()), Some(u));
             if let Some(t) = u.token() {

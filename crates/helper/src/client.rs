@@ -123,10 +123,46 @@ impl HelperClient {
     /// of flows. An invalid file is `Refused`, with the file's errors, and
     /// the helper keeps its previous configuration.
     pub fn reload(&mut self) -> Result<usize, HelperError> {
-        self.exchange(&Request::Reload, |_, reply, fds| match reply {
+        self.start_reload()?;
+        self.finish_reload()
+    }
+
+    /// The first half of [`Self::reload`]: send the request and return at
+    /// once, so the helper re-reads its file while the caller reads its
+    /// own (a reload of a thousand flows parses the file twice, once per
+    /// process). [`Self::finish_reload`] takes the answer; nothing else may
+    /// be asked in between.
+    pub fn start_reload(&mut self) -> Result<(), HelperError> {
+        if let Some(why) = &self.broken {
+            return Err(HelperError::Broken(why.clone()));
+        }
+        let sent = Request::Reload
+            .encode()
+            .map_err(HelperError::InvalidRequest)
+            .and_then(|bytes| self.send(&bytes));
+        self.note_broken(&sent);
+        sent
+    }
+
+    /// The helper's answer to [`Self::start_reload`]: its number of flows.
+    pub fn finish_reload(&mut self) -> Result<usize, HelperError> {
+        if let Some(why) = &self.broken {
+            return Err(HelperError::Broken(why.clone()));
+        }
+        let result = self.receive().and_then(|(reply, fds)| match reply {
             Reply::Reloaded { flows } if fds.is_empty() => Ok(flows),
             other => unexpected(other, &fds),
-        })
+        });
+        self.note_broken(&result);
+        result
+    }
+
+    fn note_broken<T>(&mut self, result: &Result<T, HelperError>) {
+        if let Err(e) = result
+            && e.breaks_connection()
+        {
+            self.broken = Some(e.to_string());
+        }
     }
 
     /// Check that the helper answers.
@@ -153,11 +189,7 @@ impl HelperClient {
             .and_then(|bytes| self.send(&bytes))
             .and_then(|()| self.receive())
             .and_then(|(reply, fds)| then(self, reply, fds));
-        if let Err(e) = &result
-            && e.breaks_connection()
-        {
-            self.broken = Some(e.to_string());
-        }
+        self.note_broken(&result);
         result
     }
 

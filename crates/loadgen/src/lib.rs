@@ -9,6 +9,8 @@
 //!   byte-by-byte checker;
 //! * [`tracker`]: receiver-side accounting per stream (duplicates,
 //!   reordering, gaps, loss) and of short / corrupt / foreign datagrams;
+//! * [`many`]: many groups at once (the scale experiment's round-robin
+//!   sender over N groups and the receiver that joins them all);
 //! * [`pacer`]: the sender's token bucket on the monotonic clock;
 //! * [`legs`]: one RTP stream played onto several legs with planted,
 //!   disjoint losses and delays (the SMPTE 2022-7 tests), and what a
@@ -18,6 +20,7 @@
 #![deny(unsafe_code)]
 
 pub mod legs;
+pub mod many;
 pub mod pacer;
 pub mod payload;
 pub mod sock;

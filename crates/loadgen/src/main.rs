@@ -6,6 +6,8 @@
 //! loadgen recv --group 239.2.2.2:6000 --interface vB --expect 500000 --json
 //! loadgen relay --input 239.1.1.1:5000 --input-interface vRA \
 //!               --output 239.2.2.2:6000 --output-interface vRB
+//! loadgen many-send --first 239.10.0.1:5000 --groups 1000 --source 10.18.0.1 --per-group 100
+//! loadgen many-recv --first 239.11.0.1:6000 --groups 1000 --interface vr --per-group 100
 //! loadgen relay --input 239.1.1.1:5000 --input-interface vRA \
 //!               --output 239.2.2.2:6000 --output-interface vRB1 \
 //!               --output 239.2.2.2:6000 --output-interface vRB2
@@ -31,6 +33,7 @@ use mcrelay_loadgen::sock::{self, Iface, RecvBatch, SendBatch};
 use mcrelay_loadgen::tracker::{DEFAULT_LIMIT, Streams};
 
 mod legs_cmd;
+mod many_cmd;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -56,6 +59,10 @@ enum Command {
     /// Receive the stream of `legs` after the relay: missing, duplicated
     /// and late sequence numbers.
     LegsRecv(legs_cmd::LegsRecvArgs),
+    /// Send round-robin over N groups at one aggregate rate.
+    ManySend(many_cmd::ManySendArgs),
+    /// Join N groups on one socket, check every datagram, count loss per group.
+    ManyRecv(many_cmd::ManyRecvArgs),
 }
 
 #[derive(Debug, Args)]
@@ -204,6 +211,8 @@ fn main() -> anyhow::Result<()> {
         Command::Relay(a) => relay(&a),
         Command::Legs(a) => legs_cmd::send(&a),
         Command::LegsRecv(a) => legs_cmd::recv(&a),
+        Command::ManySend(a) => many_cmd::send(&a),
+        Command::ManyRecv(a) => many_cmd::recv(&a),
     }
 }
 

@@ -10,6 +10,8 @@
 //! mcrelayctl reload        # exits 1 and prints the errors if the new config was rejected
 //! mcrelayctl reload --allow-empty   # also apply a file with no flows (stops every flow)
 //! mcrelayctl top
+//! mcrelayctl flows --name 'cam-*' --state not-running
+//! mcrelayctl stats --sort drops --limit 10
 //! ```
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -26,6 +28,8 @@ use mcrelay_control::{
 };
 
 mod top;
+mod select;
+use select::Selection;
 
 /// Default `daemon.control_socket`.
 const DEFAULT_SOCKET: &str = "/run/mcrelay/control.sock";
@@ -56,9 +60,9 @@ enum Cmd {
     /// Daemon state, uptime, workers and totals.
     Status(Output),
     /// Per flow and output: packets, bytes, rates, drops by reason.
-    Flows(Output),
+    Flows(Listing),
     /// Flows plus per-worker pool occupancy and loop counters.
-    Stats(Output),
+    Stats(Listing),
     /// Re-read the configuration file and apply it; waits until done.
     /// Exits 1 (printing the errors) if the daemon rejected the file.
     ///
@@ -104,6 +108,15 @@ struct Output {
     sample: f64,
 }
 
+/// `flows` and `stats`: the output options and which flows to show.
+#[derive(Debug, clap::Args)]
+struct Listing {
+    #[command(flatten)]
+    output: Output,
+    #[command(flatten)]
+    select: Selection,
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(&cli) {
@@ -127,9 +140,15 @@ fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
         timeout,
     };
     match &cli.command {
-        Cmd::Status(o) => show(&client, Request::Status, o, |s, _| render_status(s)),
-        Cmd::Flows(o) => show(&client, Request::Flows, o, render_flows),
-        Cmd::Stats(o) => show(&client, Request::Stats, o, render_stats),
+        Cmd::Status(o) => show(
+            &client,
+            Request::Status,
+            o,
+            &Selection::default(),
+            |s, _| render_status(s),
+        ),
+        Cmd::Flows(l) => show(&client, Request::Flows, &l.output, &l.select, render_flows),
+        Cmd::Stats(l) => show(&client, Request::Stats, &l.output, &l.select, render_stats),
         Cmd::Reload { json, allow_empty } => {
             let outcome: ReloadOutcome = client.ask(Request::Reload {
                 allow_empty: *allow_empty,
@@ -174,21 +193,32 @@ fn show(
     client: &Client<'_>,
     request: Request,
     o: &Output,
+    select: &Selection,
     render: impl Fn(&Snapshot, Option<&Rates>) -> String,
 ) -> anyhow::Result<ExitCode> {
-    let first: Snapshot = client.ask(request)?;
-    if o.json {
+    let mut first: Snapshot = client.ask(request)?;
+    if o.json && !select.needs_rates() {
+        select.apply(&mut first, None);
         println!("{}", serde_json::to_string_pretty(&first)?);
         return Ok(ExitCode::SUCCESS);
     }
     if o.sample <= 0.0 || request == Request::Status {
+        if select.needs_rates() {
+            bail!("--sort rate needs rates: give --sample a positive number of seconds");
+        }
+        select.apply(&mut first, None);
         print!("{}", render(&first, None));
         return Ok(ExitCode::SUCCESS);
     }
     std::thread::sleep(Duration::try_from_secs_f64(o.sample).context("bad --sample")?);
-    let second: Snapshot = client.ask(request)?;
+    let mut second: Snapshot = client.ask(request)?;
     let rates = Rates::between(&first, &second);
-    print!("{}", render(&second, Some(&rates)));
+    select.apply(&mut second, Some(&rates));
+    if o.json {
+        println!("{}", serde_json::to_string_pretty(&second)?);
+    } else {
+        print!("{}", render(&second, Some(&rates)));
+    }
     Ok(ExitCode::SUCCESS)
 }
 

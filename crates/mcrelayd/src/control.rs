@@ -283,7 +283,11 @@ fn answer(
     supervisor: &mpsc::Sender<ToSupervisor>,
 ) -> Response {
     match request {
-        Request::Status | Request::Flows | Request::Stats => Response::ok(&lock(shared).read()),
+        Request::Status | Request::Flows | Request::Stats => {
+            // Locked to take the snapshot only, not to serialize it.
+            let snapshot = lock(shared).read();
+            Response::ok(&snapshot)
+        }
         Request::Reload { allow_empty } => {
             let (reply, rx) = mpsc::channel();
             if supervisor

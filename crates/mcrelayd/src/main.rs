@@ -15,6 +15,7 @@ mod fdbudget;
 mod hardening;
 mod health;
 mod journal;
+mod kernel_limits;
 mod manpage;
 mod metrics;
 mod netlink;

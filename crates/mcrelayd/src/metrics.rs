@@ -144,7 +144,10 @@ fn answer(mut conn: TcpStream, accepted: Instant, shared: &SharedHandle) -> std:
     conn.set_write_timeout(Some(left(deadline)?))?;
     match request_path(&request) {
         Some("/metrics") => {
-            let body = mcrelay_control::render_metrics(&lock(shared).read());
+            // The lock is held while the snapshot is taken, not while it is
+            // rendered: the supervisor (a reload, a resume) waits for it.
+            let snapshot = lock(shared).read();
+            let body = mcrelay_control::render_metrics(&snapshot);
             respond(
                 &mut conn,
                 "200 OK",

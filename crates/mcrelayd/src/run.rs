@@ -53,6 +53,8 @@ enum SuperviseError {
     #[error(transparent)]
     FdBudget(#[from] crate::fdbudget::AtStartError),
     #[error(transparent)]
+    KernelLimits(#[from] crate::kernel_limits::LimitError),
+    #[error(transparent)]
     SpawnHelper(#[from] crate::sockets::SpawnHelperError),
     #[error(transparent)]
     Control(#[from] control::ControlError),
@@ -127,6 +129,7 @@ fn supervise(
     let privileges = Privileges::of_this_process(&config.daemon.user)?;
     // Before the helper starts: it inherits the raised limit.
     crate::fdbudget::at_start(path, &config)?;
+    crate::kernel_limits::at_load(path, &config)?;
     let opener = if privileges.any() {
         Opener::spawn_helper(path, privileges.user.as_ref().map(|u| u.name.as_str()))?
     } else {

@@ -123,6 +123,27 @@ impl Opener {
         Ok(())
     }
 
+    /// [`Self::reload`] in two halves: ask the helper to re-read its file
+    /// now (while this process reads its own); whether an answer is due.
+    pub fn start_reload(&mut self) -> Result<bool, HelperReloadError> {
+        match self {
+            Opener::Helper { client, .. } => {
+                client.start_reload().map_err(HelperReloadError)?;
+                Ok(true)
+            }
+            Opener::Direct => Ok(false),
+        }
+    }
+
+    /// The helper's answer to [`Self::start_reload`] (nothing when none is
+    /// due).
+    pub fn finish_reload(&mut self) -> Result<(), HelperReloadError> {
+        if let Opener::Helper { client, .. } = self {
+            client.finish_reload().map_err(HelperReloadError)?;
+        }
+        Ok(())
+    }
+
     /// Why the helper is gone, if it is: its connection hung up.
     pub fn helper_exited(&mut self) -> Option<String> {
         match self {

@@ -38,6 +38,11 @@ const NLA_TYPE_FLAGS: u16 = 0xc000;
 
 const IFF_UP: u32 = 0x1;
 const IFF_RUNNING: u32 = 0x40;
+/// The carrier is on (`netif_carrier_ok`): what `ip link` shows as
+/// `LOWER_UP`.
+const IFF_LOWER_UP: u32 = 0x1_0000;
+/// Waiting for an external event (e.g. 802.1X authentication).
+const IFF_DORMANT: u32 = 0x2_0000;
 /// `AF_UNSPEC`: the family of a device's own link messages. Others (e.g.
 /// `AF_BRIDGE` port messages, whose `RTM_DELLINK` means "left the bridge",
 /// not "deleted") are not about the device's existence.
@@ -101,11 +106,22 @@ pub struct LinkMessage {
 }
 
 impl LinkMessage {
-    /// Administratively up and operationally up (or "unknown", which is
-    /// what carrier-less virtual devices report while they work): the
-    /// kernel's `IFF_UP` and `IFF_RUNNING`.
+    /// Administratively up (`IFF_UP`) and able to pass traffic: either
+    /// operationally up (`IFF_RUNNING`; also set for "unknown", which is
+    /// what carrier-less virtual devices report while they work), or the
+    /// carrier is on (`IFF_LOWER_UP`) and the device is not dormant.
+    ///
+    /// The carrier counts on its own because `IFF_RUNNING` follows the
+    /// operational state, which the kernel's link watcher updates
+    /// asynchronously, batched at most once a second (`linkwatch`; only
+    /// some events are "urgent"): for up to a second after a veth or NIC
+    /// comes up, `ip link` already shows `UP,LOWER_UP` and traffic flows,
+    /// yet `IFF_RUNNING` is still clear. A daemon started then saw every
+    /// interface down, paused every flow ("interface va down") and resumed
+    /// them only when the late notification arrived.
     pub fn is_up(&self) -> bool {
-        self.flags & IFF_UP != 0 && self.flags & IFF_RUNNING != 0
+        let carrier = self.flags & IFF_LOWER_UP != 0 && self.flags & IFF_DORMANT == 0;
+        self.flags & IFF_UP != 0 && (self.flags & IFF_RUNNING != 0 || carrier)
     }
 }
 
@@ -453,7 +469,7 @@ mod tests {
     }
 
     #[test]
-    fn up_means_admin_up_and_running() {
+    fn up_means_admin_up_and_running_or_carrier_on() {
         let m = |flags| LinkMessage {
             deleted: false,
             family: 0,
@@ -463,8 +479,18 @@ mod tests {
             operstate: None,
         };
         assert!(m(IFF_UP | IFF_RUNNING).is_up());
+        assert!(m(IFF_UP | IFF_RUNNING | IFF_LOWER_UP).is_up());
+        assert!(
+            m(IFF_UP | IFF_LOWER_UP).is_up(),
+            "carrier on, operational state not updated yet (linkwatch): up"
+        );
         assert!(!m(IFF_UP).is_up(), "no carrier");
         assert!(!m(IFF_RUNNING).is_up(), "admin down");
+        assert!(!m(IFF_LOWER_UP).is_up(), "admin down, carrier on");
+        assert!(
+            !m(IFF_UP | IFF_LOWER_UP | IFF_DORMANT).is_up(),
+            "dormant: carrier but not usable"
+        );
     }
 
     fn apply_all(table: &mut LinkTable, datagram: &[u8]) -> bool {

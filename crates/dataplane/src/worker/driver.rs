@@ -195,6 +195,14 @@ pub(super) struct Worker {
     pub(super) health_unpublished: Vec<(FlowId, LegId)>,
     commands: mpsc::Receiver<Command>,
     events: mpsc::Sender<Event>,
+    /// Written by the control plane after queueing a command; its poll is
+    /// armed on the ring while `wake_armed`.
+    waker: super::wake::Waker,
+    wake_armed: bool,
+    /// Flows to visit at the end of this turn (not every flow).
+    pub(super) attention: super::attention::Attention,
+    /// Flows being removed, until their last send completes.
+    removing: Vec<FlowId>,
 }
 
 impl Worker {
@@ -202,6 +210,7 @@ impl Worker {
         config: WorkerConfig,
         commands: mpsc::Receiver<Command>,
         events: mpsc::Sender<Event>,
+        waker: super::wake::Waker,
     ) -> Result<Self, WorkerError> {
         let worker = config.index;
         if let Some(cpu) = config.cpu {
@@ -292,6 +301,10 @@ impl Worker {
             health_unpublished: Vec::new(),
             commands,
             events,
+            waker,
+            wake_armed: false,
+            attention: super::attention::Attention::default(),
+            removing: Vec::new(),
         };
         let flows = config.flows.len();
         for f in config.flows {
@@ -325,6 +338,9 @@ impl Worker {
         let room = self.flows.len() * usize::from(LegId::MAX_LEGS);
         self.health_unpublished
             .reserve(room.saturating_sub(self.health_unpublished.len()));
+        self.attention.reserve(self.flows.len());
+        self.removing
+            .reserve(self.flows.len().saturating_sub(self.removing.len()));
         Ok(id)
     }
 
@@ -360,7 +376,9 @@ impl Worker {
         let worker = self.index;
         for f in self.ids() {
             self.arm_receives(f);
+            self.notice_if_needed(f);
         }
+        self.arm_wake();
         let mut batch = [const { None::<cqueue::Entry> }; CQE_BATCH];
         let mut stopping: Option<Instant> = None;
         loop {
@@ -387,16 +405,17 @@ impl Worker {
             let wait_ns = self.core.next_tick_ns().map_or(TICK_NS, |at| {
                 at.saturating_sub(crate::health::now_ns()).min(TICK_NS)
             });
-            // Frames left in a packet ring, or a timer due: look for
-            // completions, don't wait.
-            let want = usize::from(
-                wait_ns > 0
-                    && !self
-                        .flows
-                        .iter()
-                        .flatten()
-                        .any(|f| f.legs.iter().any(|l| l.ring_pending)),
-            );
+            // Frames left in a packet ring (only flows queued for attention
+            // can have some), or a timer due: look for completions, don't
+            // wait.
+            let flows = &self.flows;
+            let ring_pending = self.attention.queued().iter().any(|f| {
+                flows
+                    .get(f.index())
+                    .and_then(Option::as_ref)
+                    .is_some_and(|fl| fl.legs.iter().any(|l| l.ring_pending))
+            });
+            let want = usize::from(wait_ns > 0 && !ring_pending);
             let tick = Timespec::new().nsec(u32::try_from(wait_ns).unwrap_or(100_000_000));
             let args = SubmitArgs::new().timespec(&tick);
             match self.uring.submitter().submit_with_args(want, &args) {
@@ -436,11 +455,16 @@ impl Worker {
                 }
             }
             if stopping.is_none() {
+                if !self.wake_armed {
+                    self.arm_wake();
+                }
                 self.take_commands();
                 self.now_ns = crate::health::now_ns();
-                for f in self.ids() {
+                let visit = self.attention.take();
+                for &f in &visit {
                     self.turn(f);
                 }
+                self.attention.done(visit);
                 // The redundancy rules' timers: held packets whose turn
                 // came, the merge window, failover. What they release is
                 // sent now.
@@ -478,6 +502,8 @@ impl Worker {
         // poll stays armed and its pause only stopped the walk.
         if self.core.is_paused(f) {
             if !self.core.resume(f) {
+                // Checked again next turn.
+                self.attention.notice(f);
                 return;
             }
             for leg in legs.clone() {
@@ -495,6 +521,7 @@ impl Worker {
                 self.arm_receive(f, leg);
             }
         }
+        self.notice_if_needed(f);
     }
 
     /// Leg `leg` of flow `f`.
@@ -527,6 +554,25 @@ impl Worker {
             .map(Flow::leg_ids);
         for leg in legs.into_iter().flatten() {
             self.cancel_receive(f, leg);
+        }
+    }
+
+    /// Queue flow `f` for the end of the turn if it needs the loop: a
+    /// pause to lift, frames left in its packet ring, a receive to re-arm
+    /// (a packet flow without a ring never has one).
+    pub(super) fn notice_if_needed(&mut self, f: FlowId) {
+        let Some(flow) = self.flows.get(f.index()).and_then(Option::as_ref) else {
+            return;
+        };
+        if self.core.is_removing(f) {
+            return;
+        }
+        // A packet leg without a ring never has a receive to arm.
+        let leg_needs = |l: &Leg| {
+            l.ring_pending || (!l.armed && (l.packet.is_none() || l.packet_ring.is_some()))
+        };
+        if self.core.is_paused(f) || flow.legs.iter().any(leg_needs) {
+            self.attention.notice(f);
         }
     }
 
@@ -567,6 +613,7 @@ impl Worker {
         match self.place(f, limit) {
             Ok(id) => {
                 self.arm_receives(id);
+                self.notice_if_needed(id);
                 let name = self.flows[id.index()]
                     .as_ref()
                     .map(|f| f.name.clone())
@@ -593,6 +640,8 @@ impl Worker {
             Some(f) => {
                 self.core.remove_flow(f);
                 self.cancel_receives(f);
+                // Room reserved when the flow was placed.
+                self.removing.push(f);
             }
             None => self.report(Event::FlowUnknown {
                 worker: self.index,
@@ -604,13 +653,19 @@ impl Worker {
     /// Drop the flows whose remove has finished: nothing of theirs is left
     /// in the kernel, so their sockets can close.
     fn finish_removals(&mut self) {
-        for f in self.ids() {
+        let mut i = 0;
+        while let Some(&f) = self.removing.get(i) {
             let done = self.flows[f.index()]
                 .as_ref()
                 .is_some_and(|fl| fl.legs.iter().all(|l| !l.armed))
                 && self.core.is_removing(f)
                 && self.core.is_quiet(f);
-            if done && let Some(flow) = self.flows[f.index()].take() {
+            if !done {
+                i += 1;
+                continue;
+            }
+            self.removing.swap_remove(i);
+            if let Some(flow) = self.flows[f.index()].take() {
                 self.core.forget(f);
                 tracing::info!(worker = self.index, flow = %flow.name, "flow removed");
                 self.report(Event::FlowRemoved {
@@ -656,9 +711,29 @@ impl Worker {
         std::mem::forget(std::mem::take(&mut self.flows));
     }
 
+    /// Poll the wake-up eventfd (multishot): a command queued by the
+    /// control plane ends the wait of this turn's enter.
+    fn arm_wake(&mut self) {
+        let entry = self.waker.poll_entry().user_data(UserData::Wake.encode());
+        // SAFETY: the poll names only the eventfd, which `self.waker` keeps
+        // open for as long as the worker (and so its io_uring) lives.
+        self.wake_armed = unsafe { submit::push(&mut self.uring, &entry) };
+    }
+
     fn complete(&mut self, cqe: &cqueue::Entry) {
         match UserData::decode(cqe.user_data()) {
-            Some(UserData::Receive { flow, leg }) => self.received(flow, leg, cqe),
+            Some(UserData::Wake) => {
+                // The commands themselves are taken at the end of the turn.
+                self.waker.drain();
+                if !cqueue::more(cqe.flags()) {
+                    self.wake_armed = false;
+                }
+            }
+            Some(UserData::Receive { flow, leg }) => {
+                self.received(flow, leg, cqe);
+                // Its receive ended, it paused, or frames are left.
+                self.notice_if_needed(flow);
+            }
             Some(u) => {
                 if let Some(token) = u.token() {
                     let (mut submitter, core) = self.submitter();

@@ -4,9 +4,11 @@
 //! Each loop turn makes one `io_uring_enter` that submits everything queued
 //! since the last turn and waits for at least one completion (or a 100 ms
 //! tick, to notice a stop request; sooner when the core's redundancy rules
-//! have a timer due, [`crate::core::Core::next_tick_ns`]). The monotonic
-//! clock is read once per completion batch and per turn, never per
-//! datagram; each turn ends with [`crate::core::Core::tick`]. Then it handles the completions in
+//! have a timer due, [`crate::core::Core::next_tick_ns`]); a command from
+//! the control plane wakes it at once (an eventfd polled on the same ring,
+//! [`wake`]). The monotonic clock is read once per completion batch and per
+//! turn, never per datagram; each turn ends with
+//! [`crate::core::Core::tick`]. Then it handles the completions in
 //! batches: a receive copies the datagram into a pool buffer (the one copy),
 //! gives the receive buffer back to the kernel, and queues the datagram on
 //! each output that has room; at the end of the batch each output's queue
@@ -21,8 +23,10 @@
 //! SQEs (and send completions back), `receive` that of receives and packet
 //! ring frames into the core's "datagram received".
 
+mod attention;
 mod driver;
 mod receive;
+mod wake;
 
 use std::io;
 use std::net::UdpSocket;
@@ -263,16 +267,19 @@ pub struct WorkerHandle {
     pub stats: Arc<WorkerStats>,
     thread: JoinHandle<Result<(), WorkerError>>,
     commands: mpsc::SyncSender<Command>,
+    waker: wake::Waker,
 }
 
 impl WorkerHandle {
-    /// Queue a command; the worker takes it within one loop turn (at most
-    /// its 100 ms tick) and answers with an [`Event`]. The command back
-    /// when the queue is full or the worker is gone.
+    /// Queue a command and wake the worker, which takes it in the loop
+    /// turn that wake-up starts and answers with an [`Event`]. The command
+    /// back when the queue is full or the worker is gone.
     pub fn command(&self, command: Command) -> Result<(), Command> {
         self.commands.try_send(command).map_err(|e| match e {
             mpsc::TrySendError::Full(c) | mpsc::TrySendError::Disconnected(c) => c,
-        })
+        })?;
+        self.waker.wake();
+        Ok(())
     }
 
     /// Whether the worker thread has ended (it only does after a stop or a
@@ -301,10 +308,12 @@ pub fn spawn(
     let worker = config.index;
     let (ready_tx, ready_rx) = mpsc::sync_channel(1);
     let (commands, command_rx) = mpsc::sync_channel(COMMAND_QUEUE);
+    let waker = wake::Waker::new().map_err(|source| WorkerError::Ring { worker, source })?;
+    let worker_waker = waker.clone();
     let thread = std::thread::Builder::new()
         .name(format!("mcrelay-w{worker}"))
         .spawn(move || {
-            let mut w = match Worker::new(config, command_rx, events) {
+            let mut w = match Worker::new(config, command_rx, events, worker_waker) {
                 Ok(w) => w,
                 Err(e) => {
                     let msg = e.to_string();
@@ -324,6 +333,7 @@ pub fn spawn(
             stats,
             thread,
             commands,
+            waker,
         }),
         Ok(Err(e)) => {
             let _ = thread.join();

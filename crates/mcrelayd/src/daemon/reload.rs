@@ -34,7 +34,20 @@ impl Daemon {
     pub fn reload(&mut self, allow_empty: bool) -> ReloadOutcome {
         let before = std::mem::replace(&mut lock(&self.shared).state, DaemonState::Reloading);
         self.reloading = true;
-        let outcome = self.apply_reload(allow_empty);
+        // The helper re-reads its copy of the file while this process reads
+        // its own: the two parses overlap instead of adding up.
+        let mut helper = Some(self.opener.start_reload());
+        let outcome = self.apply_reload(allow_empty, &mut helper);
+        // Not taken (no flow to start): read the answer, keeping the
+        // connection in step. Its errors matter only to starting flows
+        // (a rejected file is rejected by both); a dead helper is noticed
+        // and replaced by `check_helper`.
+        if let Some(Ok(true)) = helper
+            && let Err(e) = self.opener.finish_reload()
+            && outcome.applied
+        {
+            tracing::warn!("the helper's reload: {}", crate::chain::Chain(&e));
+        }
         self.reloading = false;
         if outcome.applied {
             self.refresh_state();
@@ -45,7 +58,13 @@ impl Daemon {
         outcome
     }
 
-    fn apply_reload(&mut self, allow_empty: bool) -> ReloadOutcome {
+    /// `helper`: the helper's reload, started by the caller; taken (and
+    /// its answer read) here when flows are to be started.
+    fn apply_reload(
+        &mut self,
+        allow_empty: bool,
+        helper: &mut Option<Result<bool, crate::sockets::HelperReloadError>>,
+    ) -> ReloadOutcome {
         let new = match mcrelay_config::load(&self.path) {
             Ok(c) => c,
             Err(errors) => {
@@ -60,6 +79,13 @@ impl Daemon {
             tracing::error!("reload rejected; the running configuration stays:\n{e}");
             return ReloadOutcome {
                 errors: vec![e],
+                ..ReloadOutcome::default()
+            };
+        }
+        if let Err(e) = crate::kernel_limits::at_load(&self.path, &new) {
+            tracing::error!("reload rejected; the running configuration stays:\n{e}");
+            return ReloadOutcome {
+                errors: vec![e.to_string()],
                 ..ReloadOutcome::default()
             };
         }
@@ -106,10 +132,16 @@ impl Daemon {
                 problems.push(format!("flow {name:?}: {}", crate::chain::Chain(&e)));
             }
         }
-        if !plan.start.is_empty()
-            && let Err(e) = self.opener.reload()
-        {
-            problems.push(crate::chain::Chain(&e).to_string());
+        if !plan.start.is_empty() {
+            let answer = match helper.take() {
+                Some(Ok(true)) => self.opener.finish_reload(),
+                Some(Ok(false)) => Ok(()),
+                Some(Err(e)) => Err(e),
+                None => self.opener.reload(),
+            };
+            if let Err(e) = answer {
+                problems.push(crate::chain::Chain(&e).to_string());
+            }
         }
         for flow in &plan.start {
             let result = if replace.iter().any(|f| f.name == flow.name) {
