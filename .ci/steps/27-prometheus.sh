@@ -54,3 +54,8 @@ for anchor in $(sed -n 's/^ *runbook: *"docs\/operations.md#\(.*\)"/\1/p' deploy
     grep -qix "### $anchor" docs/operations.md || { echo "runbook #$anchor: no such section in docs/operations.md"; exit 1; }
 done
 
+
+# `promtool check metrics` on a real scrape of mcrelayd (naming problems: a
+# counter without _total, units, ...), and a real Prometheus server in a
+# namespace seeing McrelayFlowDown fire and resolve.
+MCRELAY_REQUIRE_PROMETHEUS=1 cargo test -p mcrelayd --test prometheus --locked

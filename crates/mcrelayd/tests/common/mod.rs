@@ -565,3 +565,25 @@ pub fn ctl(socket: &Path, args: &[&str]) -> (i32, String) {
         ),
     )
 }
+
+/// Run `f` on a thread inside network namespace `ns` (`setns` affects the
+/// calling thread only): sockets it opens are the namespace's.
+pub fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let path = PathBuf::from("/var/run/netns").join(ns);
+    std::thread::spawn(move || {
+        let file = fs::File::open(&path).expect("netns file");
+        enter_netns(&file);
+        f()
+    })
+    .join()
+    .expect("netns thread")
+}
+
+#[allow(unsafe_code)]
+fn enter_netns(file: &fs::File) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: setns on a descriptor this function borrows, for the calling
+    // thread only (network namespace); no memory is passed.
+    let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+    assert_eq!(rc, 0, "setns: {}", std::io::Error::last_os_error());
+}
