@@ -72,9 +72,19 @@ fn config(t: &Topology) -> String {
     )
 }
 
-/// `GET path` from `addr` inside namespace `ns`: status line and body.
+/// `GET path` from `addr` inside namespace `ns`: the head (status line and
+/// headers) and the body.
 fn get(ns: &str, addr: &'static str, path: &str) -> Result<(String, String), String> {
-    let request = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n");
+    get_accepting(ns, addr, path, "*/*")
+}
+
+fn get_accepting(
+    ns: &str,
+    addr: &'static str,
+    path: &str,
+    accept: &str,
+) -> Result<(String, String), String> {
+    let request = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\nAccept: {accept}\r\n\r\n");
     in_netns(ns, move || {
         let mut c = TcpStream::connect(addr).map_err(|e| format!("connect {addr}: {e}"))?;
         c.set_read_timeout(Some(Duration::from_secs(10)))
@@ -87,8 +97,7 @@ fn get(ns: &str, addr: &'static str, path: &str) -> Result<(String, String), Str
         let (head, body) = reply
             .split_once("\r\n\r\n")
             .ok_or_else(|| format!("no header end in {reply:?}"))?;
-        let status = head.lines().next().unwrap_or_default().to_owned();
-        Ok((status, body.to_owned()))
+        Ok((head.to_owned(), body.to_owned()))
     })
 }
 
@@ -223,7 +232,11 @@ fn promtool_finds_no_problem_in_a_real_scrape() {
             Err(body)
         }
     });
-    assert!(status.contains("200"), "{status}");
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    assert!(
+        status.contains("Content-Type: text/plain; version=0.0.4"),
+        "{status}"
+    );
     let mut lint = Command::new("promtool")
         .args(["check", "metrics"])
         .stdin(Stdio::piped())
@@ -243,8 +256,21 @@ fn promtool_finds_no_problem_in_a_real_scrape() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    // Asked the way Prometheus asks, the daemon answers OpenMetrics (which
+    // the Prometheus server of the next test parses on every scrape).
+    let (head, open) =
+        get_accepting(&t.r, METRICS, "/metrics", PROMETHEUS_ACCEPT).expect("OpenMetrics scrape");
+    assert!(
+        head.contains("Content-Type: application/openmetrics-text; version=1.0.0"),
+        "{head}"
+    );
+    assert!(open.ends_with("\n# EOF\n"), "{open}");
+    assert!(open.contains("\n# TYPE mcrelay_flow_received_packets counter\n"));
     relay.stop();
 }
+
+/// The `Accept` header Prometheus 2.x scrapes with.
+const PROMETHEUS_ACCEPT: &str = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
 
 #[test]
 fn flow_down_alert_fires_when_its_interface_goes_down_and_resolves_when_it_is_back() {
