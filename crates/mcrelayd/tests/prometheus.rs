@@ -22,7 +22,7 @@ use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Topology, in_netns, wait_until};
+use common::{Topology, in_netns, wait_until, wait_within};
 
 /// The daemon's metrics endpoint, in R.
 const METRICS: &str = "127.0.0.1:9464";
@@ -125,19 +125,9 @@ fn alert_state(ns: &str, name: &str, flow: &str) -> Result<Option<String>, Strin
         .map(|a| a["state"].as_str().unwrap_or_default().to_owned()))
 }
 
-/// Poll `done` every 100 ms for up to [`ALERT_DEADLINE`].
-fn wait_long<T>(what: &str, mut done: impl FnMut() -> Result<T, String>) -> T {
-    let deadline = Instant::now() + ALERT_DEADLINE;
-    loop {
-        match done() {
-            Ok(v) => return v,
-            Err(last) => assert!(
-                Instant::now() < deadline,
-                "not {what} within {ALERT_DEADLINE:?}: {last}"
-            ),
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+/// Poll `done` until it holds, for up to [`ALERT_DEADLINE`].
+fn wait_long<T>(what: &str, done: impl FnMut() -> Result<T, String>) -> T {
+    wait_within(ALERT_DEADLINE, what, done)
 }
 
 /// The rules as shipped, but every `for:` 2 s (the expressions untouched),
