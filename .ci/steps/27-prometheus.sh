@@ -20,11 +20,15 @@ install_prometheus() {
         printf '#!/bin/sh\nexit 101\n' >"$policy"
         chmod 0755 "$policy"
         made_policy=1
+        trap "rm -f '$policy'" EXIT
     fi
     apt-get update -qq
     # No recommends: prometheus-node-exporter would be another service.
     apt-get install -y -qq --no-install-recommends prometheus >/dev/null
-    [ "$made_policy" = 0 ] || rm -f "$policy"
+    if [ "$made_policy" = 1 ]; then
+        rm -f "$policy"
+        trap - EXIT
+    fi
     if command -v systemctl >/dev/null; then
         systemctl disable prometheus.service >/dev/null 2>&1 || true
         systemctl stop prometheus.service >/dev/null 2>&1 || true
