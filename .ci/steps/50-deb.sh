@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The Debian package: build it (deploy/deb/build.sh), check that it holds
-# every file it promises, install it, validate the installed example config
-# with the installed daemon, find the man pages, and purge it again. Needs
+# every file it promises (alert rules and shell completions included),
+# install it, validate the installed example config with the installed
+# daemon and the alert rules with promtool, complete a command with the
+# installed bash completion, find the man pages, and purge it again. Needs
 # root (dpkg -i); refuses to touch a machine where mcrelay is installed.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
@@ -27,7 +29,11 @@ for path in \
     ./usr/share/man/man8/mcrelayd.8.gz ./usr/share/man/man8/mcrelayctl.8.gz \
     ./usr/share/man/man5/mcrelay.toml.5.gz \
     ./usr/share/doc/mcrelay/copyright ./usr/share/doc/mcrelay/operations.md \
-    ./usr/share/doc/mcrelay/configuration.md; do
+    ./usr/share/doc/mcrelay/configuration.md \
+    ./usr/share/mcrelay/mcrelay-alerts.yml \
+    ./usr/share/bash-completion/completions/mcrelayd ./usr/share/bash-completion/completions/mcrelayctl \
+    ./usr/share/zsh/vendor-completions/_mcrelayd ./usr/share/zsh/vendor-completions/_mcrelayctl \
+    ./usr/share/fish/vendor_completions.d/mcrelayd.fish ./usr/share/fish/vendor_completions.d/mcrelayctl.fish; do
     grep -qxF "$path" <<<"$listing" || { echo "MISSING from the package: $path"; missing=1; }
 done
 [ "$missing" = 0 ] || exit 1
@@ -50,6 +56,16 @@ dpkg -i "$deb"
 /usr/bin/mcrelayd check --config /etc/mcrelay/mcrelay.toml
 /usr/bin/mcrelayctl --version
 getent passwd mcrelay >/dev/null || { echo "postinst did not create the mcrelay user"; exit 1; }
+# The shipped alert rules are the repository's, and valid (promtool comes
+# with .ci/steps/27-prometheus.sh; checked where it is installed).
+cmp /usr/share/mcrelay/mcrelay-alerts.yml deploy/prometheus/mcrelay-alerts.yml
+if command -v promtool >/dev/null; then
+    promtool check rules /usr/share/mcrelay/mcrelay-alerts.yml
+fi
+# The installed bash completion completes a subcommand.
+got=$(bash --norc --noprofile -c 'source /usr/share/bash-completion/completions/mcrelayctl
+    COMP_WORDS=(mcrelayctl rel); COMP_CWORD=1; _mcrelayctl mcrelayctl rel mcrelayctl; echo "${COMPREPLY[*]}"')
+[ "$got" = reload ] || { echo "bash completion of 'mcrelayctl rel' gave '$got', want reload"; exit 1; }
 if grep -rqs '^path-exclude=*/usr/share/man' /etc/dpkg/dpkg.cfg.d/; then
     # Minimal container images tell dpkg to drop man pages; dpkg-deb -c above
     # has shown they are in the package.
@@ -66,7 +82,8 @@ if command -v systemctl >/dev/null; then
 fi
 
 dpkg --purge mcrelay
-for gone in /usr/bin/mcrelayd /usr/bin/mcrelayctl /etc/mcrelay /usr/lib/systemd/system/mcrelay.service; do
+for gone in /usr/bin/mcrelayd /usr/bin/mcrelayctl /etc/mcrelay /usr/lib/systemd/system/mcrelay.service \
+    /usr/share/mcrelay /usr/share/bash-completion/completions/mcrelayctl; do
     [ ! -e "$gone" ] || { echo "$gone is still there after purge"; exit 1; }
 done
 echo "package installs, checks its config and purges cleanly"

@@ -36,7 +36,9 @@ doc=$pkg/usr/share/doc/mcrelay
 
 install -d -m 0755 "$pkg/DEBIAN" "$pkg/usr/bin" "$pkg/usr/lib/systemd/system" \
     "$pkg/usr/lib/sysusers.d" "$pkg/usr/lib/tmpfiles.d" "$pkg/etc/mcrelay" \
-    "$pkg/usr/share/man/man8" "$pkg/usr/share/man/man5" "$doc"
+    "$pkg/usr/share/man/man8" "$pkg/usr/share/man/man5" "$doc" "$pkg/usr/share/mcrelay" \
+    "$pkg/usr/share/bash-completion/completions" "$pkg/usr/share/zsh/vendor-completions" \
+    "$pkg/usr/share/fish/vendor_completions.d"
 
 # Binaries, stripped of the release profile's line tables (debug = 1).
 for b in mcrelayd mcrelayctl; do
@@ -55,6 +57,18 @@ install -m 0644 deploy/mcrelay.toml "$pkg/etc/mcrelay/mcrelay.toml"
 "$bin/mcrelayctl" man | gzip -9n >"$pkg/usr/share/man/man8/mcrelayctl.8.gz"
 "$bin/mcrelayd" man --config-file | gzip -9n >"$pkg/usr/share/man/man5/mcrelay.toml.5.gz"
 chmod 0644 "$pkg"/usr/share/man/man*/*.gz
+
+# Shell completions, from the binaries (the same definitions as --help).
+for b in mcrelayd mcrelayctl; do
+    "$bin/$b" completions bash >"$pkg/usr/share/bash-completion/completions/$b"
+    "$bin/$b" completions zsh >"$pkg/usr/share/zsh/vendor-completions/_$b"
+    "$bin/$b" completions fish >"$pkg/usr/share/fish/vendor_completions.d/$b.fish"
+done
+chmod 0644 "$pkg"/usr/share/bash-completion/completions/* "$pkg"/usr/share/zsh/vendor-completions/* \
+    "$pkg"/usr/share/fish/vendor_completions.d/*
+
+# The Prometheus alert rules, for prometheus.yml's rule_files.
+install -m 0644 deploy/prometheus/mcrelay-alerts.yml "$pkg/usr/share/mcrelay/mcrelay-alerts.yml"
 
 # Documentation (the unit's Documentation= points at two of these).
 for f in README.md docs/operations.md docs/configuration.md docs/security.md docs/architecture.md; do

@@ -7,7 +7,7 @@
 //! reads its workers' lock-free counters (pool, flow, output and loop
 //! counters) into a [`Snapshot`]; this crate turns requests into replies
 //! ([`answer_line`]), snapshots into tables ([`render_flows`]) and into
-//! metrics ([`render_metrics`]). `mcrelayctl` uses the same types to encode
+//! metrics ([`render_metrics`], or OpenMetrics through [`render_metrics_as`]). `mcrelayctl` uses the same types to encode
 //! requests and decode replies. The crate opens no sockets, reads no clock
 //! and does no I/O, so every piece is unit-tested without a daemon; the
 //! socket loop feeds received bytes through a fixed-size [`LineReader`].
@@ -27,7 +27,12 @@ mod snapshot;
 
 pub use framing::{LineEvent, LineReader};
 pub use fuzz::fuzz_request;
-pub use prometheus::{CONTENT_TYPE as METRICS_CONTENT_TYPE, render_metrics};
+#[cfg(feature = "prometheus-client")]
+pub use prometheus::render_with_prometheus_client;
+pub use prometheus::{
+    CONTENT_TYPE as METRICS_CONTENT_TYPE, Format as MetricsFormat, render as render_metrics_as,
+    render_metrics,
+};
 pub use protocol::{
     MAX_REQUEST_BYTES, PROTOCOL_VERSION, ProtocolError, ReloadOutcome, Request, Response,
     encode_request, parse_request, parse_response,
@@ -42,5 +47,5 @@ pub use server::{ControlHandler, answer_event, answer_line};
 pub use snapshot::{
     DaemonState, FlowSnapshot, FlowState, IngressDropsSnapshot, InputHealth, LegSnapshot,
     OutputSnapshot, PoolClassSnapshot, RedundancySnapshot, RtpHealth, Snapshot, Totals, TsHealth,
-    WorkerSnapshot, input_label,
+    WorkerSnapshot, bench_snapshot, input_label,
 };

@@ -1,11 +1,15 @@
-//! The daemon's counters in the Prometheus text exposition format 0.0.4.
+//! The daemon's counters for Prometheus, in the text exposition format
+//! 0.0.4 and in OpenMetrics 1.0, chosen by the scraper's `Accept` header
+//! ([`Format::negotiate`]).
 //!
 //! Names follow Prometheus conventions: an `mcrelay_` prefix, base units
 //! (bytes, seconds), `_total` on counters, one `# HELP` and one `# TYPE`
 //! line per family right before its samples. Label values are escaped
 //! (`\\`, `\"`, `\n`), so flow names and output labels from the
-//! configuration can't break a line. Served as
-//! `text/plain; version=0.0.4; charset=utf-8`.
+//! configuration can't break a line. The text format is written here, by
+//! hand; OpenMetrics is encoded by the Prometheus project's
+//! `prometheus-client` from the same families (`docs/benchmarks.md` has
+//! both measured at 1000 flows, and why the text format stays hand-written).
 
 use std::fmt::{Display, Write};
 
@@ -16,19 +20,81 @@ use crate::snapshot::{
 
 /// The `Content-Type` of [`render_metrics`]' output.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+/// The `Content-Type` of OpenMetrics ([`Format::OpenMetrics`]).
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// Every metric of `s`, ready to serve on `/metrics`.
+/// The exposition formats `/metrics` speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// The Prometheus text format 0.0.4.
+    Text,
+    /// OpenMetrics 1.0 text (counters' `# TYPE` name without `_total`,
+    /// `# EOF` last).
+    OpenMetrics,
+}
+
+impl Format {
+    /// The format for a request's `Accept` header: OpenMetrics when the
+    /// client prefers it (a higher `q` than `text/plain` or a wildcard),
+    /// as Prometheus does; text otherwise, and without the header.
+    pub fn negotiate(accept: Option<&str>) -> Format {
+        let Some(accept) = accept else {
+            return Format::Text;
+        };
+        let (mut openmetrics, mut text) = (0.0f32, 0.0f32);
+        for range in accept.split(',') {
+            let mut params = range.split(';');
+            let media = params.next().unwrap_or_default().trim();
+            let q = params
+                .filter_map(|p| p.trim().strip_prefix("q="))
+                .find_map(|q| q.trim().parse::<f32>().ok())
+                .unwrap_or(1.0);
+            if media.eq_ignore_ascii_case("application/openmetrics-text") {
+                openmetrics = openmetrics.max(q);
+            } else if ["text/plain", "text/*", "*/*"]
+                .iter()
+                .any(|m| media.eq_ignore_ascii_case(m))
+            {
+                text = text.max(q);
+            }
+        }
+        if openmetrics > 0.0 && openmetrics > text {
+            Format::OpenMetrics
+        } else {
+            Format::Text
+        }
+    }
+
+    /// The `Content-Type` of this format.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::Text => CONTENT_TYPE,
+            Format::OpenMetrics => OPENMETRICS_CONTENT_TYPE,
+        }
+    }
+}
+
+/// Every metric of `s` in the text format, ready to serve on `/metrics`.
 pub fn render_metrics(s: &Snapshot) -> String {
-    let mut m = Exposition::for_snapshot(s);
+    render(s, Format::Text)
+}
 
+/// Every metric of `s` in `format`.
+pub fn render(s: &Snapshot, format: Format) -> String {
+    emit_all(Exposition::for_snapshot(s, format), s).finish()
+}
+
+/// Every family of `s`, in order, into `m`.
+fn emit_all(mut m: Exposition, s: &Snapshot) -> Exposition {
     m.family("mcrelay_up", Kind::Gauge, "1 while the daemon answers.");
-    m.sample("mcrelay_up", &[], 1);
+    m.sample("mcrelay_up", &[], 1u8);
     m.family(
         "mcrelay_build_info",
         Kind::Gauge,
         "Always 1; the daemon's version as a label.",
     );
-    m.sample("mcrelay_build_info", &[("version", &s.version)], 1);
+    m.sample("mcrelay_build_info", &[("version", &s.version)], 1u8);
     m.family(
         "mcrelay_degraded",
         Kind::Gauge,
@@ -55,7 +121,7 @@ pub fn render_metrics(s: &Snapshot) -> String {
     redundancy_families(&mut m, s);
     output_families(&mut m, s);
     worker_families(&mut m, s);
-    m.out
+    m
 }
 
 fn flow_families(m: &mut Exposition, s: &Snapshot) {
@@ -165,7 +231,7 @@ fn input_families(m: &mut Exposition, s: &Snapshot) {
         .filter(|(_, h, _)| !h.payload.is_empty())
         .map(|(name, health, label)| (Input { name, health }, label))
         .collect();
-    fn emit(m: &mut Exposition, name: &str, f: &Input<'_>, input: &str, v: impl Display) {
+    fn emit(m: &mut Exposition, name: &str, f: &Input<'_>, input: &str, v: impl Into<Value>) {
         m.sample(name, &[("flow", f.name), ("input", input)], v);
     }
 
@@ -516,13 +582,14 @@ fn worker_families(m: &mut Exposition, s: &Snapshot) {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Counter,
     Gauge,
 }
 
 /// A sample value written as Prometheus expects floats (`+Inf`, `NaN`).
+#[derive(Debug, Clone, Copy)]
 struct Float(f64);
 
 impl Display for Float {
@@ -536,62 +603,278 @@ impl Display for Float {
     }
 }
 
-/// The text being built. `fmt::Write` into a `String` cannot fail, so the
-/// results of `write!` are ignored.
-struct Exposition {
-    out: String,
+/// One sample's value: a count, or a float ([`Float`]).
+#[derive(Debug, Clone, Copy)]
+enum Value {
+    Int(u64),
+    Float(f64),
+}
+
+impl From<u64> for Value {
+    fn from(v: u64) -> Self {
+        Value::Int(v)
+    }
+}
+
+impl From<u32> for Value {
+    fn from(v: u32) -> Self {
+        Value::Int(u64::from(v))
+    }
+}
+
+impl From<u8> for Value {
+    fn from(v: u8) -> Self {
+        Value::Int(u64::from(v))
+    }
+}
+
+impl From<Float> for Value {
+    fn from(v: Float) -> Self {
+        Value::Float(v.0)
+    }
+}
+
+impl Display for Value {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Value::Int(v) => write!(f, "{v}"),
+            Value::Float(v) => Float(v).fmt(f),
+        }
+    }
+}
+
+/// The exposition being built: written as it goes, by hand, in the text
+/// format or OpenMetrics (which differ in two places: a counter's `# HELP`
+/// and `# TYPE` name the family without `_total`, and `# EOF` ends it);
+/// or, for the tests and benchmarks that hold the hand-written OpenMetrics
+/// against the Prometheus project's `prometheus-client`, families gathered
+/// for that library to encode ([`library::encode`]). The family functions
+/// above drive every kind the same way.
+enum Exposition {
+    Written {
+        /// `fmt::Write` into a `String` cannot fail, so the results of
+        /// `write!` are ignored.
+        out: String,
+        openmetrics: bool,
+    },
+    #[cfg(any(test, feature = "prometheus-client"))]
+    Library(Vec<library::Family>),
 }
 
 impl Exposition {
-    /// An empty exposition with room for every line of `s`.
-    fn for_snapshot(s: &Snapshot) -> Self {
-        let outputs: usize = s.flows.iter().map(|f| f.outputs.len()).sum();
-        let pools: usize = s.workers.iter().map(|w| w.pools.len()).sum();
-        // Stream health adds up to 15 samples per input, with two labels;
-        // a flow with several inputs 7 more per flow and 2 per input.
-        let samples = 7 * s.flows.len() + 7 * outputs + 5 * pools + 3 * s.workers.len();
-        let legs: usize = s
-            .flows
-            .iter()
-            .filter_map(|f| f.redundancy.as_ref())
-            .map(|r| 7 + 2 * r.legs.len())
-            .sum();
-        let health = 15
-            * inputs_of(s)
-                .iter()
-                .filter(|(_, h, _)| !h.payload.is_empty())
-                .count()
-            + legs;
-        Self {
-            out: String::with_capacity(4096 + 128 * samples + 160 * health + 2048),
+    /// An empty exposition in `format` with room for every line of `s`.
+    fn for_snapshot(s: &Snapshot, format: Format) -> Self {
+        Exposition::Written {
+            out: String::with_capacity(text_capacity(s)),
+            openmetrics: format == Format::OpenMetrics,
         }
     }
 
     fn family(&mut self, name: &str, kind: Kind, help: &str) {
-        let kind = match kind {
-            Kind::Counter => "counter",
-            Kind::Gauge => "gauge",
-        };
-        let _ = writeln!(self.out, "# HELP {name} {}", escape_help(help));
-        let _ = writeln!(self.out, "# TYPE {name} {kind}");
+        match self {
+            Exposition::Written { out, openmetrics } => {
+                let (name, kind) = match kind {
+                    Kind::Counter if *openmetrics => {
+                        (name.strip_suffix("_total").unwrap_or(name), "counter")
+                    }
+                    Kind::Counter => (name, "counter"),
+                    Kind::Gauge => (name, "gauge"),
+                };
+                let _ = writeln!(out, "# HELP {name} {}", escape_help(help));
+                let _ = writeln!(out, "# TYPE {name} {kind}");
+            }
+            #[cfg(any(test, feature = "prometheus-client"))]
+            Exposition::Library(families) => {
+                families.push(library::Family::new(name, kind, &escape_help(help)));
+            }
+        }
     }
 
-    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: impl Display) {
-        self.out.push_str(name);
-        if !labels.is_empty() {
-            self.out.push('{');
-            for (i, (label, value)) in labels.iter().enumerate() {
-                if i > 0 {
-                    self.out.push(',');
+    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: impl Into<Value>) {
+        let value = value.into();
+        match self {
+            Exposition::Written { out, .. } => {
+                out.push_str(name);
+                if !labels.is_empty() {
+                    out.push('{');
+                    for (i, (label, value)) in labels.iter().enumerate() {
+                        if i > 0 {
+                            out.push(',');
+                        }
+                        out.push_str(label);
+                        out.push_str("=\"");
+                        escape_label_value(out, value);
+                        out.push('"');
+                    }
+                    out.push('}');
                 }
-                self.out.push_str(label);
-                self.out.push_str("=\"");
-                escape_label_value(&mut self.out, value);
-                self.out.push('"');
+                let _ = writeln!(out, " {value}");
             }
-            self.out.push('}');
+            #[cfg(any(test, feature = "prometheus-client"))]
+            Exposition::Library(families) => {
+                if let Some(family) = families.last_mut() {
+                    family.push(labels, value);
+                }
+            }
         }
-        let _ = writeln!(self.out, " {value}");
+    }
+
+    fn finish(self) -> String {
+        match self {
+            Exposition::Written {
+                mut out,
+                openmetrics,
+            } => {
+                if openmetrics {
+                    out.push_str("# EOF\n");
+                }
+                out
+            }
+            #[cfg(any(test, feature = "prometheus-client"))]
+            Exposition::Library(families) => library::encode(families),
+        }
+    }
+}
+
+/// Every metric of `s` in OpenMetrics, encoded by the Prometheus project's
+/// `prometheus-client` rather than by hand: the reference the tests hold
+/// [`Format::OpenMetrics`] to, and the contender in `benches/metrics*.rs`
+/// (2.9 times the instructions for 1000 flows: docs/benchmarks.md).
+#[cfg(any(test, feature = "prometheus-client"))]
+#[doc(hidden)]
+pub fn render_with_prometheus_client(s: &Snapshot) -> String {
+    emit_all(Exposition::Library(Vec::with_capacity(64)), s).finish()
+}
+
+/// Bytes to reserve for the text exposition of `s`.
+fn text_capacity(s: &Snapshot) -> usize {
+    let outputs: usize = s.flows.iter().map(|f| f.outputs.len()).sum();
+    let pools: usize = s.workers.iter().map(|w| w.pools.len()).sum();
+    // Stream health adds up to 15 samples per input, with two labels;
+    // a flow with several inputs 7 more per flow and 2 per input.
+    let samples = 7 * s.flows.len() + 7 * outputs + 5 * pools + 3 * s.workers.len();
+    let legs: usize = s
+        .flows
+        .iter()
+        .filter_map(|f| f.redundancy.as_ref())
+        .map(|r| 7 + 2 * r.legs.len())
+        .sum();
+    let health = 15
+        * inputs_of(s)
+            .iter()
+            .filter(|(_, h, _)| !h.payload.is_empty())
+            .count()
+        + legs;
+    4096 + 128 * samples + 160 * health + 2048
+}
+
+/// OpenMetrics through the Prometheus project's client library.
+#[cfg(any(test, feature = "prometheus-client"))]
+mod library {
+    use std::fmt::Write;
+
+    use prometheus_client::collector::Collector;
+    use prometheus_client::encoding::{
+        DescriptorEncoder, EncodeLabelValue, LabelValueEncoder, MetricEncoder, NoLabelSet,
+    };
+    use prometheus_client::metrics::MetricType;
+    use prometheus_client::registry::Registry;
+
+    use super::{Kind, Value};
+
+    /// A family and its samples, owned: the library encodes from a
+    /// `'static` collector.
+    #[derive(Debug)]
+    pub(super) struct Family {
+        /// The name without `_total` for a counter: the library adds it.
+        name: String,
+        kind: Kind,
+        help: String,
+        samples: Vec<(Vec<(String, Escaped)>, Value)>,
+    }
+
+    impl Family {
+        pub(super) fn new(name: &str, kind: Kind, help: &str) -> Self {
+            let name = match kind {
+                Kind::Counter => name.strip_suffix("_total").unwrap_or(name),
+                Kind::Gauge => name,
+            };
+            Family {
+                name: name.to_owned(),
+                kind,
+                help: help.to_owned(),
+                samples: Vec::new(),
+            }
+        }
+
+        pub(super) fn push(&mut self, labels: &[(&str, &str)], value: Value) {
+            let labels = labels
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), Escaped((*v).to_owned())))
+                .collect();
+            self.samples.push((labels, value));
+        }
+    }
+
+    /// A label value written escaped (`\\`, `\"`, `\n`): prometheus-client
+    /// 0.24 writes label values as they are (prometheus/client_rust#151),
+    /// and flow names may hold quotes and backslashes.
+    #[derive(Debug)]
+    struct Escaped(String);
+
+    impl EncodeLabelValue for Escaped {
+        fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
+            let mut escaped = String::with_capacity(self.0.len());
+            super::escape_label_value(&mut escaped, &self.0);
+            encoder.write_str(&escaped)
+        }
+    }
+
+    #[derive(Debug)]
+    struct Families(Vec<Family>);
+
+    impl Collector for Families {
+        fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+            for f in &self.0 {
+                let kind = match f.kind {
+                    Kind::Counter => MetricType::Counter,
+                    Kind::Gauge => MetricType::Gauge,
+                };
+                let mut metric = encoder.encode_descriptor(&f.name, &f.help, None, kind)?;
+                for (labels, value) in &f.samples {
+                    if labels.is_empty() {
+                        encode_value(&mut metric, f.kind, *value)?;
+                    } else {
+                        encode_value(&mut metric.encode_family(labels)?, f.kind, *value)?;
+                    }
+                }
+            }
+            Ok(())
+        }
+    }
+
+    fn encode_value(
+        m: &mut MetricEncoder<'_>,
+        kind: Kind,
+        value: Value,
+    ) -> Result<(), std::fmt::Error> {
+        match (kind, value) {
+            (Kind::Counter, Value::Int(v)) => m.encode_counter::<NoLabelSet, _, u64>(&v, None),
+            (Kind::Counter, Value::Float(v)) => m.encode_counter::<NoLabelSet, _, f64>(&v, None),
+            (Kind::Gauge, Value::Int(v)) => m.encode_gauge(&v),
+            (Kind::Gauge, Value::Float(v)) => m.encode_gauge(&v),
+        }
+    }
+
+    /// The families in the OpenMetrics text format, `# EOF` last.
+    pub(super) fn encode(families: Vec<Family>) -> String {
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(Families(families)));
+        let mut out = String::new();
+        // Writing into a String cannot fail, and the collector's own
+        // errors are only the writer's.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
+        out
     }
 }
 
@@ -618,6 +901,124 @@ mod tests {
 
     use super::*;
     use crate::snapshot::sample;
+
+    /// Every sample of an exposition as `name{labels} value`, labels
+    /// sorted, comments left out.
+    fn series(text: &str) -> Vec<String> {
+        let mut all: Vec<String> = text
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(|l| {
+                let s = parse_sample(l).unwrap_or_else(|e| panic!("{e}"));
+                let mut labels = s.labels.clone();
+                labels.sort();
+                format!("{}{labels:?} {}", s.name, s.value)
+            })
+            .collect();
+        all.sort();
+        all
+    }
+
+    /// A snapshot with everything that may be hard to encode: label values
+    /// with quotes, backslashes and newlines, an infinite float, a
+    /// degraded state, two workers.
+    fn awkward() -> Snapshot {
+        let mut s = sample();
+        s.flows[0].name = "a\\b\"c\nd} x=\"1\" 2".into();
+        s.flows[0].outputs[0].label = "\"\n\\".into();
+        let mut second = s.flows[0].clone();
+        second.name = "plain".into();
+        second.health = Default::default();
+        s.flows.push(second);
+        let mut worker = s.workers[0].clone();
+        worker.index = 1;
+        s.workers.push(worker);
+        s.state = DaemonState::Degraded("x".into());
+        s.uptime_seconds = f64::INFINITY;
+        s
+    }
+
+    #[test]
+    fn openmetrics_carries_the_same_series_as_the_text_format() {
+        for s in [sample(), awkward()] {
+            let text = render(&s, Format::Text);
+            let open = render(&s, Format::OpenMetrics);
+            assert!(open.ends_with("\n# EOF\n"), "{open}");
+            assert_eq!(series(&text), series(&open));
+            // The same families, in the same order, with the same help;
+            // only a counter's metadata names it without `_total`.
+            let meta = |t: &str| -> Vec<String> {
+                t.lines()
+                    .filter(|l| l.starts_with("# HELP") || l.starts_with("# TYPE"))
+                    .map(|l| {
+                        let counter = l.ends_with(" counter");
+                        let mut words: Vec<&str> = l.splitn(4, ' ').collect();
+                        if counter || l.starts_with("# HELP") {
+                            words[2] = words[2].strip_suffix("_total").unwrap_or(words[2]);
+                        }
+                        words.join(" ")
+                    })
+                    .collect()
+            };
+            assert_eq!(meta(&text), meta(&open));
+            assert!(open.contains("# TYPE mcrelay_flow_received_packets counter\n"));
+            assert!(text.contains("# TYPE mcrelay_flow_received_packets_total counter\n"));
+        }
+    }
+
+    #[test]
+    fn openmetrics_by_hand_is_what_prometheus_client_writes() {
+        for s in [sample(), awkward(), bench_snapshot_of(3)] {
+            let ours = render(&s, Format::OpenMetrics);
+            let theirs = render_with_prometheus_client(&s);
+            if ours != theirs {
+                // Only float spelling may differ (the library writes
+                // `inf`, `1.0`); the series must be the same.
+                assert_eq!(series(&ours), series(&theirs.replace(" inf\n", " +Inf\n")));
+                let strip = |t: &str| -> Vec<String> {
+                    t.lines()
+                        .map(|l| l.rsplit_once(' ').map_or(l, |(k, _)| k).to_owned())
+                        .collect()
+                };
+                assert_eq!(strip(&ours), strip(&theirs), "{ours}\n---\n{theirs}");
+            }
+        }
+        // On the sample, byte for byte.
+        assert_eq!(
+            render(&sample(), Format::OpenMetrics),
+            render_with_prometheus_client(&sample())
+        );
+    }
+
+    fn bench_snapshot_of(flows: usize) -> Snapshot {
+        crate::snapshot::bench_snapshot(flows)
+    }
+
+    #[test]
+    fn accept_headers_choose_the_format() {
+        // Prometheus 2.x's scrape header.
+        let prometheus = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+        assert_eq!(Format::negotiate(Some(prometheus)), Format::OpenMetrics);
+        assert_eq!(
+            Format::negotiate(Some("application/openmetrics-text; version=1.0.0")),
+            Format::OpenMetrics
+        );
+        for text in [
+            None,
+            Some("*/*"),
+            Some("text/plain"),
+            Some("text/plain;version=0.0.4"),
+            Some("application/openmetrics-text;q=0"),
+            Some("application/openmetrics-text;q=0.5,text/plain"),
+            Some("application/openmetrics-text;q=0.5,*/*;q=0.5"),
+            Some("application/json"),
+            Some(""),
+        ] {
+            assert_eq!(Format::negotiate(text), Format::Text, "{text:?}");
+        }
+        assert_eq!(Format::OpenMetrics.content_type(), OPENMETRICS_CONTENT_TYPE);
+        assert_eq!(Format::Text.content_type(), CONTENT_TYPE);
+    }
 
     /// One parsed sample line.
     #[derive(Debug)]
@@ -916,8 +1317,7 @@ mod tests {
         assert_eq!(v("mcrelay_flow_active_input", &[flow, a]), 0.0);
         assert_eq!(v("mcrelay_flow_active_input", &[flow, b]), 1.0);
         assert_eq!(v("mcrelay_flow_input_switches_total", &[flow]), 3.0);
-        let m = Exposition::for_snapshot(&s);
-        assert!(render_metrics(&s).len() <= m.out.capacity());
+        assert!(render_metrics(&s).len() <= text_capacity(&s));
     }
 
     #[test]
@@ -1002,8 +1402,6 @@ mod tests {
             f.name = format!("flow-{i}");
             s.flows.push(f);
         }
-        let m = Exposition::for_snapshot(&s);
-        let capacity = m.out.capacity();
-        assert!(render_metrics(&s).len() <= capacity);
+        assert!(render_metrics(&s).len() <= text_capacity(&s));
     }
 }

@@ -453,8 +453,24 @@ impl Snapshot {
     }
 }
 
+/// A snapshot of `flows` flows, each a copy of [`sample`]'s fully
+/// populated one (two outputs, RTP and TS health) under its own name, on
+/// one worker: what the renderers' benchmarks (benches/metrics.rs) feed
+/// them.
+#[doc(hidden)]
+pub fn bench_snapshot(flows: usize) -> Snapshot {
+    let mut s = sample();
+    let template = s.flows[0].clone();
+    s.flows = (0..flows)
+        .map(|i| FlowSnapshot {
+            name: format!("channel-{i:04}"),
+            ..template.clone()
+        })
+        .collect();
+    s
+}
+
 /// A small, fully populated snapshot for tests across the crate.
-#[cfg(test)]
 pub(crate) fn sample() -> Snapshot {
     let pool = |class: &str, buffer_bytes, capacity, in_use, exhausted| PoolClassSnapshot {
         class: class.into(),

@@ -20,6 +20,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
+mod completions;
+
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 use mcrelay_control::{
@@ -81,6 +83,9 @@ enum Cmd {
     /// (generated from the same definitions as --help).
     #[command(hide = true)]
     Man,
+    /// Print the completion script for a shell (bash, zsh, fish, ...).
+    #[command(hide = true)]
+    Completions { shell: clap_complete::Shell },
     /// A live view of flows, rates, drops and pool occupancy per core.
     Top {
         /// Seconds between refreshes.
@@ -134,6 +139,16 @@ fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
         write_man_page(&Cli::command(), &mut std::io::stdout().lock())?;
         return Ok(ExitCode::SUCCESS);
     }
+    if let Cmd::Completions { shell } = cli.command {
+        use clap::CommandFactory;
+        completions::write(
+            shell,
+            "mcrelayctl",
+            &Cli::command(),
+            &mut std::io::stdout().lock(),
+        )?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let timeout = Duration::try_from_secs_f64(cli.timeout).context("bad --timeout")?;
     let client = Client {
         socket: &cli.socket,
@@ -164,7 +179,7 @@ fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
                 ExitCode::from(1)
             })
         }
-        Cmd::Man => Ok(ExitCode::SUCCESS),
+        Cmd::Man | Cmd::Completions { .. } => Ok(ExitCode::SUCCESS),
         Cmd::Top {
             interval,
             iterations,

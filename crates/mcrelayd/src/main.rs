@@ -8,6 +8,8 @@
 
 mod chain;
 mod check;
+#[path = "../../mcrelayctl/src/completions.rs"]
+mod completions_script;
 mod control;
 mod daemon;
 mod demo;
@@ -109,6 +111,10 @@ enum Command {
         #[arg(long)]
         config_file: bool,
     },
+    /// Print the completion script for a shell (bash, zsh, fish, ...),
+    /// generated from the same definitions as --help.
+    #[command(hide = true)]
+    Completions { shell: clap_complete::Shell },
 }
 
 fn main() -> ExitCode {
@@ -117,6 +123,7 @@ fn main() -> ExitCode {
         Some(Command::Check { config }) => check::run(&config),
         Some(Command::Helper { config, user }) => helper(&config, user.as_deref()),
         Some(Command::Man { config_file }) => man(config_file),
+        Some(Command::Completions { shell }) => completions(shell),
         Some(Command::Demo(args)) => demo::run(&args),
         None => {
             let receive = match cli.receive {
@@ -169,6 +176,23 @@ fn man(config_file: bool) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("mcrelayd man: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// The completion script for `shell` on stdout.
+fn completions(shell: clap_complete::Shell) -> ExitCode {
+    use clap::CommandFactory;
+    match completions_script::write(
+        shell,
+        "mcrelayd",
+        &Cli::command(),
+        &mut std::io::stdout().lock(),
+    ) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("mcrelayd completions: {e}");
             ExitCode::from(1)
         }
     }

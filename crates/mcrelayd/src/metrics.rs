@@ -1,5 +1,6 @@
 //! The Prometheus endpoint (`daemon.metrics_listen`): `GET /metrics`
-//! answered with the text exposition of the shared snapshot. Reading the
+//! answered with the shared snapshot in the text format, or in OpenMetrics
+//! when the request's `Accept` header prefers it (Prometheus' does). Reading the
 //! counters takes relaxed loads only, so a scrape never slows a worker.
 //! One short-lived thread per connection, [`MAX_CONNECTIONS`] at most. Each
 //! request has one deadline from its accept ([`DEADLINE`]) for reading the
@@ -117,6 +118,18 @@ fn request_path(request: &[u8]) -> Option<&str> {
     }
 }
 
+/// The value of the request's `Accept` header, if it has one.
+fn accept_header(request: &[u8]) -> Option<&str> {
+    let text = std::str::from_utf8(request).ok()?;
+    let mut headers = text.split("\r\n").skip(1).take_while(|l| !l.is_empty());
+    headers.find_map(|line| {
+        let (name, value) = line.split_once(':')?;
+        name.trim()
+            .eq_ignore_ascii_case("accept")
+            .then_some(value.trim())
+    })
+}
+
 /// Time left until `deadline`, or a timeout error once it has passed.
 fn left(deadline: Instant) -> std::io::Result<Duration> {
     let left = deadline.saturating_duration_since(Instant::now());
@@ -144,16 +157,12 @@ fn answer(mut conn: TcpStream, accepted: Instant, shared: &SharedHandle) -> std:
     conn.set_write_timeout(Some(left(deadline)?))?;
     match request_path(&request) {
         Some("/metrics") => {
-            // The lock is held while the snapshot is taken, not while it is
-            // rendered: the supervisor (a reload, a resume) waits for it.
+            let format = mcrelay_control::MetricsFormat::negotiate(accept_header(&request));
+            // The lock is held for the read only, not for the rendering
+            // (tens of ms for a thousand flows).
             let snapshot = lock(shared).read();
-            let body = mcrelay_control::render_metrics(&snapshot);
-            respond(
-                &mut conn,
-                "200 OK",
-                mcrelay_control::METRICS_CONTENT_TYPE,
-                &body,
-            )
+            let body = mcrelay_control::render_metrics_as(&snapshot, format);
+            respond(&mut conn, "200 OK", format.content_type(), &body)
         }
         Some(_) => respond(&mut conn, "404 Not Found", "text/plain", "try /metrics\n"),
         None => respond(&mut conn, "400 Bad Request", "text/plain", "bad request\n"),
@@ -205,6 +214,21 @@ mod tests {
         assert_eq!(clients[0].read(&mut byte).expect("read"), 0);
         slots.leave(5);
         assert_eq!(slots.0.lock().expect("lock").len(), MAX_CONNECTIONS - 1);
+    }
+
+    #[test]
+    fn the_accept_header_is_found_in_any_case() {
+        let prometheus = b"GET /metrics HTTP/1.1\r\nHost: x\r\nACCEPT: application/openmetrics-text;version=1.0.0,text/plain;q=0.5\r\n\r\n";
+        assert_eq!(
+            accept_header(prometheus),
+            Some("application/openmetrics-text;version=1.0.0,text/plain;q=0.5")
+        );
+        assert_eq!(
+            accept_header(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n"),
+            None
+        );
+        // Not a header: the request line, or the body.
+        assert_eq!(accept_header(b"Accept: x\r\n\r\n"), None);
     }
 
     #[test]

@@ -10,38 +10,16 @@
 
 mod common;
 
-use std::fs;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4, TcpStream, UdpSocket};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Topology, ctl};
+use common::{Topology, ctl, in_netns};
 use mcrelay_wire::{rtp, ts};
 
 const METRICS: &str = "10.10.1.2:9464";
-
-/// Run `f` on a thread inside network namespace `ns`.
-fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let path = PathBuf::from("/var/run/netns").join(ns);
-    std::thread::spawn(move || {
-        let file = fs::File::open(&path).expect("netns file");
-        enter(&file);
-        f()
-    })
-    .join()
-    .expect("netns thread")
-}
-
-#[allow(unsafe_code)]
-fn enter(file: &fs::File) {
-    use std::os::fd::AsRawFd;
-    // SAFETY: setns on a descriptor this function borrows, for the calling
-    // thread only (network namespace); no memory is passed.
-    let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-    assert_eq!(rc, 0, "setns: {}", std::io::Error::last_os_error());
-}
 
 /// A socket in A, bound to A's address, sending multicast out of vA.
 fn sender() -> UdpSocket {

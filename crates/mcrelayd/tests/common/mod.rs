@@ -25,14 +25,24 @@ pub const DEADLINE: Duration = Duration::from_secs(60);
 
 /// Poll `done` every 20 ms until it returns `Ok`, failing after
 /// [`DEADLINE`] with `what` and the last `Err` it returned.
-pub fn wait_until<T>(what: &str, mut done: impl FnMut() -> Result<T, String>) -> T {
-    let deadline = Instant::now() + DEADLINE;
+pub fn wait_until<T>(what: &str, done: impl FnMut() -> Result<T, String>) -> T {
+    wait_within(DEADLINE, what, done)
+}
+
+/// [`wait_until`] with a deadline of `limit` instead of [`DEADLINE`], for a
+/// wait on a chain of events (e.g. a scrape, a rule evaluation, an alert).
+pub fn wait_within<T>(
+    limit: Duration,
+    what: &str,
+    mut done: impl FnMut() -> Result<T, String>,
+) -> T {
+    let deadline = Instant::now() + limit;
     loop {
         match done() {
             Ok(v) => return v,
             Err(last) => assert!(
                 Instant::now() < deadline,
-                "not {what} within {DEADLINE:?}: {last}"
+                "not {what} within {limit:?}: {last}"
             ),
         }
         std::thread::sleep(Duration::from_millis(20));
