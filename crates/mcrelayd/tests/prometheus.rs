@@ -285,6 +285,20 @@ fn flow_down_alert_fires_when_its_interface_goes_down_and_resolves_when_it_is_ba
             _ => Err(format!("{data}")),
         }
     });
+    // Scraped as OpenMetrics (Prometheus asks for it first), the counters
+    // keep the names the rules use: `_total` included.
+    for series in [
+        "mcrelay_flow_received_packets_total",
+        "mcrelay_flow_dropped_packets_total",
+        "mcrelay_input_rtp_lost_packets_total",
+        "mcrelay_pool_exhausted_total",
+    ] {
+        let data = api(&ns, &format!("/api/v1/series?match%5B%5D={series}")).expect("series");
+        assert!(
+            data.as_array().is_some_and(|a| !a.is_empty()),
+            "Prometheus has no {series}: {data}"
+        );
+    }
     wait_long("a rule evaluation", || {
         let data = api(&ns, "/api/v1/rules?type=alert")?;
         let rule = data["groups"][0]["rules"]
