@@ -18,6 +18,7 @@
 
 mod framing;
 mod fuzz;
+mod mode;
 mod prometheus;
 mod protocol;
 mod rates;
@@ -27,6 +28,7 @@ mod snapshot;
 
 pub use framing::{LineEvent, LineReader};
 pub use fuzz::fuzz_request;
+pub use mode::{Mode, ModeOutcome};
 pub use prometheus::{CONTENT_TYPE as METRICS_CONTENT_TYPE, render_metrics};
 pub use protocol::{
     MAX_REQUEST_BYTES, PROTOCOL_VERSION, ProtocolError, ReloadOutcome, Request, Response,

@@ -26,6 +26,10 @@ pub struct Snapshot {
     pub workers: Vec<WorkerSnapshot>,
     /// In configuration order.
     pub flows: Vec<FlowSnapshot>,
+    /// Relaying, or a warm standby that sends nothing (absent from older
+    /// daemons: active).
+    #[serde(default)]
+    pub mode: crate::Mode,
 }
 
 /// Whether the daemon is doing all it was configured to do.
@@ -112,6 +116,10 @@ pub struct FlowSnapshot {
     /// Stream health of the input (absent from older daemons).
     #[serde(default)]
     pub health: InputHealth,
+    /// Datagrams received while the daemon was in standby: read and
+    /// discarded on purpose, not a drop.
+    #[serde(default)]
+    pub standby_discarded: u64,
 }
 
 /// What the input's datagrams said about the stream (the flow's
@@ -508,7 +516,9 @@ pub(crate) fn sample() -> Snapshot {
                     pids: 4,
                 }),
             },
+            standby_discarded: 9,
         }],
+        mode: crate::Mode::Active,
     }
 }
 
@@ -557,6 +567,9 @@ mod tests {
         flow.as_object_mut().unwrap().remove("receive_rearms");
         flow.as_object_mut().unwrap().remove("state");
         flow.as_object_mut().unwrap().remove("interface_pauses");
+        flow.as_object_mut().unwrap().remove("standby_discarded");
+        v.as_object_mut().unwrap().remove("mode");
+        let flow = &mut v["flows"][0];
         flow["outputs"][0]
             .as_object_mut()
             .unwrap()
@@ -565,6 +578,8 @@ mod tests {
         assert_eq!(s.flows[0].receive_rearms, 0);
         assert_eq!(s.flows[0].state, FlowState::Running);
         assert_eq!(s.flows[0].interface_pauses, 0);
+        assert_eq!(s.flows[0].standby_discarded, 0);
+        assert_eq!(s.mode, crate::Mode::Active);
     }
 
     #[test]

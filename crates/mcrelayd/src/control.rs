@@ -17,7 +17,9 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::time::{Duration, Instant};
 
-use mcrelay_control::{LineEvent, LineReader, ReloadOutcome, Request, Response, parse_request};
+use mcrelay_control::{
+    LineEvent, LineReader, Mode, ModeOutcome, ReloadOutcome, Request, Response, parse_request,
+};
 
 use crate::daemon::{SharedHandle, lock};
 
@@ -43,6 +45,12 @@ pub enum ToSupervisor {
     Reload {
         allow_empty: bool,
         reply: mpsc::Sender<ReloadOutcome>,
+    },
+    /// `standby` or `active`: put every worker in `mode`; the outcome (or
+    /// why not) goes back on the sender.
+    SetMode {
+        mode: Mode,
+        reply: mpsc::Sender<Result<ModeOutcome, String>>,
     },
 }
 
@@ -299,6 +307,27 @@ fn answer(
                 )),
             }
         }
+        // The same peers as reload may change the mode: the socket serves
+        // only root, the service user and its group.
+        Request::Standby => set_mode(Mode::Standby, supervisor),
+        Request::Active => set_mode(Mode::Active, supervisor),
+    }
+}
+
+fn set_mode(mode: Mode, supervisor: &mpsc::Sender<ToSupervisor>) -> Response {
+    let (reply, rx) = mpsc::channel();
+    if supervisor
+        .send(ToSupervisor::SetMode { mode, reply })
+        .is_err()
+    {
+        return Response::error("the daemon is stopping");
+    }
+    match rx.recv_timeout(RELOAD_TIMEOUT) {
+        Ok(Ok(outcome)) => Response::ok(&outcome),
+        Ok(Err(why)) => Response::error(why),
+        Err(_) => Response::error(format!(
+            "the mode change did not finish within {RELOAD_TIMEOUT:?}; see the daemon's log"
+        )),
     }
 }
 

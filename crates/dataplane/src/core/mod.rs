@@ -20,7 +20,9 @@
 //! - the in-flight table ([`InFlight`]) and completion accounting: a
 //!   buffer goes back to the pool when the last send naming it completes;
 //! - pause and resume ([`Core::resume`]): a flow whose outputs are all full
-//!   stops receiving until one has drained to half its depth.
+//!   stops receiving until one has drained to half its depth;
+//! - warm standby ([`standby`]): every datagram is counted and discarded
+//!   before admission, so nothing is sent.
 #![forbid(unsafe_code)]
 
 pub mod admission;
@@ -29,6 +31,7 @@ pub mod ids;
 pub mod inflight;
 pub mod queue;
 mod request;
+pub mod standby;
 
 use std::sync::Arc;
 
@@ -73,6 +76,8 @@ pub struct Core {
     flows: Vec<Option<Flow>>,
     /// Outputs with queued datagrams, each once.
     dirty: Vec<(FlowId, OutputId)>,
+    /// Warm standby: receive and count, send nothing ([`standby`]).
+    standby: bool,
 }
 
 impl Core {
@@ -92,6 +97,7 @@ impl Core {
             reserve: Reserve::default(),
             flows: Vec::new(),
             dirty: Vec::with_capacity(64),
+            standby: false,
         }
     }
 
@@ -231,6 +237,10 @@ impl Core {
         let len = payload.len();
         f.counters.packets_in.inc();
         f.counters.bytes_in.add(len as u64);
+        if self.standby {
+            f.counters.standby_discarded.inc();
+            return Received::Standby;
+        }
         if len > MAX_PAYLOAD {
             f.counters.drops.oversize.inc();
             return Received::Dropped;

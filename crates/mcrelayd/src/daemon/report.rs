@@ -61,6 +61,8 @@ pub struct Shared {
     pub state: DaemonState,
     pub(super) config_path: String,
     pub(super) started: Instant,
+    /// The mode every worker has confirmed (or was started in).
+    pub(super) mode: mcrelay_control::Mode,
 }
 
 /// Readers' handle.
@@ -104,6 +106,7 @@ impl Shared {
                 .iter()
                 .map(|f| flow_snapshot(f, take_gaps))
                 .collect(),
+            mode: self.mode,
         }
     }
 }
@@ -186,6 +189,7 @@ fn flow_snapshot(f: &FlowEntry, take_gaps: bool) -> FlowSnapshot {
         state: f.state.clone(),
         interface_pauses: f.interface_pauses,
         health: crate::health::snapshot(&c.health, take_gaps),
+        standby_discarded: c.standby_discarded.get(),
     }
 }
 
