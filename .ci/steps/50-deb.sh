@@ -27,7 +27,9 @@ for path in \
     ./usr/share/man/man8/mcrelayd.8.gz ./usr/share/man/man8/mcrelayctl.8.gz \
     ./usr/share/man/man5/mcrelay.toml.5.gz \
     ./usr/share/doc/mcrelay/copyright ./usr/share/doc/mcrelay/operations.md \
-    ./usr/share/doc/mcrelay/configuration.md; do
+    ./usr/share/doc/mcrelay/configuration.md \
+    ./usr/share/mcrelay/keepalived/mcrelay-keepalived \
+    ./usr/share/doc/mcrelay/examples/keepalived/keepalived.conf; do
     grep -qxF "$path" <<<"$listing" || { echo "MISSING from the package: $path"; missing=1; }
 done
 [ "$missing" = 0 ] || exit 1
