@@ -547,4 +547,44 @@ fn keepalived_makes_one_relay_active_and_the_standby_takes_over_within_3_s() {
     let (code, status) = ctl(&pair.socket("rb"), &["status"]);
     assert_eq!(code, 0, "{status}");
     assert!(status.contains("mode:     active"), "{status}");
+
+    // ra's daemon comes back (as systemd would restart it: in standby).
+    // Its keepalived leaves FAULT for BACKUP and, with nopreempt, does
+    // not take over again: one failure, one switchover.
+    let backups_before = fs::read_to_string(&ra_log)
+        .unwrap_or_default()
+        .matches("Entering BACKUP STATE")
+        .count();
+    pair.daemon("ra");
+    wait_until("ra's keepalived BACKUP again", || {
+        let n = fs::read_to_string(&ra_log)
+            .unwrap_or_default()
+            .matches("Entering BACKUP STATE")
+            .count();
+        if n > backups_before {
+            Ok(())
+        } else {
+            Err(pair.logs())
+        }
+    });
+    assert_eq!(pair.mode("ra"), Mode::Standby);
+    assert_eq!(pair.mode("rb"), Mode::Active);
+
+    // A daemon whose mode differs from keepalived's choice (one restarted
+    // too fast for keepalived to notice comes back in standby): the track
+    // script puts the chosen mode back within about a check interval.
+    let (code, out) = ctl(&pair.socket("rb"), &["standby"]);
+    assert_eq!(code, 0, "{out}");
+    let put_back = Instant::now();
+    wait_until("rb's track script restoring active", || {
+        match pair.mode("rb") {
+            Mode::Active => Ok(()),
+            m => Err(format!("{m}\n{}", pair.logs())),
+        }
+    });
+    eprintln!(
+        "the track script restored rb's mode {:?} after it was changed behind keepalived's back",
+        put_back.elapsed()
+    );
+    assert_eq!(pair.mode("ra"), Mode::Standby);
 }
