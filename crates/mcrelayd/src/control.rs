@@ -293,18 +293,12 @@ fn answer(
     match request {
         Request::Status | Request::Flows | Request::Stats => Response::ok(&lock(shared).read()),
         Request::Reload { allow_empty } => {
-            let (reply, rx) = mpsc::channel();
-            if supervisor
-                .send(ToSupervisor::Reload { allow_empty, reply })
-                .is_err()
-            {
-                return Response::error("the daemon is stopping");
-            }
-            match rx.recv_timeout(RELOAD_TIMEOUT) {
+            match ask(supervisor, "reload", |reply| ToSupervisor::Reload {
+                allow_empty,
+                reply,
+            }) {
                 Ok(outcome) => Response::ok(&outcome),
-                Err(_) => Response::error(format!(
-                    "the reload did not finish within {RELOAD_TIMEOUT:?}; see the daemon's log"
-                )),
+                Err(response) => response,
             }
         }
         // The same peers as reload may change the mode: the socket serves
@@ -314,20 +308,32 @@ fn answer(
     }
 }
 
-fn set_mode(mode: Mode, supervisor: &mpsc::Sender<ToSupervisor>) -> Response {
+/// Hand a request to the supervisor and wait for its answer, at most
+/// [`RELOAD_TIMEOUT`]; the error response when it can't be had.
+fn ask<T>(
+    supervisor: &mpsc::Sender<ToSupervisor>,
+    what: &str,
+    request: impl FnOnce(mpsc::Sender<T>) -> ToSupervisor,
+) -> Result<T, Response> {
     let (reply, rx) = mpsc::channel();
-    if supervisor
-        .send(ToSupervisor::SetMode { mode, reply })
-        .is_err()
-    {
-        return Response::error("the daemon is stopping");
+    if supervisor.send(request(reply)).is_err() {
+        return Err(Response::error("the daemon is stopping"));
     }
-    match rx.recv_timeout(RELOAD_TIMEOUT) {
+    rx.recv_timeout(RELOAD_TIMEOUT).map_err(|_| {
+        Response::error(format!(
+            "the {what} did not finish within {RELOAD_TIMEOUT:?}; see the daemon's log"
+        ))
+    })
+}
+
+fn set_mode(mode: Mode, supervisor: &mpsc::Sender<ToSupervisor>) -> Response {
+    match ask(supervisor, "mode change", |reply| ToSupervisor::SetMode {
+        mode,
+        reply,
+    }) {
         Ok(Ok(outcome)) => Response::ok(&outcome),
         Ok(Err(why)) => Response::error(why),
-        Err(_) => Response::error(format!(
-            "the mode change did not finish within {RELOAD_TIMEOUT:?}; see the daemon's log"
-        )),
+        Err(response) => response,
     }
 }
 

@@ -7,7 +7,6 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 
 use common::{Topology, ctl, field, snapshot, stop_sender, terminate, wait_until};
 use mcrelay_control::{Mode, Snapshot};
@@ -32,26 +31,9 @@ outputs = [ {{ interface = "vRB", address = "239.2.2.2", port = 6000 }} ]
     )
 }
 
-/// The value of `series` in R's `/metrics` (python's urllib: no curl
-/// needed).
+/// The value of `series` in R's `/metrics`.
 fn metric(t: &Topology, series: &str) -> String {
-    let out = Command::new("ip")
-        .args(["netns", "exec", &t.r, "python3", "-c"])
-        .arg(format!(
-            "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:{METRICS_PORT}/metrics', timeout=5).read().decode())"
-        ))
-        .output()
-        .expect("python3");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8_lossy(&out.stdout);
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{series} ")))
-        .unwrap_or_else(|| panic!("no {series} in:\n{text}"))
-        .to_owned()
+    t.metric(METRICS_PORT, series)
 }
 
 /// (datagrams in, discarded in standby, sent on the output).
