@@ -33,7 +33,9 @@ for path in \
     ./usr/share/mcrelay/mcrelay-alerts.yml \
     ./usr/share/bash-completion/completions/mcrelayd ./usr/share/bash-completion/completions/mcrelayctl \
     ./usr/share/zsh/vendor-completions/_mcrelayd ./usr/share/zsh/vendor-completions/_mcrelayctl \
-    ./usr/share/fish/vendor_completions.d/mcrelayd.fish ./usr/share/fish/vendor_completions.d/mcrelayctl.fish; do
+    ./usr/share/fish/vendor_completions.d/mcrelayd.fish ./usr/share/fish/vendor_completions.d/mcrelayctl.fish \
+    ./usr/share/mcrelay/keepalived/mcrelay-keepalived \
+    ./usr/share/doc/mcrelay/examples/keepalived/keepalived.conf; do
     grep -qxF "$path" <<<"$listing" || { echo "MISSING from the package: $path"; missing=1; }
 done
 [ "$missing" = 0 ] || exit 1

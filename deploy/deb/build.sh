@@ -50,6 +50,10 @@ install -m 0644 deploy/mcrelay.service "$pkg/usr/lib/systemd/system/mcrelay.serv
 install -m 0644 deploy/mcrelay.sysusers "$pkg/usr/lib/sysusers.d/mcrelay.conf"
 install -m 0644 deploy/mcrelay.tmpfiles "$pkg/usr/lib/tmpfiles.d/mcrelay.conf"
 install -m 0644 deploy/mcrelay.toml "$pkg/etc/mcrelay/mcrelay.toml"
+# keepalived for a warm-standby pair: the script where the example's paths
+# say, the example config with the other examples.
+install -D -m 0755 deploy/keepalived/mcrelay-keepalived "$pkg/usr/share/mcrelay/keepalived/mcrelay-keepalived"
+install -D -m 0644 deploy/keepalived/keepalived.conf "$doc/examples/keepalived/keepalived.conf"
 
 # Man pages from the binaries themselves (the same definitions as --help,
 # and docs/configuration.md for mcrelay.toml(5)).

@@ -12,12 +12,14 @@
 #![deny(unsafe_code)]
 
 mod error;
+mod mode;
 pub mod model;
 mod parse;
 
 use std::path::Path;
 
 pub use error::{ConfigError, ConfigErrors};
+pub use mode::RelayMode;
 pub use model::*;
 pub use parse::{MAX_CPU, parse};
 

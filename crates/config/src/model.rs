@@ -73,6 +73,8 @@ pub struct DaemonConfig {
     pub metrics_listen: Option<SocketAddr>,
     /// One of `error`, `warn`, `info`, `debug`, `trace`.
     pub log_level: String,
+    /// Relay from the start, or start as a warm standby.
+    pub mode: crate::RelayMode,
 }
 
 /// `[pools]`: buffers per class, per worker core.
@@ -346,6 +348,7 @@ impl Default for DaemonConfig {
             cores: None,
             metrics_listen: None,
             log_level: DEFAULT_LOG_LEVEL.to_owned(),
+            mode: crate::RelayMode::Active,
         }
     }
 }

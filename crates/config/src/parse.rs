@@ -29,6 +29,7 @@ const DAEMON_KEYS: &[&str] = &[
     "cores",
     "metrics_listen",
     "log_level",
+    "mode",
 ];
 const POOL_KEYS: &[&str] = &["small", "standard", "jumbo"];
 const FLOW_KEYS: &[&str] = &[
@@ -396,6 +397,18 @@ impl<'t> Walker<'t> {
                     );
                     ok = false;
                 }
+                None => ok = false,
+            }
+        }
+        if let Some(v) = t.get("mode") {
+            match self.string(v, "", "daemon.mode") {
+                Some(s) => match crate::RelayMode::from_word(s) {
+                    Some(m) => d.mode = m,
+                    None => {
+                        self.err(&v.span(), format!("daemon.mode {s:?} is not valid; use \"active\" (relay from the start) or \"standby\" (receive, send nothing until `mcrelayctl active`)"));
+                        ok = false;
+                    }
+                },
                 None => ok = false,
             }
         }
@@ -1195,7 +1208,7 @@ outputs = [{ interface = "eth1", address = "239.2.2.2", port = 6000, ttl = 255, 
             errors(&text),
             [
                 "t.toml:1:1: unknown key \"colour\" (expected one of: daemon, pools, flow)",
-                "t.toml:3:1: unknown key \"usr\" in daemon (expected one of: user, control_socket, cores, metrics_listen, log_level)",
+                "t.toml:3:1: unknown key \"usr\" in daemon (expected one of: user, control_socket, cores, metrics_listen, log_level, mode)",
                 "t.toml:5:1: unknown key \"tiny\" in pools (expected one of: small, standard, jumbo)",
                 "t.toml:9:70: flow \"x\": unknown key \"tll\" in outputs[0] (expected one of: interface, address, port, ttl, source_address, queue_depth)",
                 "t.toml:10:1: flow \"x\": unknown key \"core_\" (expected one of: name, input, inputs, outputs, core, payload, silence_ms, rtp_clock_hz, redundancy, merge_delay_ms, merge_window_ms, failover_after_ms, revert_after_s)",
@@ -1610,6 +1623,29 @@ outputs = [{ interface = "eth1", address = "239.2.2.2", port = 6000, ttl = 255, 
         assert_eq!(
             error(&long),
             "t.toml:2:18: daemon.control_socket is 108 bytes long; use a path of at most 107 bytes without NUL"
+        );
+    }
+
+    #[test]
+    fn daemon_mode() {
+        assert_eq!(
+            parse("", "t.toml").unwrap().daemon.mode,
+            crate::RelayMode::Active
+        );
+        for (word, mode) in [
+            ("active", crate::RelayMode::Active),
+            ("standby", crate::RelayMode::Standby),
+        ] {
+            let text = format!("[daemon]\nmode = \"{word}\"\n");
+            assert_eq!(parse(&text, "t.toml").unwrap().daemon.mode, mode);
+        }
+        assert_eq!(
+            error("[daemon]\nmode = \"backup\"\n"),
+            "t.toml:2:8: daemon.mode \"backup\" is not valid; use \"active\" (relay from the start) or \"standby\" (receive, send nothing until `mcrelayctl active`)"
+        );
+        assert_eq!(
+            error("[daemon]\nmode = 1\n"),
+            "t.toml:2:8: daemon.mode must be a string, found integer"
         );
     }
 

@@ -18,6 +18,7 @@
 
 mod framing;
 mod fuzz;
+mod mode;
 mod prometheus;
 mod protocol;
 mod rates;
@@ -27,6 +28,7 @@ mod snapshot;
 
 pub use framing::{LineEvent, LineReader};
 pub use fuzz::fuzz_request;
+pub use mode::{Mode, ModeOutcome};
 #[cfg(feature = "prometheus-client")]
 pub use prometheus::render_with_prometheus_client;
 pub use prometheus::{

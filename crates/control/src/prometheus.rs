@@ -110,6 +110,12 @@ fn emit_all(mut m: Exposition, s: &Snapshot) -> Exposition {
     let reloading = u8::from(s.state == DaemonState::Reloading);
     m.sample("mcrelay_reloading", &[], reloading);
     m.family(
+        "mcrelay_standby",
+        Kind::Gauge,
+        "1 while the daemon is a warm standby (receiving, sending nothing), 0 while it relays.",
+    );
+    m.sample("mcrelay_standby", &[], u8::from(s.mode.is_standby()));
+    m.family(
         "mcrelay_uptime_seconds",
         Kind::Gauge,
         "Seconds since the daemon started.",
@@ -126,7 +132,7 @@ fn emit_all(mut m: Exposition, s: &Snapshot) -> Exposition {
 
 fn flow_families(m: &mut Exposition, s: &Snapshot) {
     type Value = fn(&FlowSnapshot) -> u64;
-    let simple: [(&str, &str, Value); 5] = [
+    let simple: [(&str, &str, Value); 6] = [
         (
             "mcrelay_flow_received_packets_total",
             "Datagrams received on the flow's input.",
@@ -151,6 +157,11 @@ fn flow_families(m: &mut Exposition, s: &Snapshot) {
             "mcrelay_flow_pool_fallbacks_total",
             "Datagrams copied into a larger pool class because the fitting one had no buffer for the flow.",
             |f| f.pool_fallbacks,
+        ),
+        (
+            "mcrelay_flow_standby_discarded_packets_total",
+            "Datagrams received while the daemon was in standby: read and discarded on purpose, not a drop.",
+            |f| f.standby_discarded,
         ),
     ];
     for (name, help, value) in simple {
@@ -1403,5 +1414,27 @@ mod tests {
             s.flows.push(f);
         }
         assert!(render_metrics(&s).len() <= text_capacity(&s));
+    }
+
+    #[test]
+    fn standby_shows_as_a_gauge_and_a_counter_not_a_drop() {
+        let mut s = sample();
+        let (samples, types) = check(&render_metrics(&s));
+        assert_eq!(types["mcrelay_standby"], "gauge");
+        assert_eq!(find(&samples, "mcrelay_standby", &[]).value, 0.0);
+        let flow = ("flow", "video-a");
+        let discarded = "mcrelay_flow_standby_discarded_packets_total";
+        assert_eq!(types[discarded], "counter");
+        assert_eq!(find(&samples, discarded, &[flow]).value, 9.0);
+        assert!(
+            samples
+                .iter()
+                .filter(|x| x.name.contains("dropped"))
+                .all(|x| x.labels.iter().all(|(_, v)| v != "standby")),
+            "standby is not a drop reason"
+        );
+        s.mode = crate::Mode::Standby;
+        let (samples, _) = check(&render_metrics(&s));
+        assert_eq!(find(&samples, "mcrelay_standby", &[]).value, 1.0);
     }
 }

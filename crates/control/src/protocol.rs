@@ -7,8 +7,10 @@
 //! ```
 //!
 //! Commands are `status`, `flows`, `stats` (each answered with a
-//! [`Snapshot`](crate::Snapshot); the client picks what to print) and
-//! `reload` (answered with a [`ReloadOutcome`]). `reload` takes one optional
+//! [`Snapshot`](crate::Snapshot); the client picks what to print),
+//! `reload` (answered with a [`ReloadOutcome`]), and `standby` and
+//! `active` (answered with a [`ModeOutcome`](crate::ModeOutcome) once
+//! every worker has the new mode). `reload` takes one optional
 //! field, `"allow_empty":true`, which lets a reload remove every flow (see
 //! [`Request::Reload`]); without it, such a reload is refused. Unknown fields
 //! are ignored so that later clients can add optional ones (a daemon that
@@ -16,7 +18,7 @@
 //!
 //! ```text
 //! {"v":1,"ok":true,"result":{...}}
-//! {"v":1,"ok":false,"error":"unknown command \"stop\"; commands: status, flows, stats, reload"}
+//! {"v":1,"ok":false,"error":"unknown command \"stop\"; commands: status, flows, stats, reload, standby, active"}
 //! ```
 //!
 //! A request line is at most [`MAX_REQUEST_BYTES`] bytes; responses have no
@@ -36,7 +38,7 @@ pub const MAX_REQUEST_BYTES: usize = 4096;
 const MAX_QUOTED_CHARS: usize = 64;
 
 /// The command names, in the order they are listed in error messages.
-const COMMAND_LIST: &str = "status, flows, stats, reload";
+const COMMAND_LIST: &str = "status, flows, stats, reload, standby, active";
 
 /// A command sent to the daemon.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -57,15 +59,23 @@ pub enum Request {
         /// wire, `"allow_empty":true`; absent means false (old clients).
         allow_empty: bool,
     },
+    /// Warm standby: keep every flow's sockets open and receiving, send
+    /// nothing. Answered with a [`ModeOutcome`](crate::ModeOutcome).
+    Standby,
+    /// Relay (leave standby). Answered with a
+    /// [`ModeOutcome`](crate::ModeOutcome).
+    Active,
 }
 
 impl Request {
     /// Every command, in protocol order.
-    pub const ALL: [Request; 4] = [
+    pub const ALL: [Request; 6] = [
         Request::Status,
         Request::Flows,
         Request::Stats,
         Request::Reload { allow_empty: false },
+        Request::Standby,
+        Request::Active,
     ];
 
     /// The `cmd` string on the wire.
@@ -75,6 +85,8 @@ impl Request {
             Request::Flows => "flows",
             Request::Stats => "stats",
             Request::Reload { .. } => "reload",
+            Request::Standby => "standby",
+            Request::Active => "active",
         }
     }
 
@@ -393,6 +405,20 @@ mod tests {
             parse_request(b"{\"v\":1,\"cmd\":\"status\",\"allow_empty\":1}").unwrap(),
             Request::Status
         );
+    }
+
+    #[test]
+    fn standby_and_active_are_plain_commands() {
+        assert_eq!(
+            encode_request(&Request::Standby),
+            "{\"v\":1,\"cmd\":\"standby\"}\n"
+        );
+        assert_eq!(
+            parse_request(b"{\"v\":1,\"cmd\":\"active\"}").unwrap(),
+            Request::Active
+        );
+        let e = err("{\"v\":1,\"cmd\":\"master\"}");
+        assert!(e.to_string().contains("standby, active"), "{e}");
     }
 
     #[test]

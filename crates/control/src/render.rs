@@ -30,6 +30,7 @@ pub fn render_status(s: &Snapshot) -> String {
     let _ = write!(
         out,
         "mcrelayd {version}, pid {pid}: {state}\n\
+         mode:     {mode}\n\
          uptime:   {uptime}\n\
          config:   {config}\n\
          workers:  {workers} (cpus {cpus})\n\
@@ -40,6 +41,7 @@ pub fn render_status(s: &Snapshot) -> String {
          receive errors {rx}, output {dout} (backlog {backlog}, send error {senderr})\n",
         version = s.version,
         pid = s.pid,
+        mode = mode_text(s),
         uptime = human_duration(s.uptime_seconds),
         config = s.config_path,
         workers = s.workers.len(),
@@ -104,6 +106,30 @@ pub fn render_status(s: &Snapshot) -> String {
     out
 }
 
+/// `active`, or what a standby does and how many datagrams it discarded.
+fn mode_text(s: &Snapshot) -> String {
+    if !s.mode.is_standby() {
+        return s.mode.to_string();
+    }
+    let discarded = s
+        .flows
+        .iter()
+        .fold(0u64, |n, f| n.saturating_add(f.standby_discarded));
+    format!(
+        "standby: receiving, sending nothing ({} datagrams discarded); `mcrelayctl active` takes over",
+        human_count(discarded)
+    )
+}
+
+/// A flow's STATE cell: a running flow of a standby daemon is `standby`.
+fn flow_state_text(s: &Snapshot, flow: &FlowSnapshot) -> String {
+    if s.mode.is_standby() && flow.state.is_running() {
+        "standby".to_owned()
+    } else {
+        flow.state.to_string()
+    }
+}
+
 /// One row per flow, one per input (leg) under a flow with several
 /// (`<=`, with what it forwarded and its health), and one per output
 /// (`->`): packets, bytes, packet and bit rates, and drops by reason.
@@ -127,7 +153,7 @@ pub fn render_flows(s: &Snapshot, rates: Option<&Rates>) -> String {
         let fr = rates.and_then(|r| r.flow(&flow.name));
         table.row(vec![
             flow.name.clone(),
-            flow.state.to_string(),
+            flow_state_text(s, flow),
             flow.input.clone(),
             flow.worker.to_string(),
             human_count(flow.packets_in),
@@ -192,6 +218,11 @@ pub fn render_flows(s: &Snapshot, rates: Option<&Rates>) -> String {
     let mut out = table.render();
     if let Some(r) = rates {
         let _ = writeln!(out, "(rates over {:.1} s)", r.elapsed_seconds);
+    }
+    if s.mode.is_standby() {
+        out.push_str(
+            "(standby: every flow receives and sends nothing; `mcrelayctl active` takes over)\n",
+        );
     }
     out
 }
@@ -801,5 +832,31 @@ mod tests {
         assert!(render_flows(&s, None).contains("rtp-mpegts SILENT gap 25ms jitter 0.00ms ok"));
         s.flows[0].health = InputHealth::default();
         assert!(!render_flows(&s, None).contains("gap"));
+    }
+
+    #[test]
+    fn standby_shows_in_status_and_flows() {
+        let mut s = sample();
+        assert!(render_status(&s).contains("\nmode:     active\n"));
+        assert!(!render_flows(&s, None).contains("standby"));
+        s.mode = crate::Mode::Standby;
+        let status = render_status(&s);
+        assert!(
+            status
+                .contains("mode:     standby: receiving, sending nothing (9 datagrams discarded)"),
+            "{status}"
+        );
+        let flows = render_flows(&s, None);
+        let row = flows.lines().nth(1).expect("a flow row");
+        assert!(row.starts_with("video-a  standby "), "{flows}");
+        assert!(
+            flows.ends_with("`mcrelayctl active` takes over)\n"),
+            "{flows}"
+        );
+        // A paused flow says why, standby or not.
+        s.flows[0].state = crate::FlowState::InterfaceDown {
+            interface: "vRA".into(),
+        };
+        assert!(render_flows(&s, None).contains("paused: interface vRA down"));
     }
 }

@@ -16,6 +16,10 @@ pub trait ControlHandler {
     /// with no flows replaces a non-empty configuration only if
     /// `allow_empty`.
     fn reload(&mut self, allow_empty: bool) -> crate::ReloadOutcome;
+
+    /// Puts every worker in `mode` and answers once they all have it, or
+    /// says why not.
+    fn set_mode(&mut self, mode: crate::Mode) -> Result<crate::ModeOutcome, String>;
 }
 
 /// The response to one request line. Every failure becomes an error
@@ -24,6 +28,15 @@ pub fn answer_line(line: &[u8], handler: &mut impl ControlHandler) -> Response {
     match parse_request(line) {
         Ok(Request::Status | Request::Flows | Request::Stats) => Response::ok(&handler.snapshot()),
         Ok(Request::Reload { allow_empty }) => Response::ok(&handler.reload(allow_empty)),
+        Ok(Request::Standby) => mode_response(handler.set_mode(crate::Mode::Standby)),
+        Ok(Request::Active) => mode_response(handler.set_mode(crate::Mode::Active)),
+        Err(e) => Response::error(e),
+    }
+}
+
+fn mode_response(outcome: Result<crate::ModeOutcome, String>) -> Response {
+    match outcome {
+        Ok(o) => Response::ok(&o),
         Err(e) => Response::error(e),
     }
 }
@@ -47,6 +60,7 @@ mod tests {
     #[derive(Default)]
     struct Fake {
         reloads: usize,
+        mode: crate::Mode,
     }
 
     impl ControlHandler for Fake {
@@ -60,6 +74,14 @@ mod tests {
                 unchanged: 1,
                 ..ReloadOutcome::default()
             }
+        }
+        fn set_mode(&mut self, mode: crate::Mode) -> Result<crate::ModeOutcome, String> {
+            let previous = std::mem::replace(&mut self.mode, mode);
+            Ok(crate::ModeOutcome {
+                mode,
+                previous,
+                workers: 1,
+            })
         }
     }
 
@@ -78,7 +100,7 @@ mod tests {
         for chunk in input.as_bytes().chunks(7) {
             reader.feed(chunk, |e| replies.push(answer_event(e, &mut fake).encode()));
         }
-        assert_eq!(replies.len(), 6);
+        assert_eq!(replies.len(), 8);
         assert_eq!(fake.reloads, 1);
         for reply in &replies[..3] {
             let s: Snapshot = parse_response(reply.as_bytes())
@@ -92,15 +114,31 @@ mod tests {
             .into_result()
             .unwrap();
         assert!(outcome.applied);
-        assert!(
-            replies[4].contains("longer than 4096 bytes"),
-            "{}",
-            replies[4]
+        let standby: crate::ModeOutcome = parse_response(replies[4].as_bytes())
+            .unwrap()
+            .into_result()
+            .unwrap();
+        assert_eq!(
+            (standby.mode, standby.previous),
+            (crate::Mode::Standby, crate::Mode::Active)
+        );
+        let active: crate::ModeOutcome = parse_response(replies[5].as_bytes())
+            .unwrap()
+            .into_result()
+            .unwrap();
+        assert_eq!(
+            (active.mode, active.previous),
+            (crate::Mode::Active, crate::Mode::Standby)
         );
         assert!(
-            replies[5].contains("supported versions: 1"),
+            replies[6].contains("longer than 4096 bytes"),
             "{}",
-            replies[5]
+            replies[6]
+        );
+        assert!(
+            replies[7].contains("supported versions: 1"),
+            "{}",
+            replies[7]
         );
         assert!(replies.iter().all(|r| r.matches('\n').count() == 1));
     }

@@ -26,6 +26,10 @@ pub struct Snapshot {
     pub workers: Vec<WorkerSnapshot>,
     /// In configuration order.
     pub flows: Vec<FlowSnapshot>,
+    /// Relaying, or a warm standby that sends nothing (absent from older
+    /// daemons: active).
+    #[serde(default)]
+    pub mode: crate::Mode,
 }
 
 /// Whether the daemon is doing all it was configured to do.
@@ -117,6 +121,10 @@ pub struct FlowSnapshot {
     /// `redundancy` did with them. Absent for a flow with one input.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub redundancy: Option<RedundancySnapshot>,
+    /// Datagrams received while the daemon was in standby: read and
+    /// discarded on purpose, not a drop.
+    #[serde(default)]
+    pub standby_discarded: u64,
 }
 
 /// What a flow with several inputs (legs) did with them
@@ -572,7 +580,9 @@ pub(crate) fn sample() -> Snapshot {
                 }),
             },
             redundancy: None,
+            standby_discarded: 9,
         }],
+        mode: crate::Mode::Active,
     }
 }
 
@@ -663,6 +673,9 @@ mod tests {
         flow.as_object_mut().unwrap().remove("receive_rearms");
         flow.as_object_mut().unwrap().remove("state");
         flow.as_object_mut().unwrap().remove("interface_pauses");
+        flow.as_object_mut().unwrap().remove("standby_discarded");
+        v.as_object_mut().unwrap().remove("mode");
+        let flow = &mut v["flows"][0];
         flow["outputs"][0]
             .as_object_mut()
             .unwrap()
@@ -671,6 +684,8 @@ mod tests {
         assert_eq!(s.flows[0].receive_rearms, 0);
         assert_eq!(s.flows[0].state, FlowState::Running);
         assert_eq!(s.flows[0].interface_pauses, 0);
+        assert_eq!(s.flows[0].standby_discarded, 0);
+        assert_eq!(s.mode, crate::Mode::Active);
     }
 
     #[test]

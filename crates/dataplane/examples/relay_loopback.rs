@@ -56,6 +56,7 @@ fn main() -> std::io::Result<()> {
             flows: vec![flow],
             receive: ReceiveMode::Auto,
             gso,
+            standby: false,
         },
         Arc::clone(&stop),
         events,

@@ -102,6 +102,9 @@ pub struct FlowCounters {
     /// Receives resumed after every output had been backed up (the
     /// socket buffer held, or dropped and counted, what came meanwhile).
     pub receive_resumes: Counter,
+    /// Datagrams received while the worker was in standby: read and
+    /// discarded on purpose (not a drop; see [`crate::core::standby`]).
+    pub standby_discarded: Counter,
     /// Stream health of the input, or of its first leg (see
     /// [`crate::health`]); [`FlowCounters::leg_health`] has every leg's.
     pub health: crate::health::HealthCounters,

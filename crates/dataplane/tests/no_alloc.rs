@@ -80,6 +80,7 @@ fn relay_and_count(mode: ReceiveMode, gso: bool, same_size: bool) {
             flows: vec![flow],
             receive: mode,
             gso,
+            standby: false,
         },
         Arc::clone(&stop),
         events,

@@ -113,6 +113,7 @@ fn start(
             flows,
             receive: mode,
             gso: true,
+            standby: false,
         },
         Arc::clone(&stop),
         events,

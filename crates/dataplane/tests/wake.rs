@@ -30,6 +30,7 @@ fn added_flow_is_applied_on_its_wake_up(receive: ReceiveMode) {
             flows: Vec::new(),
             receive,
             gso: false,
+            standby: false,
         },
         Arc::clone(&stop),
         events_tx,

@@ -12,6 +12,8 @@
 //! mcrelayctl top
 //! mcrelayctl flows --name 'cam-*' --state not-running
 //! mcrelayctl stats --sort drops --limit 10
+//! mcrelayctl standby       # warm standby: receive, send nothing
+//! mcrelayctl active        # relay again (keepalived's notify script calls both)
 //! ```
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -24,13 +26,15 @@ mod completions;
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
+mod mode;
+
 use mcrelay_control::{
     Rates, ReloadOutcome, Request, Snapshot, encode_request, parse_response, render_flows,
     render_stats, render_status,
 };
 
-mod top;
 mod select;
+mod top;
 use select::Selection;
 
 /// Default `daemon.control_socket`.
@@ -78,6 +82,21 @@ enum Cmd {
         /// Apply the file even if it has no flows, stopping every flow.
         #[arg(long)]
         allow_empty: bool,
+    },
+    /// Warm standby: every flow keeps its sockets open and its groups
+    /// joined and goes on receiving, but nothing is sent. Waits until every
+    /// worker has the mode; idempotent.
+    Standby {
+        /// Print the daemon's reply as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Relay every flow (leave standby) from the next datagram on. Waits
+    /// until every worker has the mode; idempotent.
+    Active {
+        /// Print the daemon's reply as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Print this program's manual page, mcrelayctl(8), in roff
     /// (generated from the same definitions as --help).
@@ -179,6 +198,8 @@ fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
                 ExitCode::from(1)
             })
         }
+        Cmd::Standby { json } => mode::set(&client, Request::Standby, *json),
+        Cmd::Active { json } => mode::set(&client, Request::Active, *json),
         Cmd::Man | Cmd::Completions { .. } => Ok(ExitCode::SUCCESS),
         Cmd::Top {
             interval,

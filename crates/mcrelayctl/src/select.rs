@@ -211,6 +211,7 @@ mod tests {
             interface_pauses: 0,
             health: InputHealth::default(),
             redundancy: None,
+            standby_discarded: 0,
         }
     }
 
@@ -220,6 +221,7 @@ mod tests {
         };
         Snapshot {
             version: "0".into(),
+            mode: mcrelay_control::Mode::default(),
             pid: 1,
             uptime_seconds: 1.0,
             taken_at_unix_ms: 0,

@@ -17,6 +17,8 @@ fn mcrelayctl_8_names_every_subcommand() {
         "stats",
         "reload",
         "top",
+        "standby",
+        "active",
         "\\-\\-socket",
         "\\-\\-json",
     ] {

@@ -17,7 +17,9 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::time::{Duration, Instant};
 
-use mcrelay_control::{LineEvent, LineReader, ReloadOutcome, Request, Response, parse_request};
+use mcrelay_control::{
+    LineEvent, LineReader, Mode, ModeOutcome, ReloadOutcome, Request, Response, parse_request,
+};
 
 use crate::daemon::{SharedHandle, lock};
 
@@ -43,6 +45,12 @@ pub enum ToSupervisor {
     Reload {
         allow_empty: bool,
         reply: mpsc::Sender<ReloadOutcome>,
+    },
+    /// `standby` or `active`: put every worker in `mode`; the outcome (or
+    /// why not) goes back on the sender.
+    SetMode {
+        mode: Mode,
+        reply: mpsc::Sender<Result<ModeOutcome, String>>,
     },
 }
 
@@ -289,20 +297,47 @@ fn answer(
             Response::ok(&snapshot)
         }
         Request::Reload { allow_empty } => {
-            let (reply, rx) = mpsc::channel();
-            if supervisor
-                .send(ToSupervisor::Reload { allow_empty, reply })
-                .is_err()
-            {
-                return Response::error("the daemon is stopping");
-            }
-            match rx.recv_timeout(RELOAD_TIMEOUT) {
+            match ask(supervisor, "reload", |reply| ToSupervisor::Reload {
+                allow_empty,
+                reply,
+            }) {
                 Ok(outcome) => Response::ok(&outcome),
-                Err(_) => Response::error(format!(
-                    "the reload did not finish within {RELOAD_TIMEOUT:?}; see the daemon's log"
-                )),
+                Err(response) => response,
             }
         }
+        // The same peers as reload may change the mode: the socket serves
+        // only root, the service user and its group.
+        Request::Standby => set_mode(Mode::Standby, supervisor),
+        Request::Active => set_mode(Mode::Active, supervisor),
+    }
+}
+
+/// Hand a request to the supervisor and wait for its answer, at most
+/// [`RELOAD_TIMEOUT`]; the error response when it can't be had.
+fn ask<T>(
+    supervisor: &mpsc::Sender<ToSupervisor>,
+    what: &str,
+    request: impl FnOnce(mpsc::Sender<T>) -> ToSupervisor,
+) -> Result<T, Response> {
+    let (reply, rx) = mpsc::channel();
+    if supervisor.send(request(reply)).is_err() {
+        return Err(Response::error("the daemon is stopping"));
+    }
+    rx.recv_timeout(RELOAD_TIMEOUT).map_err(|_| {
+        Response::error(format!(
+            "the {what} did not finish within {RELOAD_TIMEOUT:?}; see the daemon's log"
+        ))
+    })
+}
+
+fn set_mode(mode: Mode, supervisor: &mpsc::Sender<ToSupervisor>) -> Response {
+    match ask(supervisor, "mode change", |reply| ToSupervisor::SetMode {
+        mode,
+        reply,
+    }) {
+        Ok(Ok(outcome)) => Response::ok(&outcome),
+        Ok(Err(why)) => Response::error(why),
+        Err(response) => response,
     }
 }
 

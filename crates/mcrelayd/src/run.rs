@@ -204,6 +204,7 @@ fn supervise(
         flows = daemon.flow_count(),
         relaying = daemon.running_count(),
         workers = daemon.worker_count(),
+        mode = %daemon.mode(),
         control = %control_path.display(),
         "relaying; SIGTERM or SIGINT stops, SIGHUP reloads"
     );
@@ -230,6 +231,9 @@ fn supervise(
             Ok(Wake::Control(ToSupervisor::Reload { allow_empty, reply })) => {
                 let outcome = reload(&mut daemon, notifier.as_ref(), allow_empty);
                 let _ = reply.send(outcome);
+            }
+            Ok(Wake::Control(ToSupervisor::SetMode { mode, reply })) => {
+                let _ = reply.send(daemon.set_mode(mode));
             }
             Ok(Wake::Links(table)) => daemon.links_changed(table),
             Ok(Wake::HelperExited) => daemon.check_helper(),
@@ -297,8 +301,13 @@ fn status_line(daemon: &Daemon) -> String {
         DaemonState::Reloading => "reloading".to_owned(),
         DaemonState::Degraded(why) => format!("degraded: {why}"),
     };
+    let standby = if snapshot.mode.is_standby() {
+        "standby (sending nothing); "
+    } else {
+        ""
+    };
     format!(
-        "{state}; {} flows ({} relaying), {} outputs; {} packets in, {} out, {} dropped",
+        "{standby}{state}; {} flows ({} relaying), {} outputs; {} packets in, {} out, {} dropped",
         t.flows,
         t.flows_running,
         t.outputs,

@@ -75,26 +75,9 @@ fn config(t: &Topology, flows: &str) -> String {
 /// In R's own network namespace: no clash with anything on the host.
 const METRICS_PORT: u16 = 9464;
 
-/// The value of the metric line starting with `series ` in R's `/metrics`
-/// (python's urllib: no curl needed).
+/// The value of `series` in R's `/metrics`.
 fn metric(t: &Topology, series: &str) -> String {
-    let out = Command::new("ip")
-        .args(["netns", "exec", &t.r, "python3", "-c"])
-        .arg(format!(
-            "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:{METRICS_PORT}/metrics', timeout=5).read().decode())"
-        ))
-        .output()
-        .expect("python3");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8_lossy(&out.stdout);
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{series} ")))
-        .unwrap_or_else(|| panic!("no {series} in:\n{text}"))
-        .to_owned()
+    t.metric(METRICS_PORT, series)
 }
 
 const MAIN: &str = r#"

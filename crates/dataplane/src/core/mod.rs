@@ -23,7 +23,9 @@
 //!   stops receiving until one has drained to half its depth;
 //! - redundant legs ([`redundancy`], [`Core::receive_on`], [`Core::tick`]):
 //!   SMPTE 2022-7 merge and input failover, timed by the driver's clock
-//!   passed in as `now_ns`.
+//!   passed in as `now_ns`;
+//! - warm standby ([`standby`]): every datagram is counted and discarded
+//!   before admission, so nothing is sent.
 #![forbid(unsafe_code)]
 
 pub mod admission;
@@ -33,6 +35,7 @@ pub mod inflight;
 pub mod queue;
 pub mod redundancy;
 mod request;
+pub mod standby;
 
 use std::sync::Arc;
 
@@ -96,6 +99,8 @@ pub struct Core {
     ready: Vec<FlowId>,
     /// The flows a tick serves (kept for its capacity).
     due: Vec<FlowId>,
+    /// Warm standby: receive and count, send nothing ([`standby`]).
+    standby: bool,
 }
 
 impl Core {
@@ -118,6 +123,7 @@ impl Core {
             timers: Timers::new(),
             ready: Vec::new(),
             due: Vec::new(),
+            standby: false,
         }
     }
 
@@ -326,6 +332,10 @@ impl Core {
             red.unknown_leg.inc();
             return Received::Dropped;
         };
+        if self.standby {
+            f.counters.standby_discarded.inc();
+            return Received::Standby;
+        }
         if len > MAX_PAYLOAD {
             f.counters.drops.oversize.inc();
             return Received::Dropped;

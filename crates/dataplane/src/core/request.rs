@@ -95,6 +95,9 @@ pub enum Received {
     /// Dropped and counted (oversize, pool exhausted, unknown flow, or by
     /// the flow's redundancy rule: duplicate, late, standby leg, ...).
     Dropped,
+    /// Discarded because the worker is in standby (counted as
+    /// `standby_discarded`, not as a drop).
+    Standby,
     /// Every output was full: dropped, counted per output, and the flow is
     /// paused; `newly` when this datagram paused it (the driver stops its
     /// receive then).

@@ -285,7 +285,8 @@ impl Worker {
                 }
             },
         };
-        let core = Core::new(pool);
+        let mut core = Core::new(pool);
+        core.set_standby(config.standby);
         let mut w = Self {
             uring,
             receive_buffers,
@@ -318,6 +319,7 @@ impl Worker {
             outputs = output_count,
             receive = if multishot { "multishot + provided buffers" } else { "re-armed single receives" },
             gso = config.gso,
+            standby = config.standby,
             "worker ready"
         );
         Ok(w)
@@ -582,6 +584,7 @@ impl Worker {
             match command {
                 Command::AddFlow(f) => self.add_flow(*f),
                 Command::RemoveFlow(name) => self.remove_flow(name),
+                Command::SetStandby(standby) => self.set_standby(standby),
             }
         }
     }
@@ -674,6 +677,23 @@ impl Worker {
                 });
             }
         }
+    }
+
+    /// Flip warm standby ([`crate::core::standby`]): the flows' sockets
+    /// and receives stay as they are.
+    fn set_standby(&mut self, standby: bool) {
+        if self.core.is_standby() != standby {
+            self.core.set_standby(standby);
+            tracing::info!(
+                worker = self.index,
+                mode = if standby { "standby" } else { "active" },
+                "mode changed"
+            );
+        }
+        self.report(Event::ModeSet {
+            worker: self.index,
+            standby,
+        });
     }
 
     fn report(&self, event: Event) {

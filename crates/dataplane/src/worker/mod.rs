@@ -151,6 +151,10 @@ pub enum Command {
     /// Stop a flow: cancel its receive, let its in-flight sends complete,
     /// close its sockets (which leaves its group).
     RemoveFlow(String),
+    /// Enter (`true`) or leave (`false`) warm standby: every flow stays
+    /// open and receiving, and while in standby nothing is sent
+    /// ([`crate::core::standby`]). Answered with [`Event::ModeSet`].
+    SetStandby(bool),
 }
 
 /// What a worker reports back about a [`Command`].
@@ -177,6 +181,12 @@ pub enum Event {
         worker: usize,
         flow: String,
     },
+    /// A [`Command::SetStandby`] is in force: from the next datagram on,
+    /// the worker relays (`standby: false`) or sends nothing.
+    ModeSet {
+        worker: usize,
+        standby: bool,
+    },
 }
 
 /// Commands waiting for a worker: a reload sends a handful.
@@ -195,6 +205,9 @@ pub struct WorkerConfig {
     /// Group same-size datagrams into UDP GSO sends on outputs whose
     /// sockets take `UDP_SEGMENT`.
     pub gso: bool,
+    /// Start in warm standby: receive, count and send nothing until a
+    /// [`Command::SetStandby`]`(false)`.
+    pub standby: bool,
 }
 
 /// Receive buffers in a worker's provided-buffer ring: half the smallest

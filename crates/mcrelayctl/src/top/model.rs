@@ -649,6 +649,7 @@ pub(crate) mod fixtures {
             interface_pauses: 0,
             health: InputHealth::default(),
             redundancy: None,
+            standby_discarded: 0,
         }
     }
 
@@ -656,6 +657,7 @@ pub(crate) mod fixtures {
     pub fn snapshot(at_ms: u64, flows: Vec<FlowSnapshot>) -> Snapshot {
         Snapshot {
             version: "0.1.0".into(),
+            mode: mcrelay_control::Mode::default(),
             pid: 4242,
             uptime_seconds: 3723.0,
             taken_at_unix_ms: at_ms,

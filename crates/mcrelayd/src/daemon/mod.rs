@@ -19,6 +19,7 @@
 //! holds what readers see, [`error`] the typed errors.
 
 mod error;
+mod mode;
 mod placement;
 mod plan;
 mod reload;
@@ -216,6 +217,7 @@ impl Daemon {
                     flows,
                     receive: options.receive,
                     gso: options.gso,
+                    standby: config.daemon.mode.is_standby(),
                 },
                 Arc::clone(&stop),
                 events_tx.clone(),
@@ -237,6 +239,7 @@ impl Daemon {
             state: DaemonState::Running,
             config_path: path.display().to_string(),
             started: Instant::now(),
+            mode: mode::control_mode(config.daemon.mode),
         }));
         let daemon = Self {
             path: path.to_owned(),
@@ -557,6 +560,10 @@ impl Daemon {
                 | Event::FlowRefused { flow, .. }
                 | Event::FlowRemoved { flow, .. }
                 | Event::FlowUnknown { flow, .. } => flow,
+                Event::ModeSet { .. } => {
+                    tracing::warn!("late worker answer: {event:?}");
+                    continue;
+                }
             };
             if about == name {
                 return Ok(event);

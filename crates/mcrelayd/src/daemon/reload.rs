@@ -269,6 +269,8 @@ impl Daemon {
                     }));
                 }
                 Event::FlowRemoved { .. } | Event::FlowUnknown { .. } => removed = true,
+                // `await_event` answers about flows only.
+                Event::ModeSet { .. } => {}
             }
         }
         added.unwrap_or(Ok(()))?;

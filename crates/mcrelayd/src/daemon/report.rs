@@ -79,6 +79,8 @@ pub struct Shared {
     pub state: DaemonState,
     pub(super) config_path: String,
     pub(super) started: Instant,
+    /// The mode every worker has confirmed (or was started in).
+    pub(super) mode: mcrelay_control::Mode,
 }
 
 /// Readers' handle.
@@ -122,6 +124,7 @@ impl Shared {
                 .iter()
                 .map(|f| flow_snapshot(f, take_gaps))
                 .collect(),
+            mode: self.mode,
         }
     }
 }
@@ -205,6 +208,7 @@ fn flow_snapshot(f: &FlowEntry, take_gaps: bool) -> FlowSnapshot {
         interface_pauses: f.interface_pauses,
         health: crate::health::snapshot(&c.health, take_gaps),
         redundancy: redundancy_snapshot(f, take_gaps),
+        standby_discarded: c.standby_discarded.get(),
     }
 }
 

@@ -233,6 +233,28 @@ impl Topology {
         Some(t)
     }
 
+    /// The value of `series` in the `/metrics` the daemon in R serves on
+    /// `127.0.0.1:port` (python's urllib: no curl needed).
+    pub fn metric(&self, port: u16, series: &str) -> String {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &self.r, "python3", "-c"])
+            .arg(format!(
+                "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:{port}/metrics', timeout=5).read().decode())"
+            ))
+            .output()
+            .expect("python3");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{series} ")))
+            .unwrap_or_else(|| panic!("no {series} in:\n{text}"))
+            .to_owned()
+    }
+
     /// Set `net.ipv4.conf.<key>.rp_filter` in R.
     pub fn rp_filter(&self, key: &str, value: u8) {
         let setting = format!("net.ipv4.conf.{key}.rp_filter={value}");
