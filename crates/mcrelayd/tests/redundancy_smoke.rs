@@ -51,6 +51,31 @@ fn in_netns<T: Send + 'static>(
     })
 }
 
+/// A socket in B receiving the output: a 64 MiB receive buffer
+/// (`SO_RCVBUFFORCE`: the test runs as root), so a receiving thread that a
+/// loaded machine leaves unscheduled for a while loses nothing.
+#[allow(unsafe_code)]
+fn output_receiver() -> UdpSocket {
+    use std::os::fd::AsRawFd;
+    let s = UdpSocket::bind(SocketAddrV4::new(OUT, PORT)).expect("bind in B");
+    s.join_multicast_v4(&OUT, &Ipv4Addr::new(10, 10, 2, 2))
+        .expect("join in B");
+    let bytes: libc::c_int = 64 << 20;
+    // SAFETY: `bytes` is a live c_int for the call and its size is passed;
+    // the kernel only reads it.
+    let rc = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUFFORCE,
+            (&raw const bytes).cast(),
+            libc::socklen_t::try_from(std::mem::size_of_val(&bytes)).unwrap_or(4),
+        )
+    };
+    assert_eq!(rc, 0, "SO_RCVBUFFORCE: {}", std::io::Error::last_os_error());
+    s
+}
+
 #[allow(unsafe_code)]
 fn enter(file: &fs::File) {
     use std::os::fd::AsRawFd;
@@ -145,9 +170,7 @@ fn two_socket_legs_merge_into_one_complete_output() {
     // of each number or the deadline (a failing test) passes.
     let (joined_tx, joined_rx) = std::sync::mpsc::channel();
     let receiver = in_netns(&t.b, move || {
-        let s = UdpSocket::bind(SocketAddrV4::new(OUT, PORT)).expect("bind in B");
-        s.join_multicast_v4(&OUT, &Ipv4Addr::new(10, 10, 2, 2))
-            .expect("join in B");
+        let s = output_receiver();
         s.set_read_timeout(Some(Duration::from_millis(200)))
             .expect("timeout");
         let _ = joined_tx.send(());
@@ -282,9 +305,7 @@ fn a_reload_adding_a_leg_loses_nothing_on_the_running_one() {
     let (joined_tx, joined_rx) = std::sync::mpsc::channel();
     let (last_tx, last_rx) = std::sync::mpsc::channel::<u16>();
     let receiver = in_netns(&t.b, move || {
-        let s = UdpSocket::bind(SocketAddrV4::new(OUT, PORT)).expect("bind in B");
-        s.join_multicast_v4(&OUT, &Ipv4Addr::new(10, 10, 2, 2))
-            .expect("join in B");
+        let s = output_receiver();
         s.set_read_timeout(Some(Duration::from_millis(100)))
             .expect("timeout");
         let _ = joined_tx.send(());
@@ -330,7 +351,7 @@ fn a_reload_adding_a_leg_loses_nothing_on_the_running_one() {
                 return seq;
             }
             seq += 1;
-            std::thread::sleep(Duration::from_micros(250));
+            std::thread::sleep(Duration::from_micros(500));
         }
     });
     let packets_in = |n: u64| {
@@ -380,10 +401,11 @@ fn a_reload_adding_a_leg_loses_nothing_on_the_running_one() {
     let twice: usize = copies.values().filter(|&&n| n > 1).count();
     assert!(
         missing.is_empty(),
-        "the reload lost {} of {} numbers: {:?}...\n{}",
+        "the reload lost {} of {} numbers: {:?}...\n{}\n{}",
         missing.len(),
         u32::from(last) + 1,
         &missing[..missing.len().min(20)],
+        stats(&socket),
         relay.log()
     );
     // Only the overlap of the old and the new sockets (about one loop
