@@ -485,26 +485,26 @@ impl Worker {
         self.flows.get_mut(f.index())?.as_mut()?.leg_mut(leg)
     }
 
-    /// Arm every leg's receive of flow `f`.
-    pub(super) fn arm_receives(&mut self, f: FlowId) {
-        let legs = self
-            .flows
+    /// The legs of flow `f` (none for a free number).
+    fn legs_of(&self, f: FlowId) -> impl Iterator<Item = LegId> + use<> {
+        self.flows
             .get(f.index())
             .and_then(Option::as_ref)
-            .map(Flow::leg_ids);
-        for leg in legs.into_iter().flatten() {
+            .map(Flow::leg_ids)
+            .into_iter()
+            .flatten()
+    }
+
+    /// Arm every leg's receive of flow `f`.
+    pub(super) fn arm_receives(&mut self, f: FlowId) {
+        for leg in self.legs_of(f) {
             self.arm_receive(f, leg);
         }
     }
 
     /// Cancel every leg's receive of flow `f`.
     pub(super) fn cancel_receives(&mut self, f: FlowId) {
-        let legs = self
-            .flows
-            .get(f.index())
-            .and_then(Option::as_ref)
-            .map(Flow::leg_ids);
-        for leg in legs.into_iter().flatten() {
+        for leg in self.legs_of(f) {
             self.cancel_receive(f, leg);
         }
     }
