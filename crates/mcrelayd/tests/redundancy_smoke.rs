@@ -291,7 +291,15 @@ fn two_socket_legs_merge_into_one_complete_output() {
             && table.contains(&format!("merge: recovered {planted}")),
         "{table}"
     );
-    relay.stop();
+    // The final report has them too.
+    let log = relay.stop();
+    assert!(
+        log.contains(&format!(
+            "final redundancy flow=merged mode=merge recovered={planted} duplicates={both} lost=0"
+        )),
+        "{log}"
+    );
+    assert_eq!(log.matches("final leg flow=merged").count(), 2, "{log}");
 }
 
 #[test]
