@@ -345,38 +345,27 @@ impl Core {
             ready,
             ..
         } = f;
-        match mode {
-            Mode::Single => {
-                let buf = match parts.admit(outputs, counters, held, paused, payload) {
-                    Ok(buf) => buf,
-                    Err(dropped) => return dropped,
-                };
-                forwarded.inc();
-                parts.enqueue(flow, outputs, held, buf);
-            }
+        // The rule's verdict, before any buffer is taken.
+        let ticket = match mode {
+            Mode::Single => Ticket::Single,
             Mode::Failover(fo) => {
-                let seq = match fo.admit(leg, payload, now_ns, red) {
-                    Pass::Forward(seq) => seq,
-                    Pass::Standby => {
-                        if let Some(c) = red.standby.get(leg.index()) {
-                            c.inc();
+                match fo.admit(leg, payload, now_ns, red) {
+                    Pass::Forward(seq) => {
+                        // The active leg's silence (or a revert) is next;
+                        // a standby datagram changes neither.
+                        if let Some(deadline) = fo.deadline(now_ns) {
+                            self.timers.arm(flow, deadline);
                         }
-                        return Received::Dropped;
+                        Ticket::Failover(seq)
                     }
+                    Pass::Standby => match red.standby.get(leg.index()) {
+                        Some(c) => return drop(c),
+                        None => return Received::Dropped,
+                    },
                     Pass::Duplicate => return drop(&red.duplicates),
                     Pass::Late => return drop(&red.late),
                     Pass::NotRtp => return drop(&red.not_rtp),
-                };
-                if let Some(deadline) = fo.deadline(now_ns) {
-                    self.timers.arm(flow, deadline);
                 }
-                let buf = match parts.admit(outputs, counters, held, paused, payload) {
-                    Ok(buf) => buf,
-                    Err(dropped) => return dropped,
-                };
-                forwarded.inc();
-                fo.sent(seq, red);
-                parts.enqueue(flow, outputs, held, buf);
             }
             Mode::Merge(m) => {
                 let Some(h) = mcrelay_wire::rtp::parse(payload) else {
@@ -385,35 +374,49 @@ impl Core {
                 let verdict = m.classify(leg, h.sequence, h.ssrc, now_ns, red, &mut |buf| {
                     parts.enqueue(flow, outputs, held, buf);
                 });
-                let admitted = match verdict {
-                    Verdict::New(ext) => parts
-                        .admit(outputs, counters, held, paused, payload)
-                        .map(|buf| (ext, buf)),
-                    Verdict::Duplicate => Err(drop(&red.duplicates)),
-                    Verdict::Late => Err(drop(&red.late)),
-                };
-                let result = match admitted {
-                    Ok((ext, buf)) => {
-                        forwarded.inc();
-                        if let Some(buf) = m.commit(ext, buf) {
-                            parts.enqueue(flow, outputs, held, buf);
-                        }
-                        if m.delays()
-                            && parts.release_ready(flow, m, outputs, held, now_ns)
-                            && !*ready
-                        {
-                            *ready = true;
-                            self.ready.push(flow);
-                        }
-                        Received::Queued
-                    }
-                    Err(dropped) => dropped,
-                };
                 if let Some(deadline) = m.deadline() {
                     self.timers.arm(flow, deadline);
                 }
-                return result;
+                match verdict {
+                    Verdict::New(ext) => Ticket::Merge(ext),
+                    Verdict::Duplicate => return drop(&red.duplicates),
+                    Verdict::Late => return drop(&red.late),
+                }
             }
+        };
+        let buf = match parts.admit(outputs, counters, held, paused, payload) {
+            Ok(buf) => buf,
+            Err(dropped) => return dropped,
+        };
+        forwarded.inc();
+        let buf = match (ticket, mode) {
+            (Ticket::Failover(seq), Mode::Failover(fo)) => {
+                fo.sent(seq, red);
+                Some(buf)
+            }
+            (Ticket::Merge(ext), Mode::Merge(m)) => {
+                let buf = m.commit(ext, buf);
+                if m.delays() {
+                    if let Some(buf) = buf {
+                        parts.enqueue(flow, outputs, held, buf);
+                    }
+                    if parts.release_ready(flow, m, outputs, held, now_ns) && !*ready {
+                        *ready = true;
+                        self.ready.push(flow);
+                    }
+                    // Its turn may have opened windows to close.
+                    if let Some(deadline) = m.deadline() {
+                        self.timers.arm(flow, deadline);
+                    }
+                    None
+                } else {
+                    buf
+                }
+            }
+            _ => Some(buf),
+        };
+        if let Some(buf) = buf {
+            parts.enqueue(flow, outputs, held, buf);
         }
         Received::Queued
     }
@@ -665,6 +668,17 @@ impl Core {
     }
 }
 
+/// What a flow's redundancy rule let through, to complete once the
+/// datagram has a buffer.
+#[derive(Debug, Clone, Copy)]
+enum Ticket {
+    Single,
+    /// With the number to mark as sent.
+    Failover(Option<(u16, u32)>),
+    /// Its extended sequence number.
+    Merge(u64),
+}
+
 /// Count a datagram a redundancy rule dropped.
 fn drop(counter: &crate::counters::Counter) -> Received {
     counter.inc();
@@ -747,7 +761,9 @@ impl Parts<'_> {
 
     /// A pool buffer holding `payload`, or why the datagram is dropped
     /// (counted): every output full (the flow pauses), or no buffer.
-    #[inline]
+    /// Inlined: out of line, the one-leg path cost ~50 instructions more
+    /// per datagram (`benches/core_instructions.rs`).
+    #[inline(always)]
     fn admit(
         &mut self,
         outputs: &[Output],
@@ -782,8 +798,8 @@ impl Parts<'_> {
 
     /// Queue the datagram in `buf` on every output of `flow` with room;
     /// when none has, it is dropped (counted per output as backlog) and
-    /// the buffer goes back.
-    #[inline]
+    /// the buffer goes back. Inlined, as [`Parts::admit`].
+    #[inline(always)]
     fn enqueue(&mut self, flow: FlowId, outputs: &mut [Output], held: &mut Held, buf: Buffer) {
         let len = buf.len();
         let accepted = outputs.iter().filter(|o| o.in_flight < o.depth).count();

@@ -271,6 +271,8 @@ enum Op {
     Resume,
     /// The clock moves on by this many µs and the core ticks.
     Tick(u64),
+    /// The flow's source changes its SSRC (a merge restarts).
+    NewSource(usize),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -319,6 +321,7 @@ fn op() -> impl Strategy<Value = Op> {
         )
             .prop_map(|(flow, len, leg, back, step)| Op::Receive { flow, len, leg, back, step }),
         2 => (0u64..1500).prop_map(Op::Tick),
+        1 => (0usize..4).prop_map(Op::NewSource),
         3 => (0usize..5).prop_map(|refuse_every| Op::Flush { refuse_every }),
         5 => (any::<usize>(), prop::sample::select(vec![SendResult::Ok, SendResult::Ok, SendResult::NoBufs, SendResult::RefusedGso, SendResult::Io]))
             .prop_map(|(pick, result)| Op::Complete { pick, result }),
@@ -334,6 +337,8 @@ struct ModelFlow {
     redundancy: Redundancy,
     /// Its newest RTP number.
     rtp: u16,
+    /// Its source's SSRC: only grows, so (SSRC, number) names one packet.
+    ssrc: u32,
 }
 
 impl ModelFlow {
@@ -358,25 +363,26 @@ struct Model {
     submits: usize,
     /// The fake clock.
     now: u64,
-    /// Merge flows: RTP numbers sent first-hand per (flow, output).
-    rtp_sent: BTreeMap<(FlowId, OutputId), BTreeSet<u16>>,
+    /// Merge flows: (SSRC, RTP number)s sent first-hand per (flow, output).
+    rtp_sent: BTreeMap<(FlowId, OutputId), BTreeSet<(u32, u16)>>,
 }
 
-/// A datagram's model number (after its 12-byte RTP header) and RTP
-/// number.
-fn seq_of(core: &Core, in_flight: &InFlight, slot: Slot) -> (u64, u16) {
+/// A datagram's model number (after its 12-byte RTP header), RTP number
+/// and SSRC.
+fn seq_of(core: &Core, in_flight: &InFlight, slot: Slot) -> (u64, u16, u32) {
     let bytes = in_flight
         .buffer(slot)
         .map(|b| core_bytes(core, b))
         .unwrap_or_default();
-    (u64::from_le_bytes(bytes.0), bytes.1)
+    (u64::from_le_bytes(bytes.0), bytes.1, bytes.2)
 }
 
-fn core_bytes(core: &Core, b: &mcrelay_pool::Buffer) -> ([u8; 8], u16) {
+fn core_bytes(core: &Core, b: &mcrelay_pool::Buffer) -> ([u8; 8], u16, u32) {
     let bytes = core.pool().bytes(b);
     let mut seq = [0; 8];
     seq.copy_from_slice(&bytes[12..20]);
-    (seq, u16::from_be_bytes([bytes[2], bytes[3]]))
+    let ssrc = u32::from_be_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
+    (seq, u16::from_be_bytes([bytes[2], bytes[3]]), ssrc)
 }
 
 impl Model {
@@ -404,6 +410,7 @@ impl Model {
                         depths,
                         redundancy,
                         rtp: 1000,
+                        ssrc: 7,
                     });
                 }
             }
@@ -427,11 +434,16 @@ impl Model {
                 }
                 f.rtp = f.rtp.wrapping_add(step);
                 let mut payload = vec![0u8; len.max(20)];
-                let _ = mcrelay_wire::rtp::build(&mut payload, 96, f.rtp - back, 0, 7);
+                let _ = mcrelay_wire::rtp::build(&mut payload, 96, f.rtp - back, 0, f.ssrc);
                 self.next_seq += 1;
                 payload[12..20].copy_from_slice(&self.next_seq.to_le_bytes());
                 self.now += 10_000;
                 let _ = self.core.receive_on(f.id, LegId(leg), &payload, self.now);
+            }
+            Op::NewSource(flow) => {
+                if let Some(f) = self.flows.get_mut(flow) {
+                    f.ssrc += 1;
+                }
             }
             Op::Tick(us) => {
                 self.now += us * 1000;
@@ -465,9 +477,11 @@ impl Model {
                         continue;
                     };
                     for slot in slots {
-                        let (seq, rtp) = seq_of(core, core.in_flight(), slot);
+                        let (seq, rtp, ssrc) = seq_of(core, core.in_flight(), slot);
+                        // In RTP order within a source; a new source's
+                        // packets after the old one's.
                         let seq = if f.in_rtp_order() {
-                            u64::from(rtp)
+                            u64::from(ssrc) << 16 | u64::from(rtp)
                         } else {
                             seq
                         };
@@ -479,7 +493,10 @@ impl Model {
                         *last = seq;
                         if f.merges() {
                             assert!(
-                                rtp_sent.entry((flow, output)).or_default().insert(rtp),
+                                rtp_sent
+                                    .entry((flow, output))
+                                    .or_default()
+                                    .insert((ssrc, rtp)),
                                 "merge sent RTP number {rtp} twice on {output:?} of {flow:?}"
                             );
                         }
