@@ -51,6 +51,51 @@ fn in_netns<T: Send + 'static>(
     })
 }
 
+/// What a receiver in B counted: copies per sequence number.
+type Copies = BTreeMap<u16, u32>;
+
+/// A receiver in B counting the output's copies of each number, joined
+/// when this returns; it stops once told the last number sent (through
+/// the sender returned) and `done(copies, last)`, or at the deadline.
+fn counting_receiver(
+    t: &Topology,
+    done: fn(&Copies, u16) -> bool,
+) -> (
+    std::thread::JoinHandle<Copies>,
+    std::sync::mpsc::Sender<u16>,
+) {
+    let (joined_tx, joined_rx) = std::sync::mpsc::channel();
+    let (last_tx, last_rx) = std::sync::mpsc::channel::<u16>();
+    let receiver = in_netns(&t.b, move || {
+        let s = output_receiver();
+        s.set_read_timeout(Some(Duration::from_millis(100)))
+            .expect("timeout");
+        let _ = joined_tx.send(());
+        let mut copies = Copies::new();
+        let mut last = None;
+        let deadline = Instant::now() + DEADLINE;
+        let mut buf = [0u8; 2048];
+        while Instant::now() < deadline {
+            if let Ok(n) = s.recv(&mut buf)
+                && let Some(h) = rtp::parse(&buf[..n])
+            {
+                *copies.entry(h.sequence).or_default() += 1;
+            }
+            last = last.or_else(|| last_rx.try_recv().ok());
+            if last.is_some_and(|l| done(&copies, l)) {
+                break;
+            }
+        }
+        copies
+    });
+    joined_rx
+        .recv_timeout(DEADLINE)
+        .expect("receiver joined in B");
+    // Let the IGMP join settle on the veth.
+    std::thread::sleep(Duration::from_millis(50));
+    (receiver, last_tx)
+}
+
 /// A socket in B receiving the output: a 64 MiB receive buffer
 /// (`SO_RCVBUFFORCE`: the test runs as root), so a receiving thread that a
 /// loaded machine leaves unscheduled for a while loses nothing.
@@ -308,38 +353,10 @@ fn a_reload_adding_a_leg_loses_nothing_on_the_running_one() {
     let relay = t.relay(&flow_toml("grow", false), &[]);
     let socket = t.dir.join("control.sock");
 
-    // The receiver in B: every datagram, until it has each number up to
-    // the last one sent (told once the sender stops) or the deadline.
-    let (joined_tx, joined_rx) = std::sync::mpsc::channel();
-    let (last_tx, last_rx) = std::sync::mpsc::channel::<u16>();
-    let receiver = in_netns(&t.b, move || {
-        let s = output_receiver();
-        s.set_read_timeout(Some(Duration::from_millis(100)))
-            .expect("timeout");
-        let _ = joined_tx.send(());
-        let mut copies: BTreeMap<u16, u32> = BTreeMap::new();
-        let mut last = None;
-        let deadline = Instant::now() + DEADLINE;
-        let mut buf = [0u8; 2048];
-        while Instant::now() < deadline {
-            if let Ok(n) = s.recv(&mut buf)
-                && let Some(h) = rtp::parse(&buf[..n])
-            {
-                *copies.entry(h.sequence).or_default() += 1;
-            }
-            last = last.or_else(|| last_rx.try_recv().ok());
-            if let Some(last) = last
-                && (0..=last).all(|seq| copies.contains_key(&seq))
-            {
-                break;
-            }
-        }
-        copies
+    // Every number up to the last one sent must arrive.
+    let (receiver, last_tx) = counting_receiver(&t, |copies, last| {
+        (0..=last).all(|seq| copies.contains_key(&seq))
     });
-    joined_rx
-        .recv_timeout(DEADLINE)
-        .expect("receiver joined in B");
-    std::thread::sleep(Duration::from_millis(50));
 
     // The stream on both legs (only A's is received before the reload),
     // until told to stop: it lasts as long as the reload takes.
@@ -446,34 +463,8 @@ fn failover_switches_to_the_backup_leg_once_and_says_so() {
     );
     let relay = t.relay(&config, &[]);
     let socket = t.dir.join("control.sock");
-    let (joined_tx, joined_rx) = std::sync::mpsc::channel();
-    let (last_tx, last_rx) = std::sync::mpsc::channel::<u16>();
-    let receiver = in_netns(&t.b, move || {
-        let s = output_receiver();
-        s.set_read_timeout(Some(Duration::from_millis(100)))
-            .expect("timeout");
-        let _ = joined_tx.send(());
-        let mut copies: BTreeMap<u16, u32> = BTreeMap::new();
-        let mut last = None;
-        let deadline = Instant::now() + DEADLINE;
-        let mut buf = [0u8; 2048];
-        while Instant::now() < deadline {
-            if let Ok(n) = s.recv(&mut buf)
-                && let Some(h) = rtp::parse(&buf[..n])
-            {
-                *copies.entry(h.sequence).or_default() += 1;
-            }
-            last = last.or_else(|| last_rx.try_recv().ok());
-            if last.is_some_and(|l| copies.contains_key(&l)) {
-                break;
-            }
-        }
-        copies
-    });
-    joined_rx
-        .recv_timeout(DEADLINE)
-        .expect("receiver joined in B");
-    std::thread::sleep(Duration::from_millis(50));
+    // Numbers are missing while the switch is pending: up to the last.
+    let (receiver, last_tx) = counting_receiver(&t, |copies, last| copies.contains_key(&last));
 
     // Both legs carry the stream; leg A (the primary) stops after the
     // first 400 numbers, leg B carries on until told to stop.
