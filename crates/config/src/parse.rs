@@ -1022,7 +1022,7 @@ mod tests {
     use super::*;
 
     /// Every error of `text`, as displayed.
-    fn errors(text: &str) -> Vec<String> {
+    pub(super) fn errors(text: &str) -> Vec<String> {
         match parse(text, "t.toml") {
             Ok(_) => panic!("expected errors, got a valid config"),
             Err(e) => e.iter().map(ToString::to_string).collect(),
@@ -1030,7 +1030,7 @@ mod tests {
     }
 
     /// The single error of `text`, as displayed.
-    fn error(text: &str) -> String {
+    pub(super) fn error(text: &str) -> String {
         let e = errors(text);
         assert_eq!(e.len(), 1, "expected one error, got {e:#?}");
         e[0].clone()

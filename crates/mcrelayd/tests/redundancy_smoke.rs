@@ -51,6 +51,76 @@ fn in_netns<T: Send + 'static>(
     })
 }
 
+/// What a receiver in B counted: copies per sequence number.
+type Copies = BTreeMap<u16, u32>;
+
+/// A receiver in B counting the output's copies of each number, joined
+/// when this returns; it stops once told the last number sent (through
+/// the sender returned) and `done(copies, last)`, or at the deadline.
+fn counting_receiver(
+    t: &Topology,
+    done: fn(&Copies, u16) -> bool,
+) -> (
+    std::thread::JoinHandle<Copies>,
+    std::sync::mpsc::Sender<u16>,
+) {
+    let (joined_tx, joined_rx) = std::sync::mpsc::channel();
+    let (last_tx, last_rx) = std::sync::mpsc::channel::<u16>();
+    let receiver = in_netns(&t.b, move || {
+        let s = output_receiver();
+        s.set_read_timeout(Some(Duration::from_millis(100)))
+            .expect("timeout");
+        let _ = joined_tx.send(());
+        let mut copies = Copies::new();
+        let mut last = None;
+        let deadline = Instant::now() + DEADLINE;
+        let mut buf = [0u8; 2048];
+        while Instant::now() < deadline {
+            if let Ok(n) = s.recv(&mut buf)
+                && let Some(h) = rtp::parse(&buf[..n])
+            {
+                *copies.entry(h.sequence).or_default() += 1;
+            }
+            last = last.or_else(|| last_rx.try_recv().ok());
+            if last.is_some_and(|l| done(&copies, l)) {
+                break;
+            }
+        }
+        copies
+    });
+    joined_rx
+        .recv_timeout(DEADLINE)
+        .expect("receiver joined in B");
+    // Let the IGMP join settle on the veth.
+    std::thread::sleep(Duration::from_millis(50));
+    (receiver, last_tx)
+}
+
+/// A socket in B receiving the output: a 64 MiB receive buffer
+/// (`SO_RCVBUFFORCE`: the test runs as root), so a receiving thread that a
+/// loaded machine leaves unscheduled for a while loses nothing.
+#[allow(unsafe_code)]
+fn output_receiver() -> UdpSocket {
+    use std::os::fd::AsRawFd;
+    let s = UdpSocket::bind(SocketAddrV4::new(OUT, PORT)).expect("bind in B");
+    s.join_multicast_v4(&OUT, &Ipv4Addr::new(10, 10, 2, 2))
+        .expect("join in B");
+    let bytes: libc::c_int = 64 << 20;
+    // SAFETY: `bytes` is a live c_int for the call and its size is passed;
+    // the kernel only reads it.
+    let rc = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUFFORCE,
+            (&raw const bytes).cast(),
+            libc::socklen_t::try_from(std::mem::size_of_val(&bytes)).unwrap_or(4),
+        )
+    };
+    assert_eq!(rc, 0, "SO_RCVBUFFORCE: {}", std::io::Error::last_os_error());
+    s
+}
+
 #[allow(unsafe_code)]
 fn enter(file: &fs::File) {
     use std::os::fd::AsRawFd;
@@ -145,9 +215,7 @@ fn two_socket_legs_merge_into_one_complete_output() {
     // of each number or the deadline (a failing test) passes.
     let (joined_tx, joined_rx) = std::sync::mpsc::channel();
     let receiver = in_netns(&t.b, move || {
-        let s = UdpSocket::bind(SocketAddrV4::new(OUT, PORT)).expect("bind in B");
-        s.join_multicast_v4(&OUT, &Ipv4Addr::new(10, 10, 2, 2))
-            .expect("join in B");
+        let s = output_receiver();
         s.set_read_timeout(Some(Duration::from_millis(200)))
             .expect("timeout");
         let _ = joined_tx.send(());
@@ -268,7 +336,15 @@ fn two_socket_legs_merge_into_one_complete_output() {
             && table.contains(&format!("merge: recovered {planted}")),
         "{table}"
     );
-    relay.stop();
+    // The final report has them too.
+    let log = relay.stop();
+    assert!(
+        log.contains(&format!(
+            "final redundancy flow=merged mode=merge recovered={planted} duplicates={both} lost=0"
+        )),
+        "{log}"
+    );
+    assert_eq!(log.matches("final leg flow=merged").count(), 2, "{log}");
 }
 
 #[test]
@@ -277,40 +353,10 @@ fn a_reload_adding_a_leg_loses_nothing_on_the_running_one() {
     let relay = t.relay(&flow_toml("grow", false), &[]);
     let socket = t.dir.join("control.sock");
 
-    // The receiver in B: every datagram, until it has each number up to
-    // the last one sent (told once the sender stops) or the deadline.
-    let (joined_tx, joined_rx) = std::sync::mpsc::channel();
-    let (last_tx, last_rx) = std::sync::mpsc::channel::<u16>();
-    let receiver = in_netns(&t.b, move || {
-        let s = UdpSocket::bind(SocketAddrV4::new(OUT, PORT)).expect("bind in B");
-        s.join_multicast_v4(&OUT, &Ipv4Addr::new(10, 10, 2, 2))
-            .expect("join in B");
-        s.set_read_timeout(Some(Duration::from_millis(100)))
-            .expect("timeout");
-        let _ = joined_tx.send(());
-        let mut copies: BTreeMap<u16, u32> = BTreeMap::new();
-        let mut last = None;
-        let deadline = Instant::now() + DEADLINE;
-        let mut buf = [0u8; 2048];
-        while Instant::now() < deadline {
-            if let Ok(n) = s.recv(&mut buf)
-                && let Some(h) = rtp::parse(&buf[..n])
-            {
-                *copies.entry(h.sequence).or_default() += 1;
-            }
-            last = last.or_else(|| last_rx.try_recv().ok());
-            if let Some(last) = last
-                && (0..=last).all(|seq| copies.contains_key(&seq))
-            {
-                break;
-            }
-        }
-        copies
+    // Every number up to the last one sent must arrive.
+    let (receiver, last_tx) = counting_receiver(&t, |copies, last| {
+        (0..=last).all(|seq| copies.contains_key(&seq))
     });
-    joined_rx
-        .recv_timeout(DEADLINE)
-        .expect("receiver joined in B");
-    std::thread::sleep(Duration::from_millis(50));
 
     // The stream on both legs (only A's is received before the reload),
     // until told to stop: it lasts as long as the reload takes.
@@ -330,7 +376,7 @@ fn a_reload_adding_a_leg_loses_nothing_on_the_running_one() {
                 return seq;
             }
             seq += 1;
-            std::thread::sleep(Duration::from_micros(250));
+            std::thread::sleep(Duration::from_micros(500));
         }
     });
     let packets_in = |n: u64| {
@@ -380,10 +426,11 @@ fn a_reload_adding_a_leg_loses_nothing_on_the_running_one() {
     let twice: usize = copies.values().filter(|&&n| n > 1).count();
     assert!(
         missing.is_empty(),
-        "the reload lost {} of {} numbers: {:?}...\n{}",
+        "the reload lost {} of {} numbers: {:?}...\n{}\n{}",
         missing.len(),
         u32::from(last) + 1,
         &missing[..missing.len().min(20)],
+        stats(&socket),
         relay.log()
     );
     // Only the overlap of the old and the new sockets (about one loop
@@ -402,4 +449,84 @@ fn a_reload_adding_a_leg_loses_nothing_on_the_running_one() {
         relay.log()
     );
     relay.stop();
+}
+
+#[test]
+fn failover_switches_to_the_backup_leg_once_and_says_so() {
+    let Some(t) = two_paths() else { return };
+    let config = format!(
+        "\n[[flow]]\nname = \"fo\"\ninputs = [\
+         {{ interface = \"vRA\", address = \"{LEG_A}\", port = {PORT} }}, \
+         {{ interface = \"vRA2\", address = \"{LEG_B}\", port = {PORT} }}]\n\
+         redundancy = \"failover\"\npayload = \"rtp\"\nfailover_after_ms = 100\nrevert_after_s = 0\n\
+         outputs = [{{ interface = \"vRB\", address = \"{OUT}\", port = {PORT} }}]\n"
+    );
+    let relay = t.relay(&config, &[]);
+    let socket = t.dir.join("control.sock");
+    // Numbers are missing while the switch is pending: up to the last.
+    let (receiver, last_tx) = counting_receiver(&t, |copies, last| copies.contains_key(&last));
+
+    // Both legs carry the stream; leg A (the primary) stops after the
+    // first 400 numbers, leg B carries on until told to stop.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stopping = std::sync::Arc::clone(&stop);
+    let sender = in_netns(&t.a, move || {
+        let a = sender(Ipv4Addr::new(10, 10, 1, 1));
+        let b = sender(Ipv4Addr::new(10, 10, 3, 1));
+        let mut seq = 0u16;
+        loop {
+            let d = datagram(seq);
+            if seq < 400 {
+                a.send_to(&d, SocketAddrV4::new(LEG_A, PORT))
+                    .expect("leg A");
+            }
+            b.send_to(&d, SocketAddrV4::new(LEG_B, PORT))
+                .expect("leg B");
+            if (seq > 400 && stopping.load(std::sync::atomic::Ordering::Relaxed)) || seq == 60_000 {
+                return seq;
+            }
+            seq += 1;
+            std::thread::sleep(Duration::from_micros(500));
+        }
+    });
+    // Wait for the switch, seen in the counters.
+    let deadline = Instant::now() + DEADLINE;
+    let s = loop {
+        let s = stats(&socket);
+        let r = &s["flows"][0]["redundancy"];
+        if r["switches"].as_u64() == Some(1) && r["legs"][1]["forwarded"].as_u64() > Some(200) {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "no switch to leg B: {s}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let last = sender.join().expect("sender");
+    let _ = last_tx.send(last);
+    let copies = receiver.join().expect("receiver");
+    let r = &s["flows"][0]["redundancy"];
+    assert_eq!(r["mode"], "failover", "{s}");
+    assert_eq!(r["active_input"], 1, "{s}");
+    assert!(r["legs"][1]["standby"].as_u64() > Some(0), "{s}");
+    // Never a number twice; what is missing is what leg B carried while
+    // leg A's silence was being noticed (about failover_after_ms).
+    assert!(copies.values().all(|&n| n == 1), "repeats on the output");
+    let missing = (0..=last).filter(|s| !copies.contains_key(s)).count();
+    assert!(missing < 1000, "{missing} of {last} numbers missing");
+    // The supervisor logs the switch from the counters, once a second.
+    let deadline = Instant::now() + DEADLINE;
+    while !relay.log().contains("input switch") {
+        assert!(
+            Instant::now() < deadline,
+            "switch not logged:\n{}",
+            relay.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let log = relay.stop();
+    assert_eq!(log.matches("input switch").count(), 1, "{log}");
+    assert!(
+        log.contains("final redundancy flow=fo mode=failover") && log.contains("switches=1"),
+        "{log}"
+    );
 }

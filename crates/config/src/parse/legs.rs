@@ -249,21 +249,9 @@ fn same_input(a: &Input, b: &Input) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::{error, errors};
     use crate::model::*;
     use crate::parse;
-
-    fn errors(text: &str) -> Vec<String> {
-        match parse(text, "t.toml") {
-            Ok(_) => panic!("expected errors, got a valid config"),
-            Err(e) => e.iter().map(ToString::to_string).collect(),
-        }
-    }
-
-    fn error(text: &str) -> String {
-        let e = errors(text);
-        assert_eq!(e.len(), 1, "expected one error, got {e:#?}");
-        e[0].clone()
-    }
 
     const A: &str = r#"{ interface = "eth0", address = "239.1.1.1", port = 5000 }"#;
     const B: &str = r#"{ interface = "eth2", address = "239.1.2.1", port = 5002, source = "10.2.2.2", ingress = "packet" }"#;

@@ -51,7 +51,8 @@ pub(super) struct Leg {
     /// The first receive error was logged.
     pub(super) error_logged: bool,
     /// Stream health of the leg: every datagram is shown to it before
-    /// the core, with the batch's clock reading.
+    /// the core, with the batch's clock reading; published once per batch
+    /// ([`Worker::publish_health`]).
     pub(super) health: crate::health::InputHealth,
     /// Packet ingress: the frames' filter, checked again per frame.
     pub(super) packet: Option<mcrelay_wire::FlowMatch>,
@@ -191,7 +192,8 @@ pub(super) struct Worker {
     /// completion batch and loop turn: the arrival time of what it holds.
     pub(super) now_ns: u64,
     /// Legs whose stream health saw datagrams not yet published, each at
-    /// most once; room for every leg, so a push never allocates.
+    /// most once; room for every leg of every flow, so a push never
+    /// allocates.
     pub(super) health_unpublished: Vec<(FlowId, LegId)>,
     commands: mpsc::Receiver<Command>,
     events: mpsc::Sender<Event>,
@@ -349,10 +351,13 @@ impl Worker {
     /// Publish the stream health of every leg that received since the
     /// last call: once per completion batch, not per datagram.
     pub(super) fn publish_health(&mut self) {
-        // By index: the list keeps its capacity (no allocation next time).
-        for i in 0..self.health_unpublished.len() {
-            let (f, l) = self.health_unpublished[i];
-            if let Some(leg) = self.leg_mut(f, l) {
+        for (f, l) in self.health_unpublished.drain(..) {
+            if let Some(leg) = self
+                .flows
+                .get_mut(f.index())
+                .and_then(Option::as_mut)
+                .and_then(|fl| fl.leg_mut(l))
+            {
                 leg.health.publish();
             }
         }
@@ -535,26 +540,26 @@ impl Worker {
         self.flows.get_mut(f.index())?.as_mut()?.leg_mut(leg)
     }
 
-    /// Arm every leg's receive of flow `f`.
-    pub(super) fn arm_receives(&mut self, f: FlowId) {
-        let legs = self
-            .flows
+    /// The legs of flow `f` (none for a free number).
+    fn legs_of(&self, f: FlowId) -> impl Iterator<Item = LegId> + use<> {
+        self.flows
             .get(f.index())
             .and_then(Option::as_ref)
-            .map(Flow::leg_ids);
-        for leg in legs.into_iter().flatten() {
+            .map(Flow::leg_ids)
+            .into_iter()
+            .flatten()
+    }
+
+    /// Arm every leg's receive of flow `f`.
+    pub(super) fn arm_receives(&mut self, f: FlowId) {
+        for leg in self.legs_of(f) {
             self.arm_receive(f, leg);
         }
     }
 
     /// Cancel every leg's receive of flow `f`.
     pub(super) fn cancel_receives(&mut self, f: FlowId) {
-        let legs = self
-            .flows
-            .get(f.index())
-            .and_then(Option::as_ref)
-            .map(Flow::leg_ids);
-        for leg in legs.into_iter().flatten() {
+        for leg in self.legs_of(f) {
             self.cancel_receive(f, leg);
         }
     }

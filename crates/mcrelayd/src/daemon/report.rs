@@ -377,6 +377,27 @@ pub(super) fn print_final(shared: &Shared) {
             flow.state.tag(),
             flow.interface_pauses,
         );
+        if let Some(r) = &flow.redundancy {
+            eprintln!(
+                "final redundancy flow={} mode={} recovered={} duplicates={} lost={} resets={} switches={} active_input={} late={} not_rtp={}",
+                flow.name,
+                r.mode,
+                r.recovered,
+                r.duplicates,
+                r.lost,
+                r.resets,
+                r.switches,
+                r.active_input,
+                r.late,
+                r.not_rtp,
+            );
+            for (i, leg) in r.legs.iter().enumerate() {
+                eprintln!(
+                    "final leg flow={} leg={i} input={:?} forwarded={} standby={} kernel_drops={}",
+                    flow.name, leg.input, leg.forwarded, leg.standby, leg.kernel_drops,
+                );
+            }
+        }
         for o in &flow.outputs {
             eprintln!(
                 "final output flow={} output={} packets_out={} bytes_out={} drop_backlog={} drop_send_error={} last_error={:?} in_flight_high_water={} gso_sends={} gso_fallbacks={}",
