@@ -6,9 +6,14 @@
 //! the worker, read by the supervisor. The datagram is never changed, and
 //! is relayed whatever this says.
 //!
-//! Cost per datagram: the tracker's bounded parse, one monotonic clock
-//! read, and a relaxed store per published counter of the mode (plain
-//! moves). Nothing allocates: the tracker, with its TS table, is built when
+//! A flow with several inputs (legs) has one [`InputHealth`] per leg,
+//! each publishing into its leg's [`HealthCounters`]
+//! ([`FlowCounters::leg_health`]).
+//!
+//! Cost per datagram: the tracker's bounded parse and a relaxed store per
+//! published counter of the mode (plain moves); the worker reads the
+//! monotonic clock once per completion batch and passes it in
+//! ([`InputHealth::observe_at`]). Nothing allocates: the tracker, with its TS table, is built when
 //! the flow is added.
 
 use std::sync::Arc;
@@ -140,11 +145,14 @@ struct Base {
     ts: [u64; 4],
 }
 
-/// A flow's health tracker and where it publishes. Lives in the worker.
+/// One input's (leg's) health tracker and where it publishes. Lives in
+/// the worker.
 #[derive(Debug)]
 pub struct InputHealth {
     tracker: InputTracker,
     counters: Arc<FlowCounters>,
+    /// Which of the flow's legs: where in `counters` it publishes.
+    leg: usize,
     base: Base,
 }
 
@@ -152,7 +160,18 @@ impl InputHealth {
     /// Called when the flow is added to its worker (not on the packet
     /// path): allocates the tracker and records the settings.
     pub fn new(settings: HealthSettings, counters: Arc<FlowCounters>) -> Self {
-        let h = &counters.health;
+        Self::for_leg(settings, counters, 0)
+    }
+
+    /// [`InputHealth::new`] for leg `leg` (0 to 3; a larger one publishes
+    /// as leg 0) of a flow with several inputs.
+    pub fn for_leg(settings: HealthSettings, counters: Arc<FlowCounters>, leg: usize) -> Self {
+        let leg = if counters.leg_health(leg).is_some() {
+            leg
+        } else {
+            0
+        };
+        let h = counters.leg_health(leg).unwrap_or(&counters.health);
         let index = Payload::ALL
             .iter()
             .position(|&p| p == settings.payload)
@@ -180,13 +199,17 @@ impl InputHealth {
         Self {
             tracker: InputTracker::new(settings.payload, settings.rtp_clock_hz),
             counters,
+            leg,
             base,
         }
     }
 
     /// Where it publishes.
+    #[inline]
     pub fn counters(&self) -> &HealthCounters {
-        &self.counters.health
+        self.counters
+            .leg_health(self.leg)
+            .unwrap_or(&self.counters.health)
     }
 
     /// The packet path: read `d`, arrived now, and publish.
@@ -199,7 +222,10 @@ impl InputHealth {
     #[inline]
     pub fn observe_at(&mut self, d: &[u8], now: u64) {
         let gap = self.tracker.observe(d, now);
-        let h = &self.counters.health;
+        let h = self
+            .counters
+            .leg_health(self.leg)
+            .unwrap_or(&self.counters.health);
         h.last_arrival_ns.set(now.saturating_add(1));
         if gap > h.max_gap_ns.get() {
             h.max_gap_ns.set(gap);
@@ -275,5 +301,28 @@ mod tests {
         h.observe_at(&pkt(100), 1000);
         h.observe_at(&pkt(102), 1010);
         assert_eq!((c.rtp_packets.get(), c.rtp_lost.get()), (5, 2));
+    }
+
+    #[test]
+    fn each_leg_publishes_its_own_health() {
+        let counters = Arc::new(FlowCounters::default());
+        let settings = HealthSettings {
+            payload: Payload::Rtp,
+            rtp_clock_hz: 90_000,
+            silence_ms: 100,
+        };
+        let mut a = InputHealth::for_leg(settings, Arc::clone(&counters), 0);
+        let mut b = InputHealth::for_leg(settings, Arc::clone(&counters), 3);
+        a.observe_at(&pkt(1), 0);
+        a.observe_at(&pkt(2), 1);
+        b.observe_at(&pkt(2), 5);
+        let leg = |i| counters.leg_health(i).expect("leg");
+        assert_eq!(leg(0).rtp_packets.get(), 2);
+        assert_eq!(leg(3).rtp_packets.get(), 1);
+        assert_eq!(leg(3).last_arrival(), Some(5));
+        assert_eq!(leg(1).settings(), None, "leg 1 never added");
+        assert_eq!(leg(3).settings(), Some(settings));
+        assert!(counters.leg_health(4).is_none());
+        assert!(std::ptr::eq(b.counters(), leg(3)));
     }
 }
