@@ -582,13 +582,10 @@ fn failover_switches_to_the_backup_and_back_without_repeating_numbers() {
     relay.stop();
 }
 
-/// A running one-leg flow gets a second leg by reload: nothing is lost on
-/// the leg it had, and the new leg is merged (its copies are dropped as
-/// duplicates).
-#[test]
-#[ignore = "fails against redlegs 3bf9ca5: nothing is lost, but the reload forwards one sequence number twice (make-before-break: the old flow and the new merge both send it); run with --ignored"]
-fn reload_adding_a_leg_loses_nothing_on_the_existing_leg() {
-    let Some(t) = topology() else { return };
+/// A running one-leg flow gets a second leg by reload while the stream
+/// runs; what the receiver saw.
+fn reload_adding_a_leg() -> Option<Value> {
+    let t = topology()?;
     let one = format!("input = {}", leg_toml("vRA1", LEG0));
     let relay = start(&t, &config(&t, &one, "payload = \"rtp\""));
     let count = 8000;
@@ -608,6 +605,7 @@ fn reload_adding_a_leg_loses_nothing_on_the_existing_leg() {
     .expect("rewrite config");
     let (code, said) = ctl(&socket(&t), &["reload"]);
     assert_eq!(code, 0, "reload: {said}\n{}", relay.log());
+    // The new leg is merged: its copies are dropped as duplicates.
     wait_for_metric(
         &t,
         "the new leg's copies merged",
@@ -620,9 +618,38 @@ fn reload_adding_a_leg_loses_nothing_on_the_existing_leg() {
     );
     summary(tx, "sender");
     let got = summary(rx, "receiver");
-    complete(&got, count);
-    assert_eq!(got["late"], 0, "{got}");
     relay.stop();
+    eprintln!(
+        "reload: {} missing, {} repeated: {}",
+        got["missing"], got["duplicates"], got["duplicated_seqs"]
+    );
+    assert_eq!(got["ended"], true, "the end marker arrived: {got}");
+    for key in ["corrupt", "foreign", "not_rtp", "truncated", "beyond"] {
+        assert_eq!(got[key], 0, "{key}: {got}");
+    }
+    Some(got)
+}
+
+/// The reload promise: adding a leg to a running flow loses
+/// nothing on the leg it had, and nothing leaves out of order.
+#[test]
+fn reload_adding_a_leg_loses_nothing_on_the_existing_leg() {
+    let Some(got) = reload_adding_a_leg() else {
+        return;
+    };
+    assert_eq!(got["missing"], 0, "nothing lost: {got}");
+    assert_eq!(got["late"], 0, "nothing out of order: {got}");
+}
+
+/// The merge's promise (each sequence number forwarded once) across the
+/// reload that makes the flow a merge.
+#[test]
+#[ignore = "fails against redlegs 3bf9ca5 (by design there: make-before-break lets the old flow and the new merge both send the numbers of their overlap; one number is seen twice); the integrator decides; run with --ignored"]
+fn reload_adding_a_leg_repeats_no_sequence_number() {
+    let Some(got) = reload_adding_a_leg() else {
+        return;
+    };
+    assert_eq!(got["duplicates"], 0, "no number twice: {got}");
 }
 
 /// ffmpeg on PATH, or a message saying why the test is skipped.
