@@ -346,13 +346,21 @@ fn leg_list(sent: &Value, leg: usize, key: &str) -> Vec<u64> {
 }
 
 /// The receiver saw the whole stream, each datagram valid, once.
-fn complete(rx: &Value, count: u64) {
-    assert_eq!(rx["ended"], true, "the end marker arrived: {rx}");
-    assert_eq!(rx["missing"], 0, "nothing missing: {rx}");
-    assert_eq!(rx["duplicates"], 0, "no duplicates: {rx}");
-    assert_eq!(rx["received"], count, "{rx}");
-    for key in ["corrupt", "foreign", "not_rtp", "truncated", "beyond"] {
-        assert_eq!(rx[key], 0, "{key}: {rx}");
+fn complete(t: &Topology, rx: &Value, count: u64) {
+    let whole = rx["ended"] == true
+        && rx["missing"] == 0
+        && rx["duplicates"] == 0
+        && rx["received"] == count
+        && ["corrupt", "foreign", "not_rtp", "truncated", "beyond"]
+            .iter()
+            .all(|k| rx[*k] == 0);
+    if !whole {
+        // The relay's side of it, for the failure message.
+        let s = stats(t);
+        panic!(
+            "the output is not the whole stream, once, valid (ended, nothing missing, no duplicates, received {count}):\nreceiver: {rx}\nflow f: {}",
+            flow(&s)
+        );
     }
 }
 
@@ -363,8 +371,15 @@ fn complete(rx: &Value, count: u64) {
 /// match the plan.
 fn merge(merge_delay_ms: u64) {
     let Some(t) = topology() else { return };
-    let settings =
-        format!("payload = \"rtp\"\nredundancy = \"merge\"\nmerge_delay_ms = {merge_delay_ms}");
+    // The widest window (1000 ms): a number's fate (recovered or not) is
+    // settled in the relay's time, when its window closes, so a relay
+    // stalled longer than window - skew on a loaded machine would see
+    // the late leg's copy after it closed and count one more recovered
+    // than the plan. The default window's accounting is the core's
+    // fake-clock tests' job.
+    let settings = format!(
+        "payload = \"rtp\"\nredundancy = \"merge\"\nmerge_delay_ms = {merge_delay_ms}\nmerge_window_ms = 1000"
+    );
     let relay = start(&t, &config(&t, &two_legs(), &settings));
     let count = 4000;
     let rx = receiver(&t, count);
@@ -392,7 +407,7 @@ fn merge(merge_delay_ms: u64) {
     for leg in 0..2 {
         assert_eq!(sent["legs"][leg]["send_errors"], 0, "{sent}");
     }
-    complete(&got, count);
+    complete(&t, &got, count);
     let late = numbers(&got["late_seqs"]);
     eprintln!(
         "merge_delay_ms {merge_delay_ms}: {} + {} planted losses, {} late (at most {} numbers behind)",
@@ -466,7 +481,7 @@ fn merge_loses_nothing_when_a_legs_interface_goes_down() {
     t.ip(&t.r, &["link", "set", "vRA1", "down"]);
     let sent = summary(tx, "sender");
     let got = summary(rx, "receiver");
-    complete(&got, count);
+    complete(&t, &got, count);
     let after = stats(&t);
     assert!(
         flow(&after)["packets_in"].as_u64() < Some(2 * count),
