@@ -82,7 +82,9 @@ pub struct LegsArgs {
     /// TTL / hop limit.
     #[arg(long, default_value_t = 16)]
     ttl: u32,
-    /// Print the summary (with each leg's unsent sequence numbers) as JSON.
+    /// Print the summary as JSON: each leg's unsent sequence numbers, and
+    /// `max_behind_ms`, the most any send ran behind its schedule (a
+    /// stalled sender stretches the legs' skew by up to that much).
     #[arg(long)]
     json: bool,
 }
@@ -266,12 +268,17 @@ pub fn send(a: &LegsArgs) -> anyhow::Result<()> {
     // The datagram in `buf`, so a number sent on two legs in a row is
     // built once.
     let mut built: Option<u64> = None;
+    let mut behind = Duration::ZERO;
     let start = Instant::now();
     for e in plan.schedule() {
         if stop.load(Ordering::Relaxed) {
             break;
         }
-        sleep_until(start + e.at);
+        let due = start + e.at;
+        sleep_until(due);
+        // How far behind its schedule the sender ran: a stall stretches
+        // the legs' skew by up to this much.
+        behind = behind.max(Instant::now().saturating_duration_since(due));
         let d: &[u8] = match &recorded {
             Some(r) => r
                 .get(usize::try_from(e.seq).unwrap_or(usize::MAX))
@@ -302,7 +309,7 @@ pub fn send(a: &LegsArgs) -> anyhow::Result<()> {
         }
     }
     let secs = start.elapsed().as_secs_f64();
-    report_send(a, &plan, &totals, secs);
+    report_send(a, &plan, &totals, secs, behind);
     Ok(())
 }
 
@@ -327,7 +334,7 @@ fn list(v: &[u64]) -> String {
     format!("[{}]", items.join(","))
 }
 
-fn report_send(a: &LegsArgs, plan: &Plan, totals: &[LegTotals], secs: f64) {
+fn report_send(a: &LegsArgs, plan: &Plan, totals: &[LegTotals], secs: f64, behind: Duration) {
     let legs_json: Vec<String> = totals
         .iter()
         .enumerate()
@@ -345,9 +352,10 @@ fn report_send(a: &LegsArgs, plan: &Plan, totals: &[LegTotals], secs: f64) {
         .collect();
     if a.json {
         println!(
-            "{{\"count\":{},\"rate\":{},\"seconds\":{secs:.3},\"legs\":[{}]}}",
+            "{{\"count\":{},\"rate\":{},\"seconds\":{secs:.3},\"max_behind_ms\":{:.3},\"legs\":[{}]}}",
             plan.count(),
             a.rate,
+            behind.as_secs_f64() * 1e3,
             legs_json.join(",")
         );
     } else {
