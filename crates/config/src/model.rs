@@ -285,9 +285,13 @@ impl fmt::Display for IngressKind {
 
 impl Flow {
     /// The first (for failover: the primary) leg.
+    ///
+    /// # Panics
+    ///
+    /// On a hand-built flow with no input: a parsed flow, like every flow
+    /// in a [`FlowTable`] ([`FlowTable::new`] refuses one without), has at
+    /// least one. (Used by tests; the daemon walks `inputs`.)
     pub fn primary(&self) -> &Input {
-        // `inputs` is never empty in a parsed flow; a hand-built empty one
-        // is a programming error caught by `FlowTable::new`.
         &self.inputs[0]
     }
 

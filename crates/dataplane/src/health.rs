@@ -10,11 +10,11 @@
 //! each publishing into its leg's [`HealthCounters`]
 //! ([`FlowCounters::leg_health`]).
 //!
-//! Cost per datagram: the tracker's bounded parse and a relaxed store per
-//! published counter of the mode (plain moves); the worker reads the
-//! monotonic clock once per completion batch and passes it in
-//! ([`InputHealth::observe_at`]). Nothing allocates: the tracker, with its TS table, is built when
-//! the flow is added.
+//! Cost per datagram: the tracker's bounded parse only. The monotonic
+//! clock is read once per completion batch by the worker, and the counters
+//! are published (a relaxed store each, plain moves) once per batch for
+//! each flow that received in it. Nothing allocates: the tracker, with its
+//! TS table, is built when the flow is added.
 
 use std::sync::Arc;
 use std::sync::OnceLock;
@@ -147,6 +147,11 @@ struct Base {
 
 /// One input's (leg's) health tracker and where it publishes. Lives in
 /// the worker.
+///
+/// The packet path only updates the tracker ([`InputHealth::observe_at`]);
+/// the worker publishes once per completion batch ([`InputHealth::publish`])
+/// what a batch of datagrams changed, so the relaxed stores are paid per
+/// batch, not per datagram.
 #[derive(Debug)]
 pub struct InputHealth {
     tracker: InputTracker,
@@ -154,6 +159,11 @@ pub struct InputHealth {
     /// Which of the flow's legs: where in `counters` it publishes.
     leg: usize,
     base: Base,
+    /// Datagrams observed since the last publish.
+    unpublished: bool,
+    /// The longest gap among them, and the latest arrival.
+    batch_max_gap: u64,
+    batch_last_ns: u64,
 }
 
 impl InputHealth {
@@ -201,6 +211,9 @@ impl InputHealth {
             counters,
             leg,
             base,
+            unpublished: false,
+            batch_max_gap: 0,
+            batch_last_ns: 0,
         }
     }
 
@@ -212,24 +225,32 @@ impl InputHealth {
             .unwrap_or(&self.counters.health)
     }
 
-    /// The packet path: read `d`, arrived now, and publish.
+    /// The packet path: read `d`, arrived at `now` ([`now_ns`], read once
+    /// per batch by the worker). `true` when this is the first datagram
+    /// since the last [`Self::publish`]: the caller remembers to publish.
     #[inline]
-    pub fn observe(&mut self, d: &[u8]) {
-        self.observe_at(d, now_ns());
+    pub fn observe_at(&mut self, d: &[u8], now: u64) -> bool {
+        let gap = self.tracker.observe(d, now);
+        self.batch_max_gap = self.batch_max_gap.max(gap);
+        self.batch_last_ns = now;
+        !core::mem::replace(&mut self.unpublished, true)
     }
 
-    /// [`Self::observe`] with the arrival time given (benchmarks, tests).
-    #[inline]
-    pub fn observe_at(&mut self, d: &[u8], now: u64) {
-        let gap = self.tracker.observe(d, now);
+    /// Publish what the datagrams observed since the last call changed:
+    /// once per completion batch, off the per-datagram path.
+    pub fn publish(&mut self) {
+        if !core::mem::take(&mut self.unpublished) {
+            return;
+        }
         let h = self
             .counters
             .leg_health(self.leg)
             .unwrap_or(&self.counters.health);
-        h.last_arrival_ns.set(now.saturating_add(1));
-        if gap > h.max_gap_ns.get() {
-            h.max_gap_ns.set(gap);
+        h.last_arrival_ns.set(self.batch_last_ns.saturating_add(1));
+        if self.batch_max_gap > h.max_gap_ns.get() {
+            h.max_gap_ns.set(self.batch_max_gap);
         }
+        self.batch_max_gap = 0;
         let payload = self.tracker.payload();
         if payload.has_rtp() {
             let r = self.tracker.rtp();
@@ -280,10 +301,13 @@ mod tests {
         let mut h = InputHealth::new(settings, Arc::clone(&counters));
         assert_eq!(counters.health.settings(), Some(settings));
         assert_eq!(counters.health.last_arrival(), None);
-        h.observe_at(&pkt(1), 0);
-        h.observe_at(&pkt(3), 10);
-        h.observe_at(&pkt(3), 50);
+        assert!(h.observe_at(&pkt(1), 0), "the first one asks for a publish");
+        assert!(!h.observe_at(&pkt(3), 10), "later ones don't");
+        h.publish();
         let c = &counters.health;
+        assert_eq!((c.rtp_packets.get(), c.last_arrival()), (2, Some(10)));
+        assert!(h.observe_at(&pkt(3), 50), "asks again after a publish");
+        h.publish();
         assert_eq!(
             (
                 c.rtp_packets.get(),
@@ -300,6 +324,7 @@ mod tests {
         let mut h = InputHealth::new(settings, Arc::clone(&counters));
         h.observe_at(&pkt(100), 1000);
         h.observe_at(&pkt(102), 1010);
+        h.publish();
         assert_eq!((c.rtp_packets.get(), c.rtp_lost.get()), (5, 2));
     }
 
@@ -316,6 +341,8 @@ mod tests {
         a.observe_at(&pkt(1), 0);
         a.observe_at(&pkt(2), 1);
         b.observe_at(&pkt(2), 5);
+        a.publish();
+        b.publish();
         let leg = |i| counters.leg_health(i).expect("leg");
         assert_eq!(leg(0).rtp_packets.get(), 2);
         assert_eq!(leg(3).rtp_packets.get(), 1);

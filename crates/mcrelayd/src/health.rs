@@ -134,11 +134,10 @@ impl Watcher {
                 seen.insert(key, (h.silent, losses));
             }
             if let Some(r) = &f.redundancy {
-                let (switches, resets) = self
-                    .redundancy
-                    .get(&f.name)
-                    .copied()
-                    .unwrap_or((r.switches, r.resets));
+                // A flow's counters start at zero when it is configured
+                // (and again when a reload changes it), so a flow seen for
+                // the first time logs what it did before this tick.
+                let (switches, resets) = self.redundancy.get(&f.name).copied().unwrap_or((0, 0));
                 if r.switches > switches {
                     let to = usize::try_from(r.active_input)
                         .ok()
@@ -236,6 +235,8 @@ mod tests {
             s.clone()
         };
         let mut w = Watcher::default();
+        w.tick(&with(false, 0, 0, 0));
+        assert_eq!(w.redundancy["cam"], (0, 0));
         w.tick(&with(false, 0, 4, 1));
         assert_eq!(w.redundancy["cam"], (4, 1));
         assert_eq!(w.status(), "");

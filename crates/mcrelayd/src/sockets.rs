@@ -441,3 +441,57 @@ fn open_here(flow: &Flow) -> Result<OpenedFlow, OpenError> {
         unconnected,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flow(extra: &str) -> Flow {
+        let text = format!(
+            "[[flow]]\nname = \"f\"\ninputs = [\
+             {{ interface = \"a\", address = \"239.1.1.1\", port = 5000 }}, \
+             {{ interface = \"b\", address = \"239.1.1.1\", port = 5000 }}]\n\
+             outputs = [{{ interface = \"c\", address = \"239.2.2.2\", port = 5000 }}]\n{extra}"
+        );
+        let c = mcrelay_config::parse(&text, "t.toml").unwrap_or_else(|e| panic!("{e}"));
+        c.flows.as_slice()[0].clone()
+    }
+
+    #[test]
+    fn the_config_becomes_the_cores_rule_in_nanoseconds() {
+        assert_eq!(
+            redundancy(&flow(
+                "redundancy = \"merge\"\npayload = \"rtp\"\nmerge_delay_ms = 20\nmerge_window_ms = 80"
+            )),
+            Redundancy::Merge {
+                delay_ns: 20_000_000,
+                window_ns: 80_000_000
+            }
+        );
+        assert_eq!(
+            redundancy(&flow("redundancy = \"failover\"\npayload = \"rtp-mpegts\"")),
+            Redundancy::Failover {
+                after_ns: 100_000_000,
+                revert_after_ns: Some(10_000_000_000),
+                rtp: true
+            }
+        );
+        assert_eq!(
+            redundancy(&flow(
+                "redundancy = \"failover\"\nfailover_after_ms = 7\nrevert_after_s = 0"
+            )),
+            Redundancy::Failover {
+                after_ns: 7_000_000,
+                revert_after_ns: None,
+                rtp: false
+            }
+        );
+        let one = mcrelay_config::parse(
+            "[[flow]]\nname = \"g\"\ninput = { interface = \"a\", address = \"239.1.1.1\", port = 5000 }\n\
+             outputs = [{ interface = \"c\", address = \"239.2.2.2\", port = 5000 }]\n",
+            "t.toml",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(redundancy(&one.flows.as_slice()[0]), Redundancy::Single);
+    }
+}

@@ -433,3 +433,109 @@ fn a_reload_adding_a_leg_loses_nothing_on_the_running_one() {
     );
     relay.stop();
 }
+
+#[test]
+fn failover_switches_to_the_backup_leg_once_and_says_so() {
+    let Some(t) = two_paths() else { return };
+    let config = format!(
+        "\n[[flow]]\nname = \"fo\"\ninputs = [\
+         {{ interface = \"vRA\", address = \"{LEG_A}\", port = {PORT} }}, \
+         {{ interface = \"vRA2\", address = \"{LEG_B}\", port = {PORT} }}]\n\
+         redundancy = \"failover\"\npayload = \"rtp\"\nfailover_after_ms = 100\nrevert_after_s = 0\n\
+         outputs = [{{ interface = \"vRB\", address = \"{OUT}\", port = {PORT} }}]\n"
+    );
+    let relay = t.relay(&config, &[]);
+    let socket = t.dir.join("control.sock");
+    let (joined_tx, joined_rx) = std::sync::mpsc::channel();
+    let (last_tx, last_rx) = std::sync::mpsc::channel::<u16>();
+    let receiver = in_netns(&t.b, move || {
+        let s = output_receiver();
+        s.set_read_timeout(Some(Duration::from_millis(100)))
+            .expect("timeout");
+        let _ = joined_tx.send(());
+        let mut copies: BTreeMap<u16, u32> = BTreeMap::new();
+        let mut last = None;
+        let deadline = Instant::now() + DEADLINE;
+        let mut buf = [0u8; 2048];
+        while Instant::now() < deadline {
+            if let Ok(n) = s.recv(&mut buf)
+                && let Some(h) = rtp::parse(&buf[..n])
+            {
+                *copies.entry(h.sequence).or_default() += 1;
+            }
+            last = last.or_else(|| last_rx.try_recv().ok());
+            if last.is_some_and(|l| copies.contains_key(&l)) {
+                break;
+            }
+        }
+        copies
+    });
+    joined_rx
+        .recv_timeout(DEADLINE)
+        .expect("receiver joined in B");
+    std::thread::sleep(Duration::from_millis(50));
+
+    // Both legs carry the stream; leg A (the primary) stops after the
+    // first 400 numbers, leg B carries on until told to stop.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stopping = std::sync::Arc::clone(&stop);
+    let sender = in_netns(&t.a, move || {
+        let a = sender(Ipv4Addr::new(10, 10, 1, 1));
+        let b = sender(Ipv4Addr::new(10, 10, 3, 1));
+        let mut seq = 0u16;
+        loop {
+            let d = datagram(seq);
+            if seq < 400 {
+                a.send_to(&d, SocketAddrV4::new(LEG_A, PORT))
+                    .expect("leg A");
+            }
+            b.send_to(&d, SocketAddrV4::new(LEG_B, PORT))
+                .expect("leg B");
+            if (seq > 400 && stopping.load(std::sync::atomic::Ordering::Relaxed)) || seq == 60_000 {
+                return seq;
+            }
+            seq += 1;
+            std::thread::sleep(Duration::from_micros(500));
+        }
+    });
+    // Wait for the switch, seen in the counters.
+    let deadline = Instant::now() + DEADLINE;
+    let s = loop {
+        let s = stats(&socket);
+        let r = &s["flows"][0]["redundancy"];
+        if r["switches"].as_u64() == Some(1) && r["legs"][1]["forwarded"].as_u64() > Some(200) {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "no switch to leg B: {s}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let last = sender.join().expect("sender");
+    let _ = last_tx.send(last);
+    let copies = receiver.join().expect("receiver");
+    let r = &s["flows"][0]["redundancy"];
+    assert_eq!(r["mode"], "failover", "{s}");
+    assert_eq!(r["active_input"], 1, "{s}");
+    assert!(r["legs"][1]["standby"].as_u64() > Some(0), "{s}");
+    // Never a number twice; what is missing is what leg B carried while
+    // leg A's silence was being noticed (about failover_after_ms).
+    assert!(copies.values().all(|&n| n == 1), "repeats on the output");
+    let missing = (0..=last).filter(|s| !copies.contains_key(s)).count();
+    assert!(missing < 1000, "{missing} of {last} numbers missing");
+    // The supervisor logs the switch from the counters, once a second.
+    let deadline = Instant::now() + DEADLINE;
+    while !relay.log().contains("input switch") {
+        assert!(
+            Instant::now() < deadline,
+            "switch not logged:\n{}",
+            relay.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let log = relay.stop();
+    assert_eq!(log.matches("input switch").count(), 1, "{log}");
+    assert!(
+        log.contains("final redundancy flow=fo mode=failover") && log.contains("switches=1"),
+        "{log}"
+    );
+}

@@ -51,7 +51,8 @@ pub(super) struct Leg {
     /// The first receive error was logged.
     pub(super) error_logged: bool,
     /// Stream health of the leg: every datagram is shown to it before
-    /// the core, with the batch's clock reading.
+    /// the core, with the batch's clock reading; published once per batch
+    /// ([`Worker::publish_health`]).
     pub(super) health: crate::health::InputHealth,
     /// Packet ingress: the frames' filter, checked again per frame.
     pub(super) packet: Option<mcrelay_wire::FlowMatch>,
@@ -190,6 +191,10 @@ pub(super) struct Worker {
     /// The monotonic clock ([`crate::health::now_ns`]), read once per
     /// completion batch and loop turn: the arrival time of what it holds.
     pub(super) now_ns: u64,
+    /// Legs whose stream health saw datagrams not yet published, each at
+    /// most once; room for every leg of every flow, so a push never
+    /// allocates.
+    pub(super) health_unpublished: Vec<(FlowId, LegId)>,
     commands: mpsc::Receiver<Command>,
     events: mpsc::Sender<Event>,
 }
@@ -286,6 +291,7 @@ impl Worker {
             cpu: config.cpu,
             loop_counters: Arc::new(LoopCounters::default()),
             now_ns: crate::health::now_ns(),
+            health_unpublished: Vec::new(),
             commands,
             events,
         };
@@ -318,7 +324,25 @@ impl Worker {
             self.flows.resize_with(id.index() + 1, || None);
         }
         self.flows[id.index()] = Some(flow);
+        let room = self.flows.len() * usize::from(LegId::MAX_LEGS);
+        self.health_unpublished
+            .reserve(room.saturating_sub(self.health_unpublished.len()));
         Ok(id)
+    }
+
+    /// Publish the stream health of every leg that received since the
+    /// last call: once per completion batch, not per datagram.
+    pub(super) fn publish_health(&mut self) {
+        for (f, l) in self.health_unpublished.drain(..) {
+            if let Some(leg) = self
+                .flows
+                .get_mut(f.index())
+                .and_then(Option::as_mut)
+                .and_then(|fl| fl.leg_mut(l))
+            {
+                leg.health.publish();
+            }
+        }
     }
 
     pub(super) fn stats(&self) -> Arc<WorkerStats> {
@@ -406,6 +430,7 @@ impl Worker {
                     self.complete(&cqe);
                 }
                 self.flush_sends();
+                self.publish_health();
                 // Hand this batch's sends to the kernel now: they complete
                 // (inline, mostly) while the next batch is handled, so an
                 // output's in-flight count tracks the kernel, not how many

@@ -161,7 +161,9 @@ impl Worker {
         let now = self.now_ns;
         if let Some(bytes) = self.receive_buffers.filled(id, len)
             && {
-                leg.health.observe_at(bytes, now);
+                if leg.health.observe_at(bytes, now) {
+                    self.health_unpublished.push((f, l));
+                }
                 self.core.receive_on(f, l, bytes, now) == (Received::Full { newly: true })
             }
         {
@@ -214,8 +216,9 @@ impl Worker {
                             .get_mut(f.index())
                             .and_then(Option::as_mut)
                             .and_then(|fl| fl.leg_mut(l))
+                            && leg.health.observe_at(payload, now)
                         {
-                            leg.health.observe_at(payload, now);
+                            self.health_unpublished.push((f, l));
                         }
                         if matches!(
                             self.core.receive_on(f, l, payload, now),
@@ -245,6 +248,7 @@ impl Worker {
         }
         ring.done = done;
         self.flush_sends();
+        self.publish_health();
         if let Some(leg) = self.leg_mut(f, l) {
             leg.packet_ring = Some(ring);
             leg.ring_pending = pending;

@@ -13,6 +13,17 @@ use super::plan::{self, ReloadPlan};
 use super::report::new_entry;
 use super::{Daemon, Managed, lock};
 
+/// A changed flow's replacement, ready to hand to its worker: its new
+/// sockets (opened and joined), outputs not connected yet, its new
+/// readers' entry, its worker and its index in `Daemon::flows`.
+struct Prepared {
+    opened: mcrelay_dataplane::FlowSockets,
+    pending: Vec<(crate::outputs::Unconnected, std::io::Error)>,
+    entry: super::report::FlowEntry,
+    worker: usize,
+    index: usize,
+}
+
 /// Why a changed flow could not be replaced (or, not relaying before,
 /// configured again).
 #[derive(Debug, thiserror::Error)]
@@ -165,34 +176,32 @@ impl Daemon {
     /// What arrives between the new sockets' join and the old flow's
     /// removal (about one loop turn) is in both and may leave twice.
     /// The flow keeps its worker unless its `core` changed; it starts
-    /// with fresh counters, as a changed flow does. On a failure to open,
-    /// the old flow keeps running and the error is returned (the reload
-    /// reports it); if the worker refuses the new one, the flow waits for
-    /// a retry like any failed start.
+    /// with fresh counters, as a changed flow does. If the new sockets
+    /// can't be opened, the flow is stopped and configured anew like any
+    /// changed flow (the reconciler retries it) and the error is returned
+    /// for the reload to report; if the worker refuses the new one, the
+    /// flow waits for a retry like any failed start.
     fn replace_flow(&mut self, new: &Flow) -> Result<(), ReplaceError> {
-        let i = self
-            .flows
-            .iter()
-            .position(|m| m.flow.name == new.name)
-            .ok_or(FlowCommandError::NotPublished)?;
-        let old_worker = self.flows[i].worker;
-        let worker = if self.flows[i].flow.core == new.core {
-            old_worker
-        } else {
-            Placement::with(
-                &self.cpus,
-                self.flows
-                    .iter()
-                    .filter(|m| m.flow.name != new.name)
-                    .map(|m| (m.worker, &m.flow)),
-            )
-            .place(new)
-            .map_err(ReplaceError::Placement)?
+        let Prepared {
+            opened,
+            pending,
+            entry,
+            worker,
+            index: i,
+        } = match self.prepare_replacement(new) {
+            Ok(prepared) => prepared,
+            Err(e) => {
+                // The new settings can't be opened (or placed) now: as for
+                // any changed flow, stop the old one and configure the new
+                // one, which the reconciler retries. The error is the
+                // reload's to report.
+                self.forget_flow(&new.name)?;
+                self.add_flow(new).map_err(ReplaceError::Placement)?;
+                return Err(e);
+            }
         };
-        let mut entry = new_entry(new, worker);
-        let (opened, pending) = self.opener.open(new).map_err(FlowCommandError::Open)?;
-        let opened = super::with_counters(opened, &entry.stats);
-        entry.ingress = Some(super::clone_ingress(&opened).map_err(FlowCommandError::Ingress)?);
+        let mut entry = entry;
+        let old_worker = self.flows[i].worker;
         let name = new.name.clone();
         let old = self
             .workers
@@ -249,6 +258,39 @@ impl Daemon {
         }
         tracing::info!(flow = %name, worker, "replaced by the reload, without a gap");
         Ok(())
+    }
+
+    /// What `replace_flow` needs before touching the running flow.
+    fn prepare_replacement(&mut self, new: &Flow) -> Result<Prepared, ReplaceError> {
+        let i = self
+            .flows
+            .iter()
+            .position(|m| m.flow.name == new.name)
+            .ok_or(FlowCommandError::NotPublished)?;
+        let worker = if self.flows[i].flow.core == new.core {
+            self.flows[i].worker
+        } else {
+            Placement::with(
+                &self.cpus,
+                self.flows
+                    .iter()
+                    .filter(|m| m.flow.name != new.name)
+                    .map(|m| (m.worker, &m.flow)),
+            )
+            .place(new)
+            .map_err(ReplaceError::Placement)?
+        };
+        let mut entry = new_entry(new, worker);
+        let (opened, pending) = self.opener.open(new).map_err(FlowCommandError::Open)?;
+        let opened = super::with_counters(opened, &entry.stats);
+        entry.ingress = Some(super::clone_ingress(&opened).map_err(FlowCommandError::Ingress)?);
+        Ok(Prepared {
+            opened,
+            pending,
+            entry,
+            worker,
+            index: i,
+        })
     }
 
     /// Stop flow `name` if it runs, and forget it.
