@@ -54,8 +54,11 @@ impl Reserve {
     }
 
     /// Take a buffer for `len` bytes (at most `MAX_PAYLOAD`) for a flow
-    /// holding `held`.
-    #[inline]
+    /// holding `held`. Inlined: out of line (the inliner's choice once
+    /// the redundancy rules grew `Core::receive_on`), the one-leg path
+    /// cost ~50 instructions more per datagram
+    /// (`benches/core_instructions.rs`).
+    #[inline(always)]
     pub fn take(&mut self, pool: &mut PoolSet, held: &mut Held, len: usize) -> Taken {
         // `Class::for_len` without its branch chain.
         let fitting =

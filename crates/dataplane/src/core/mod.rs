@@ -345,9 +345,24 @@ impl Core {
             ready,
             ..
         } = f;
+        // The one-leg relay nearly every flow is: one branch on the rule,
+        // then admission and queueing as before redundancy existed (no
+        // ticket, no timer, no second look at the outputs).
+        let fo_or_merge = match mode {
+            Mode::Single => {
+                let (buf, uses) = match parts.admit(outputs, counters, held, paused, payload) {
+                    Ok(admitted) => admitted,
+                    Err(dropped) => return dropped,
+                };
+                forwarded.inc();
+                parts.enqueue_uses(flow, outputs, held, buf, uses);
+                return Received::Queued;
+            }
+            m => m,
+        };
         // The rule's verdict, before any buffer is taken.
-        let ticket = match mode {
-            Mode::Single => Ticket::Single,
+        let ticket = match fo_or_merge {
+            Mode::Single => return Received::Dropped,
             Mode::Failover(fo) => {
                 match fo.admit(leg, payload, now_ns, red) {
                     Pass::Forward(seq) => {
@@ -384,15 +399,18 @@ impl Core {
                 }
             }
         };
-        let buf = match parts.admit(outputs, counters, held, paused, payload) {
-            Ok(buf) => buf,
+        let (buf, uses) = match parts.admit(outputs, counters, held, paused, payload) {
+            Ok(admitted) => admitted,
             Err(dropped) => return dropped,
         };
         forwarded.inc();
-        let buf = match (ticket, mode) {
+        let buf = match (ticket, fo_or_merge) {
             (Ticket::Failover(seq), Mode::Failover(fo)) => {
                 fo.sent(seq, red);
-                Some(buf)
+                // Nothing was queued since admission counted the outputs
+                // with room.
+                parts.enqueue_uses(flow, outputs, held, buf, uses);
+                return Received::Queued;
             }
             (Ticket::Merge(ext), Mode::Merge(m)) => {
                 let buf = m.commit(ext, buf);
@@ -672,7 +690,6 @@ impl Core {
 /// datagram has a buffer.
 #[derive(Debug, Clone, Copy)]
 enum Ticket {
-    Single,
     /// With the number to mark as sent.
     Failover(Option<(u16, u32)>),
     /// Its extended sequence number.
@@ -727,6 +744,13 @@ fn release(
     }
 }
 
+/// Outputs with room for one more datagram.
+#[inline(always)]
+fn with_room(outputs: &[Output]) -> u32 {
+    let n = outputs.iter().filter(|o| o.in_flight < o.depth).count();
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
 /// The parts of the core admission and queueing use, borrowed apart
 /// from the flow table.
 struct Parts<'a> {
@@ -759,10 +783,11 @@ impl Parts<'_> {
         }
     }
 
-    /// A pool buffer holding `payload`, or why the datagram is dropped
-    /// (counted): every output full (the flow pauses), or no buffer.
-    /// Inlined: out of line, the one-leg path cost ~50 instructions more
-    /// per datagram (`benches/core_instructions.rs`).
+    /// A pool buffer holding `payload` and the number of outputs with
+    /// room (its uses, for [`Parts::enqueue_uses`]), or why the datagram
+    /// is dropped (counted): every output full (the flow pauses), or no
+    /// buffer. Inlined: out of line, the one-leg path cost ~50
+    /// instructions more per datagram (`benches/core_instructions.rs`).
     #[inline(always)]
     fn admit(
         &mut self,
@@ -771,8 +796,9 @@ impl Parts<'_> {
         held: &mut Held,
         paused: &mut bool,
         payload: &[u8],
-    ) -> Result<Buffer, Received> {
-        if !outputs.iter().any(|o| o.in_flight < o.depth) {
+    ) -> Result<(Buffer, u32), Received> {
+        let uses = with_room(outputs);
+        if uses == 0 {
             for o in outputs {
                 o.counters.drop_backlog.inc();
             }
@@ -793,7 +819,7 @@ impl Parts<'_> {
         };
         // Fits: admission picked a class at least `len` long.
         let _ = self.pool.fill(&mut buf, payload);
-        Ok(buf)
+        Ok((buf, uses))
     }
 
     /// Queue the datagram in `buf` on every output of `flow` with room;
@@ -801,9 +827,22 @@ impl Parts<'_> {
     /// the buffer goes back. Inlined, as [`Parts::admit`].
     #[inline(always)]
     fn enqueue(&mut self, flow: FlowId, outputs: &mut [Output], held: &mut Held, buf: Buffer) {
+        let uses = with_room(outputs);
+        self.enqueue_uses(flow, outputs, held, buf, uses);
+    }
+
+    /// [`Parts::enqueue`] with `uses`, the outputs with room, already
+    /// counted (by [`Parts::admit`], nothing queued since).
+    #[inline(always)]
+    fn enqueue_uses(
+        &mut self,
+        flow: FlowId,
+        outputs: &mut [Output],
+        held: &mut Held,
+        buf: Buffer,
+        uses: u32,
+    ) {
         let len = buf.len();
-        let accepted = outputs.iter().filter(|o| o.in_flight < o.depth).count();
-        let uses = u32::try_from(accepted).unwrap_or(u32::MAX);
         let slot = match SharedBuffer::new(buf, uses)
             .and_then(|s| self.in_flight.insert(s).map_err(SharedBuffer::into_buffer))
         {
