@@ -82,7 +82,10 @@ pub struct LegsArgs {
     /// TTL / hop limit.
     #[arg(long, default_value_t = 16)]
     ttl: u32,
-    /// Print the summary (with each leg's unsent sequence numbers) as JSON.
+    /// Print the summary as JSON: each leg's unsent sequence numbers, and
+    /// `max_behind_ms`, the most any send ran behind its schedule, and
+    /// `max_skew_ms`, the most any number was sent after the next one
+    /// (the planned delay, stretched by any stall of the sender).
     #[arg(long)]
     json: bool,
 }
@@ -266,12 +269,20 @@ pub fn send(a: &LegsArgs) -> anyhow::Result<()> {
     // The datagram in `buf`, so a number sent on two legs in a row is
     // built once.
     let mut built: Option<u64> = None;
+    let mut behind = Duration::ZERO;
+    let mut skew = SkewMeter::default();
     let start = Instant::now();
     for e in plan.schedule() {
         if stop.load(Ordering::Relaxed) {
             break;
         }
-        sleep_until(start + e.at);
+        let due = start + e.at;
+        sleep_until(due);
+        // How far behind its schedule the sender ran: a stall stretches
+        // the legs' skew by up to this much.
+        let now = Instant::now();
+        behind = behind.max(now.saturating_duration_since(due));
+        skew.on_send(e.seq, now);
         let d: &[u8] = match &recorded {
             Some(r) => r
                 .get(usize::try_from(e.seq).unwrap_or(usize::MAX))
@@ -302,8 +313,47 @@ pub fn send(a: &LegsArgs) -> anyhow::Result<()> {
         }
     }
     let secs = start.elapsed().as_secs_f64();
-    report_send(a, &plan, &totals, secs);
+    report_send(a, &plan, &totals, secs, behind, skew.max);
     Ok(())
+}
+
+/// The skew the legs really had: for each send of number `n`, how long
+/// after `n + 1` was first sent (on any leg). What a merge must hold a
+/// number's successor for until the number itself arrives: the planned
+/// delay, stretched by any stall of the sender in between.
+#[derive(Debug)]
+struct SkewMeter {
+    /// When each number was first sent, by number mod the ring's size.
+    first: Vec<Option<(u64, Instant)>>,
+    max: Duration,
+}
+
+impl Default for SkewMeter {
+    fn default() -> Self {
+        Self {
+            first: vec![None; 1 << 16],
+            max: Duration::ZERO,
+        }
+    }
+}
+
+impl SkewMeter {
+    fn slot(&mut self, seq: u64) -> &mut Option<(u64, Instant)> {
+        let n = self.first.len() as u64;
+        &mut self.first[usize::try_from(seq % n).unwrap_or(0)]
+    }
+
+    fn on_send(&mut self, seq: u64, now: Instant) {
+        if let Some((s, at)) = *self.slot(seq + 1) {
+            if s == seq + 1 {
+                self.max = self.max.max(now.saturating_duration_since(at));
+            }
+        }
+        let slot = self.slot(seq);
+        if !matches!(*slot, Some((s, _)) if s == seq) {
+            *slot = Some((seq, now));
+        }
+    }
 }
 
 /// The end marker: the stream's next RTP sequence number, its SSRC (the
@@ -327,7 +377,14 @@ fn list(v: &[u64]) -> String {
     format!("[{}]", items.join(","))
 }
 
-fn report_send(a: &LegsArgs, plan: &Plan, totals: &[LegTotals], secs: f64) {
+fn report_send(
+    a: &LegsArgs,
+    plan: &Plan,
+    totals: &[LegTotals],
+    secs: f64,
+    behind: Duration,
+    skew: Duration,
+) {
     let legs_json: Vec<String> = totals
         .iter()
         .enumerate()
@@ -345,9 +402,11 @@ fn report_send(a: &LegsArgs, plan: &Plan, totals: &[LegTotals], secs: f64) {
         .collect();
     if a.json {
         println!(
-            "{{\"count\":{},\"rate\":{},\"seconds\":{secs:.3},\"legs\":[{}]}}",
+            "{{\"count\":{},\"rate\":{},\"seconds\":{secs:.3},\"max_behind_ms\":{:.3},\"max_skew_ms\":{:.3},\"legs\":[{}]}}",
             plan.count(),
             a.rate,
+            behind.as_secs_f64() * 1e3,
+            skew.as_secs_f64() * 1e3,
             legs_json.join(",")
         );
     } else {
