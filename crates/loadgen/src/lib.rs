@@ -10,10 +10,13 @@
 //! * [`tracker`]: receiver-side accounting per stream (duplicates,
 //!   reordering, gaps, loss) and of short / corrupt / foreign datagrams;
 //! * [`pacer`]: the sender's token bucket on the monotonic clock;
+//! * [`latency`]: one-way delay: the sender's `CLOCK_MONOTONIC` stamp in
+//!   the payload, the receiver's histogram and percentiles;
 //! * [`sock`]: the libc glue (sendmmsg / recvmmsg batches, joins, TTL
 //!   control messages), the only module with `unsafe`.
 #![deny(unsafe_code)]
 
+pub mod latency;
 pub mod pacer;
 pub mod payload;
 pub mod sock;
