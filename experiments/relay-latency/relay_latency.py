@@ -59,6 +59,31 @@ class LatencyBench(rt.Bench):
         return super().relay_prefix()
 
 
+class BeforeBinary:
+    """Mixed into an mcrelay contender: run by the --mcrelayd-before
+    binary, for a before/after comparison inside one interleaved run."""
+
+    def start(self) -> None:
+        saved = self.bench.mcrelayd
+        self.bench.mcrelayd = self.bench.o.mcrelayd_before
+        try:
+            super().start()
+        finally:
+            self.bench.mcrelayd = saved
+
+
+class McrelayPacketBefore(BeforeBinary, rt.McrelayPacket):
+    name = "mcrelay-packet-before"
+
+
+class McrelayBefore(BeforeBinary, rt.Mcrelay):
+    name = "mcrelay-before"
+
+
+rt.CONTENDERS["mcrelay-packet-before"] = McrelayPacketBefore
+rt.CONTENDERS["mcrelay-before"] = McrelayBefore
+
+
 def latency_of(r: dict) -> dict | None:
     rx = r.get("per_receiver") or []
     return rx[0].get("latency") if rx else None
@@ -176,6 +201,9 @@ def main() -> int:
     ap.add_argument("--relay-rt-priority", type=int, default=50)
     ap.add_argument("--loadgen", type=Path, required=True)
     ap.add_argument("--mcrelayd", type=Path, required=True)
+    ap.add_argument("--mcrelayd-before", type=Path,
+                    help="another mcrelayd for the contenders mcrelay-before / mcrelay-packet-before "
+                         "(a before/after in one run)")
     ap.add_argument("--results", type=Path, default=HERE / "results")
     ap.add_argument("--tag", default=str(os.getpid()))
     o = ap.parse_args()
@@ -188,6 +216,8 @@ def main() -> int:
     for c in contenders:
         if c not in rt.CONTENDERS:
             ap.error(f"unknown contender {c!r}; use {','.join(rt.CONTENDERS)}")
+        if c.endswith("-before") and not o.mcrelayd_before:
+            ap.error(f"{c} needs --mcrelayd-before PATH")
     given = {}
     for kv in (x for x in o.max_rates.split(",") if x):
         c, _, v = kv.partition("=")
@@ -205,8 +235,10 @@ def main() -> int:
     logdir.chmod(0o755)
     bindir = logdir / "bin"
     bindir.mkdir()
-    for attr in ("loadgen", "mcrelayd"):
-        dst = bindir / getattr(o, attr).name
+    for attr in ("loadgen", "mcrelayd", "mcrelayd_before"):
+        if getattr(o, attr) is None:
+            continue
+        dst = bindir / (getattr(o, attr).name + ("-before" if attr == "mcrelayd_before" else ""))
         shutil.copy2(getattr(o, attr), dst)
         setattr(o, attr, dst)
     log(f"logs: {logdir}")
@@ -223,7 +255,8 @@ def main() -> int:
     meta = {
         "started_utc": started.isoformat(), "kernel": os.uname().release, "cpus": os.cpu_count(),
         "options": {k: str(v) if isinstance(v, Path) else v for k, v in vars(o).items()},
-        "binaries": {"loadgen": rt.sha256(o.loadgen), "mcrelayd": rt.sha256(o.mcrelayd)},
+        "binaries": {"loadgen": rt.sha256(o.loadgen), "mcrelayd": rt.sha256(o.mcrelayd),
+                     "mcrelayd_before": rt.sha256(o.mcrelayd_before) if o.mcrelayd_before else None},
         "clock": "send: CLOCK_MONOTONIC before sendmmsg; receive: SO_TIMESTAMPNS (CLOCK_REALTIME, "
                  "converted to CLOCK_MONOTONIC per receive batch)",
         "logdir": str(logdir),

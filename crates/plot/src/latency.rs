@@ -91,32 +91,32 @@ pub fn load(path: &Path) -> Result<Run> {
 }
 
 /// The newest results file in `dir` (names are UTC timestamps) of a
-/// complete run that is not `--quick`.
+/// complete run that is not `--quick` and has the four contenders the
+/// docs compare (runs of fewer are side experiments).
 pub fn latest_full_run(dir: &Path) -> Result<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .with_context(|| format!("listing {}", dir.display()))?
-        .map(|e| e.map(|e| e.path()))
-        .collect::<Result<_, _>>()
-        .with_context(|| format!("listing {}", dir.display()))?;
-    files.retain(|p| p.extension().is_some_and(|e| e == "json"));
-    files.sort();
     #[derive(Deserialize)]
     struct MetaOnly {
         meta: Meta,
+        summary: Vec<ContenderOnly>,
     }
-    for path in files.iter().rev() {
-        let text =
-            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        let run: MetaOnly = serde_json::from_str(&text)
+    #[derive(Deserialize)]
+    struct ContenderOnly {
+        contender: String,
+    }
+    crate::newest_results(dir, |path, text| {
+        let run: MetaOnly = serde_json::from_str(text)
             .with_context(|| format!("{}: no run metadata (meta)", path.display()))?;
-        if run.meta.status == "complete" && !run.meta.options.quick {
-            return Ok(path.clone());
-        }
-    }
-    Err(anyhow!(
-        "no complete run (without --quick) in {}",
-        dir.display()
-    ))
+        let compares = ["mcrelay", "mcrelay-packet", "baseline", "kernel"]
+            .iter()
+            .all(|c| run.summary.iter().any(|s| s.contender == *c));
+        Ok(run.meta.status == "complete" && !run.meta.options.quick && compares)
+    })?
+    .ok_or_else(|| {
+        anyhow!(
+            "no complete run (without --quick, with mcrelay, mcrelay-packet, baseline and kernel) in {}",
+            dir.display()
+        )
+    })
 }
 
 /// Renders the three-panel figure: p50, p99 and p99.9 per load point.
@@ -177,7 +177,7 @@ pub fn render(run: &Run, source: &str) -> Result<String> {
         format!(
             "Loads: 10/50/90 % of each contender's own max lossless rate (searched first), and a fixed rate; {sched}."
         ),
-        "mcrelay: socket ingress; mcrelay-packet: AF_PACKET TPACKET_V3 ring; baseline: recvmmsg/sendmmsg; kernel: smcroute (MFC).".into(),
+        "mcrelay: socket ingress; mcrelay-packet: AF_PACKET ring (TPACKET_V2 frame slots at MTU 1500); *-before: an older mcrelayd (--mcrelayd-before); baseline: recvmmsg/sendmmsg; kernel: smcroute (MFC).".into(),
     ];
     chart::render(
         (1600, 620),

@@ -77,6 +77,31 @@ pub fn render_all(root: &Path, inputs: &Inputs) -> Result<Vec<Figure>> {
     ])
 }
 
+/// The newest `.json` file in `dir` (results are named by UTC timestamp,
+/// so the newest sorts last) that `accept` (given its path and text) takes;
+/// `None` if there is none.
+pub(crate) fn newest_results(
+    dir: &Path,
+    accept: impl Fn(&Path, &str) -> Result<bool>,
+) -> Result<Option<PathBuf>> {
+    use anyhow::Context as _;
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("listing {}", dir.display()))?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("listing {}", dir.display()))?;
+    files.retain(|p| p.extension().is_some_and(|e| e == "json"));
+    files.sort();
+    for path in files.iter().rev() {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        if accept(path, &text)? {
+            return Ok(Some(path.clone()));
+        }
+    }
+    Ok(None)
+}
+
 /// `path` relative to `root` when it is under it, with `/` separators, so a
 /// caption reads the same on every checkout.
 fn display_path(root: &Path, path: &Path) -> String {

@@ -23,7 +23,7 @@ use crate::core::{Core, FlowId, InFlight, OutputSpec, SendKind, SendRequest};
 use crate::counters::LoopCounters;
 use crate::egress::GsoMessages;
 use crate::ingress::IngressSocket;
-use crate::packet_ring::PacketRing;
+use crate::packet_ring::{Layout, PacketRing, WAKE_INTERVAL, Wake};
 use crate::receive_buffers::ReceiveBuffers;
 use crate::submit::{self, UserData};
 
@@ -62,6 +62,14 @@ pub(super) struct Flow {
 }
 
 impl Flow {
+    /// Packet ingress on a frame-slot ring that is busy enough to be
+    /// walked every `WAKE_INTERVAL` rather than woken per frame.
+    pub(super) fn walks_by_interval(&self) -> bool {
+        self.packet_ring
+            .as_ref()
+            .is_some_and(|r| r.layout() == Layout::Frames && r.wake.wake() == Wake::Interval)
+    }
+
     /// Split a flow's sockets into the driver's part and the core's.
     fn new(
         f: FlowSockets,
@@ -70,11 +78,14 @@ impl Flow {
         let packet_ring = f.ingress.packet_filter().and_then(|_| {
             match PacketRing::new(f.ingress.fd()) {
                 Ok(ring) => {
-                    tracing::info!(flow = %f.name, blocks = ring.blocks(), "packet ingress on a TPACKET_V3 ring");
+                    match ring.layout() {
+                        Layout::Blocks => tracing::info!(flow = %f.name, blocks = ring.blocks(), "packet ingress on a TPACKET_V3 ring"),
+                        Layout::Frames => tracing::info!(flow = %f.name, blocks = ring.blocks(), "packet ingress on a TPACKET_V2 ring (woken per frame when idle)"),
+                    }
                     Some(ring)
                 }
                 Err(e) => {
-                    tracing::error!(flow = %f.name, "no TPACKET_V3 ring ({e}): this packet flow receives nothing");
+                    tracing::error!(flow = %f.name, "no packet ring ({e}): this packet flow receives nothing");
                     None
                 }
             }
@@ -271,6 +282,8 @@ impl Worker {
         }
         let tick = Timespec::new().nsec(100_000_000);
         let args = SubmitArgs::new().timespec(&tick);
+        let interval = Timespec::from(WAKE_INTERVAL);
+        let interval_args = SubmitArgs::new().timespec(&interval);
         let mut batch = [const { None::<cqueue::Entry> }; CQE_BATCH];
         let mut stopping: Option<Instant> = None;
         loop {
@@ -290,7 +303,14 @@ impl Worker {
             }
             // Frames left in a packet ring: look for completions, don't wait.
             let want = usize::from(!self.flows.iter().flatten().any(|f| f.ring_pending));
-            match self.uring.submitter().submit_with_args(want, &args) {
+            // A busy frame-slot ring is walked every WAKE_INTERVAL: wait no
+            // longer than that.
+            let args = if self.flows.iter().flatten().any(Flow::walks_by_interval) {
+                &interval_args
+            } else {
+                &args
+            };
+            match self.uring.submitter().submit_with_args(want, args) {
                 Ok(_) => {}
                 Err(e)
                     if matches!(
@@ -363,7 +383,7 @@ impl Worker {
         let Some(flow) = self.flows.get(f.index()).and_then(Option::as_ref) else {
             return;
         };
-        if flow.ring_pending && !self.core.is_paused(f) {
+        if (flow.ring_pending || flow.walks_by_interval()) && !self.core.is_paused(f) {
             self.service_ring(f);
         }
         if self

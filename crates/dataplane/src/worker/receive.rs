@@ -12,6 +12,7 @@ use io_uring::types::{CancelBuilder, Fd};
 
 use super::driver::{CQE_BATCH, Flow, Worker};
 use crate::core::{FlowId, Received};
+use crate::packet_ring::{Layout, PacketRing, Wake};
 use crate::receive_buffers::BUFFER_LEN;
 use crate::submit::{self, UserData};
 
@@ -44,11 +45,20 @@ impl Worker {
             return;
         };
         let user_data = UserData::Receive { flow: f }.encode();
-        let entry = if flow.packet_ring.is_some() {
-            // Woken once per block the kernel hands over.
-            opcode::PollAdd::new(Fd(flow.fd), u32::from(libc::POLLIN.unsigned_abs()))
-                .multi(true)
-                .build()
+        let entry = if let Some(ring) = &flow.packet_ring {
+            let poll = opcode::PollAdd::new(Fd(flow.fd), u32::from(libc::POLLIN.unsigned_abs()));
+            match ring.layout() {
+                // Woken once per block the kernel hands over.
+                Layout::Blocks => poll.multi(true).build(),
+                // A busy flow's frames are walked every WAKE_INTERVAL by the
+                // loop turn instead.
+                Layout::Frames if ring.wake.wake() == Wake::Interval => return,
+                // One-shot, re-armed by the loop turn after the walk: woken
+                // by the next frame when the ring was empty, at once (the
+                // poll finds it readable) when frames are waiting — a
+                // wake-up per frame only while nearly idle.
+                Layout::Frames => poll.build(),
+            }
         } else if flow.packet.is_some() {
             // Its packet ring could not be set up (logged when the flow was
             // added).
@@ -181,6 +191,9 @@ impl Worker {
         let (Some(mut ring), Some(filter)) = (flow.packet_ring.take(), flow.packet) else {
             return;
         };
+        if ring.layout() == Layout::Frames {
+            return self.service_frames(f, ring, filter);
+        }
         // Each frame may queue a send per output; the queues hold
         // `QUEUE_CAPACITY`: hand them to the kernel first (what this
         // completion batch queued) and every 32 frames.
@@ -228,6 +241,57 @@ impl Worker {
         }
         ring.done = done;
         self.flush_sends();
+        if let Some(flow) = self.flows.get_mut(f.index()).and_then(Option::as_mut) {
+            flow.packet_ring = Some(ring);
+            flow.ring_pending = pending;
+        }
+    }
+
+    /// [`Layout::Frames`]: relay the frames the kernel has handed over, at
+    /// most a completion batch's worth per call, handing each slot back as
+    /// it is done; as [`Worker::service_ring`] otherwise.
+    fn service_frames(&mut self, f: FlowId, mut ring: PacketRing, filter: mcrelay_wire::FlowMatch) {
+        self.flush_sends();
+        let mut budget = CQE_BATCH;
+        let mut pending = false;
+        let mut walked = 0u64;
+        while let Some(slot) = ring.next_frame() {
+            if budget == 0 {
+                pending = true;
+                break;
+            }
+            let payload = mcrelay_wire::tpacket::frame_v2(slot).and_then(|fr| {
+                mcrelay_wire::parse(fr.bytes, &filter, fr.verify_checksum)
+                    .map(|d| &fr.bytes[d.payload])
+            });
+            let mut full = false;
+            match payload {
+                Ok(payload) => {
+                    if let Some(fl) = self.flows.get_mut(f.index()).and_then(Option::as_mut) {
+                        fl.health.observe(payload);
+                    }
+                    // Dropped when full (counted per output as backlog, as
+                    // on a socket); the frames after it wait in the ring.
+                    full = matches!(self.core.receive(f, payload), Received::Full { .. });
+                }
+                Err(reason) => {
+                    if let Some(c) = self.core.counters(f) {
+                        c.frames.count(reason);
+                    }
+                }
+            }
+            ring.release_frame();
+            walked += 1;
+            if full {
+                break;
+            }
+            budget -= 1;
+            if budget % 32 == 0 {
+                self.flush_sends();
+            }
+        }
+        self.flush_sends();
+        ring.wake.walked(walked, std::time::Instant::now());
         if let Some(flow) = self.flows.get_mut(f.index()).and_then(Option::as_mut) {
             flow.packet_ring = Some(ring);
             flow.ring_pending = pending;
