@@ -301,15 +301,18 @@ impl Worker {
                     break;
                 }
             }
-            // Frames left in a packet ring: look for completions, don't wait.
-            let want = usize::from(!self.flows.iter().flatten().any(|f| f.ring_pending));
-            // A busy frame-slot ring is walked every WAKE_INTERVAL: wait no
-            // longer than that.
-            let args = if self.flows.iter().flatten().any(Flow::walks_by_interval) {
-                &interval_args
-            } else {
-                &args
-            };
+            // Frames left in a packet ring: look for completions, don't
+            // wait. A busy frame-slot ring is walked every WAKE_INTERVAL:
+            // wait no longer than that.
+            let (pending, by_interval) = self
+                .flows
+                .iter()
+                .flatten()
+                .fold((false, false), |(p, i), f| {
+                    (p || f.ring_pending, i || f.walks_by_interval())
+                });
+            let want = usize::from(!pending);
+            let args = if by_interval { &interval_args } else { &args };
             match self.uring.submitter().submit_with_args(want, args) {
                 Ok(_) => {}
                 Err(e)
