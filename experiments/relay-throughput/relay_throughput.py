@@ -471,6 +471,10 @@ class Bench:
         self.rounds: list[dict] = []
         self.round_no = 0
         self.distinct_groups = opts.distinct_groups
+        # Extra arguments of every `loadgen send` / `loadgen recv` (the
+        # latency benchmark next door adds --timestamp / --latency).
+        self.send_extra: list[str] = []
+        self.recv_extra: list[str] = []
 
     def out_group(self, i: int) -> str:
         if self.distinct_groups:
@@ -512,7 +516,8 @@ class Bench:
                 rxs.append(self.spawn(topo.b, [
                     "nice", "-n", str(self.o.receiver_nice), "taskset", "-c", hc, str(self.loadgen), "recv",
                     "--group", f"{g}:{p}", "--interface", f"vB{i}", "--json", "--run-id", str(run_id),
-                    "--idle-exit", "0", "--duration", str(seconds + 60), "--ready-file", str(ready)],
+                    "--idle-exit", "0", "--duration", str(seconds + 60), "--ready-file", str(ready),
+                    *self.recv_extra],
                     rdir / f"rx{i}.out"))
                 wait_for(lambda r=ready, p=rxs[-1]: r.exists() or p.poll() is not None, 10, f"receiver {i}")
                 if rxs[-1].poll() is not None:
@@ -527,7 +532,7 @@ class Bench:
             sender = self.spawn(topo.a, [
                 "nice", "-n", str(self.o.sender_nice), "taskset", "-c", hc, str(self.loadgen), "send", "--dest", f"{IN_GROUP}:{IN_PORT}",
                 "--interface", "vA", "--rate", str(rate), "--duration", str(seconds), "--size", str(size),
-                "--run-id", str(run_id), "--json"], rdir / "sender.out")
+                "--run-id", str(run_id), "--json", *self.send_extra], rdir / "sender.out")
             sender_ru = reap(sender, seconds + 60)
             self.children.discard(sender)
             time.sleep(DRAIN_S)
@@ -612,7 +617,8 @@ class Bench:
             "corrupt": corrupt, "duplicates": dups, "leaked": leaked,
             "reordered": sum(o["reordered"] for o in outs),
             "per_receiver": [{k: o.get(k) for k in ("received", "unique", "lost", "corrupt", "duplicates",
-                                                    "reordered", "wrong_run", "short", "kernel_drops", "rcvbuf")}
+                                                    "reordered", "wrong_run", "short", "kernel_drops", "rcvbuf",
+                                                    "latency")}
                              for o in outs],
             "passed": passed,
             "relay_cpu": rc, "harness_cpu": hcpu, "window_s": wall,
@@ -966,6 +972,9 @@ def main() -> int:
     started = dt.datetime.now(dt.timezone.utc)
     stamp = started.strftime("%Y%m%dT%H%M%SZ")
     logdir = Path(tempfile.mkdtemp(prefix=f"relay-throughput-{stamp}-"))
+    # mcrelayd's helper reads the round's config after dropping to
+    # --mcrelay-user: mkdtemp's 0700 would hide it.
+    logdir.chmod(0o755)
     # Private copies: a concurrent `cargo build` must not swap a binary mid-run.
     bindir = logdir / "bin"
     bindir.mkdir()

@@ -1,7 +1,7 @@
 //! How a flow's datagrams arrive: a UDP socket bound to the group (the
 //! kernel's UDP stack did the parsing), or an AF_PACKET socket on the input
 //! interface (`ingress = "packet"`: frames the reverse-path filter would
-//! have dropped, read from a mapped `TPACKET_V3` ring and parsed by
+//! have dropped, read from a mapped packet ring and parsed by
 //! [`mcrelay_wire`]). Both end in the same place: a payload copied once
 //! into a pool buffer.
 

@@ -14,7 +14,8 @@
 //!
 //! A flow's datagrams come from a UDP socket or, with `ingress = "packet"`,
 //! as frames from an AF_PACKET socket ([`ingress`]) read through its
-//! `TPACKET_V3` packet ring and parsed by [`mcrelay_wire`] — the same copy
+//! packet ring (`TPACKET_V2` frame slots, or `TPACKET_V3` blocks for
+//! jumbo-capable inputs) and parsed by [`mcrelay_wire`] — the same copy
 //! and sends follow.
 //!
 //! Every received datagram is also read, never changed, for its flow's
@@ -24,7 +25,7 @@
 //!
 //! `unsafe` lives in the modules that talk to the kernel:
 //! `receive_buffers` (receive buffer memory shared with the kernel),
-//! `packet_ring` (the mmap'd `TPACKET_V3` ring), `submit` (the SQE push, an
+//! `packet_ring` (the mmap'd packet ring), `submit` (the SQE push, an
 //! `unsafe fn`), the driver modules calling it (`worker::driver`,
 //! `worker::receive`), and [`sockets`] and [`affinity`] (socket options and
 //! CPU masks via libc). Sockets arrive open: the privileged helper

@@ -15,12 +15,15 @@
 //! * [`legs`]: one RTP stream played onto several legs with planted,
 //!   disjoint losses and delays (the SMPTE 2022-7 tests), and what a
 //!   receiver saw of it;
+//! * [`latency`]: one-way delay: the sender's `CLOCK_MONOTONIC` stamp in
+//!   the payload, the receiver's histogram and percentiles;
 //! * [`sock`]: the libc glue (sendmmsg / recvmmsg batches, joins, TTL
 //!   control messages), the only module with `unsafe`.
 #![deny(unsafe_code)]
 
 pub mod legs;
 pub mod many;
+pub mod latency;
 pub mod pacer;
 pub mod payload;
 pub mod sock;

@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand};
+use mcrelay_loadgen::latency::{self, ClockOffset, Histogram};
 use mcrelay_loadgen::pacer::Pacer;
 use mcrelay_loadgen::payload;
 use mcrelay_loadgen::sock::{self, Iface, RecvBatch, SendBatch};
@@ -110,6 +111,10 @@ struct SendArgs {
     /// Loop multicast back to this host (loopback tests); off by default.
     #[arg(long = "loop")]
     multicast_loop: bool,
+    /// Write the send time (CLOCK_MONOTONIC ns) into bytes 24..32 of every
+    /// datagram, for `recv --latency` (sizes of at least 32 bytes).
+    #[arg(long)]
+    timestamp: bool,
     /// Print the summary as a JSON object.
     #[arg(long)]
     json: bool,
@@ -159,6 +164,11 @@ struct RecvArgs {
     /// `SO_RCVBUF`); the granted size is reported as `rcvbuf`.
     #[arg(long, default_value_t = sock::RCVBUF)]
     rcvbuf: usize,
+    /// One-way latency of datagrams sent with `send --timestamp`: the
+    /// kernel's receive stamp (SO_TIMESTAMPNS) minus the sender's, into a
+    /// histogram; reported as `latency` (p50, p99, p99.9, max, ...).
+    #[arg(long)]
+    latency: bool,
     /// Print the summary as a JSON object.
     #[arg(long)]
     json: bool,
@@ -258,6 +268,12 @@ fn send(a: &SendArgs) -> anyhow::Result<()> {
     if a.size.is_empty() || a.size.iter().any(|&n| n == 0 || n > max_size) {
         bail!("--size must be 1..={max_size} bytes");
     }
+    if a.timestamp && a.size.iter().any(|&n| n < latency::MIN_STAMPED_LEN) {
+        bail!(
+            "--timestamp needs datagrams of at least {} bytes (--size)",
+            latency::MIN_STAMPED_LEN
+        );
+    }
     let count = a.count.unwrap_or(if a.duration.is_some() {
         u64::MAX
     } else {
@@ -298,6 +314,12 @@ fn send(a: &SendArgs) -> anyhow::Result<()> {
                 bufs[i].resize(len, 0);
                 payload::write(&mut bufs[i], a.run_id, a.stream_id, seq);
                 built[i] = Some(seq);
+            }
+        }
+        if a.timestamp {
+            let now = sock::monotonic_ns();
+            for seq in sent..sent + n as u64 {
+                latency::stamp(&mut bufs[slot(seq)], now);
             }
         }
         match sb.send(
@@ -347,6 +369,10 @@ fn recv(a: &RecvArgs) -> anyhow::Result<()> {
     .with_context(|| format!("receiving on {}", a.group))?;
     let rcvbuf = sock::request_receive_buffer(&s, a.rcvbuf);
     s.set_read_timeout(Some(Duration::from_millis(50)))?;
+    let mut delays = a.latency.then(Latency::default);
+    if a.latency {
+        sock::enable_rx_timestamps(&s).context("SO_TIMESTAMPNS for --latency")?;
+    }
     let stop = stop_flag()?;
     if let Some(path) = &a.ready_file {
         std::fs::write(path, b"").with_context(|| format!("writing {}", path.display()))?;
@@ -383,14 +409,26 @@ fn recv(a: &RecvArgs) -> anyhow::Result<()> {
         let now = Instant::now();
         first.get_or_insert(now);
         last = Some(now);
+        // One clock reading per batch: the fallback receive time and the
+        // kernel stamps' conversion to CLOCK_MONOTONIC.
+        let clocks = delays
+            .as_ref()
+            .map(|_| (sock::monotonic_ns(), ClockOffset::sample()));
         for i in 0..n {
-            let (data, meta) = rx.get(i);
+            let (data, meta) = rx.get_mut(i);
             last_ttl = meta.ttl.or(last_ttl);
             truncated += u64::from(meta.truncated);
             bytes += data.len() as u64;
+            let sent = clocks.and_then(|_| latency::take_stamp(data));
             // Failures are counted by kind inside.
-            if let Err(payload::PayloadError::WrongRun(run)) = t.on_datagram(data, a.run_id) {
-                ended |= a.end_run_id == Some(run);
+            match t.on_datagram(data, a.run_id) {
+                Err(payload::PayloadError::WrongRun(run)) => ended |= a.end_run_id == Some(run),
+                Err(_) => {}
+                Ok(()) => {
+                    if let (Some(d), Some((user_now, offset))) = (delays.as_mut(), clocks) {
+                        d.record(sent, meta.kernel_time_ns, user_now, offset);
+                    }
+                }
             }
         }
     }
@@ -405,6 +443,9 @@ fn recv(a: &RecvArgs) -> anyhow::Result<()> {
         .saturating_sub(t.short);
     let kernel_drops = sock::socket_drops(&s);
     let ttl = json_opt(last_ttl);
+    let latency_json = delays
+        .as_ref()
+        .map_or_else(String::new, |d| format!(",\"latency\":{}", d.json()));
     if a.json {
         println!(
             concat!(
@@ -412,7 +453,7 @@ fn recv(a: &RecvArgs) -> anyhow::Result<()> {
                 "\"truncated\":{},\"duplicates\":{},\"reordered\":{},\"unique\":{},\"lost\":{},",
                 "\"gaps\":{},\"streams\":{},\"min_len\":{},\"max_len\":{},\"ttl\":{},",
                 "\"received_ttl\":{},\"bytes\":{},\"pps\":{:.1},\"seconds\":{:.3},",
-                "\"kernel_drops\":{},\"rcvbuf\":{}}}"
+                "\"kernel_drops\":{},\"rcvbuf\":{}{}}}"
             ),
             t.received,
             t.valid,
@@ -435,6 +476,7 @@ fn recv(a: &RecvArgs) -> anyhow::Result<()> {
             secs,
             json_opt(kernel_drops),
             rcvbuf,
+            latency_json,
         );
     } else {
         println!(
@@ -452,6 +494,52 @@ fn recv(a: &RecvArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// The receiver's `--latency` state: the histogram and how each delay was
+/// timed.
+#[derive(Debug, Default)]
+struct Latency {
+    histogram: Histogram,
+    /// Timed by the kernel's receive stamp.
+    kernel_stamped: u64,
+    /// No kernel stamp: timed by the receiver's clock after `recvmmsg`.
+    user_stamped: u64,
+    /// Valid datagrams without a send stamp (sent without `--timestamp`).
+    unstamped: u64,
+}
+
+impl Latency {
+    fn record(&mut self, sent: Option<u64>, kernel: Option<u64>, user_now: u64, off: ClockOffset) {
+        let Some(sent) = sent else {
+            self.unstamped += 1;
+            return;
+        };
+        let delay = match kernel {
+            Some(k) => {
+                self.kernel_stamped += 1;
+                off.delay_ns(sent, k)
+            }
+            None => {
+                self.user_stamped += 1;
+                let d = i128::from(user_now) - i128::from(sent);
+                i64::try_from(d).unwrap_or(i64::MAX)
+            }
+        };
+        self.histogram.record(delay);
+    }
+
+    fn json(&self) -> String {
+        let h = self.histogram.json();
+        // The histogram's object, with the receive-time sources appended.
+        format!(
+            "{},\"kernel_stamped\":{},\"user_stamped\":{},\"unstamped\":{},\"clock\":\"CLOCK_MONOTONIC; receive time SO_TIMESTAMPNS\"}}",
+            h.trim_end_matches('}'),
+            self.kernel_stamped,
+            self.user_stamped,
+            self.unstamped
+        )
+    }
 }
 
 /// Receive buffer per datagram in the relay: a 9000-byte jumbo payload and

@@ -1,8 +1,9 @@
 //! The libc glue of the tools: opening sender and receiver sockets
 //! (multicast interface, TTL, loop, group and source-specific joins, large
 //! receive buffers) and moving datagrams in batches with `sendmmsg` /
-//! `recvmmsg`, reading each received datagram's TTL / hop limit and the
-//! socket's drop counter from its control messages.
+//! `recvmmsg`, reading each received datagram's TTL / hop limit, its
+//! kernel receive timestamp (`SO_TIMESTAMPNS`) and the socket's drop counter
+//! from its control messages; and the clock reads the latency stamps use.
 #![allow(unsafe_code)]
 
 use std::io;
@@ -431,10 +432,14 @@ pub struct Meta {
     pub truncated: bool,
     /// TTL / hop limit, when control messages were asked for.
     pub ttl: Option<u8>,
+    /// When the kernel received it (`CLOCK_REALTIME`, ns since the epoch),
+    /// with control messages on and [`enable_rx_timestamps`] set.
+    pub kernel_time_ns: Option<u64>,
 }
 
-/// Control buffer per datagram: room for the TTL / hop limit message.
-type Control = [u64; 8];
+/// Control buffer per datagram: room for the TTL / hop limit message
+/// (24 bytes) and an `SCM_TIMESTAMPNS` (32 bytes), with room to spare.
+type Control = [u64; 12];
 
 /// Reusable `recvmmsg` state: `capacity` buffers of `stride` bytes.
 pub struct RecvBatch {
@@ -467,7 +472,7 @@ impl RecvBatch {
             bufs: vec![0; n * stride],
             iov: zeroed_vec(n),
             msgs: zeroed_vec(n),
-            control: vec![[0; 8]; if control { n } else { 0 }],
+            control: vec![[0; 12]; if control { n } else { 0 }],
             meta: vec![Meta::default(); n],
             with_control: control,
         }
@@ -520,9 +525,10 @@ impl RecvBatch {
                     .min(self.stride),
                 truncated: hdr.msg_flags & libc::MSG_TRUNC != 0,
                 ttl: None,
+                kernel_time_ns: None,
             };
             if self.with_control {
-                m.ttl = ttl_of(hdr);
+                (m.ttl, m.kernel_time_ns) = control_of(hdr);
             }
             self.meta[i] = m;
         }
@@ -538,14 +544,25 @@ impl RecvBatch {
         (data, m)
     }
 
+    /// [`get`](Self::get), writable (the latency stamp is taken out of
+    /// the datagram in place before it is checked).
+    pub fn get_mut(&mut self, i: usize) -> (&mut [u8], Meta) {
+        let m = self.meta.get(i).copied().unwrap_or_default();
+        let start = i.saturating_mul(self.stride);
+        let data = self.bufs.get_mut(start..start + m.len).unwrap_or(&mut []);
+        (data, m)
+    }
+
     /// The datagrams `range` of the last receive, for re-sending.
     pub fn datagrams(&self, range: Range<usize>) -> impl Iterator<Item = &[u8]> {
         range.map(|i| self.get(i).0)
     }
 }
 
-/// The TTL / hop limit in a received message's control data.
-fn ttl_of(hdr: &libc::msghdr) -> Option<u8> {
+/// The TTL / hop limit and the kernel receive timestamp (`CLOCK_REALTIME`
+/// ns) in a received message's control data.
+fn control_of(hdr: &libc::msghdr) -> (Option<u8>, Option<u64>) {
+    let (mut ttl, mut stamp) = (None, None);
     // SAFETY: `hdr` was filled by recvmmsg: `msg_control` points at our
     // control buffer and `msg_controllen` is within it. CMSG_FIRSTHDR only
     // reads those two fields.
@@ -554,20 +571,82 @@ fn ttl_of(hdr: &libc::msghdr) -> Option<u8> {
         // SAFETY: `c` is a non-null header CMSG_FIRSTHDR/NXTHDR found inside
         // the control buffer; read unaligned to assume no alignment.
         let header = unsafe { c.read_unaligned() };
+        // SAFETY: the data of `c` lies within the control buffer.
+        let data = unsafe { libc::CMSG_DATA(c) };
         if (header.cmsg_level == libc::IPPROTO_IP && header.cmsg_type == libc::IP_TTL)
             || (header.cmsg_level == libc::IPPROTO_IPV6 && header.cmsg_type == libc::IPV6_HOPLIMIT)
         {
-            // SAFETY: the data of `c` lies within the control buffer.
-            let data = unsafe { libc::CMSG_DATA(c) };
             // SAFETY: both messages carry one c_int of data, read unaligned.
             let v = unsafe { data.cast::<libc::c_int>().read_unaligned() };
-            return u8::try_from(v).ok();
+            ttl = u8::try_from(v).ok();
+        } else if header.cmsg_level == libc::SOL_SOCKET
+            && header.cmsg_type == libc::SCM_TIMESTAMPNS
+            && header.cmsg_len >= TIMESTAMP_CMSG_LEN as _
+        {
+            // SAFETY: an SCM_TIMESTAMPNS message carries one timespec, and
+            // its length (checked above) says it is all inside the control
+            // buffer; read unaligned.
+            let ts = unsafe { data.cast::<libc::timespec>().read_unaligned() };
+            stamp = timespec_ns(&ts);
         }
         // SAFETY: `hdr` and `c` are a valid pair as above; NXTHDR returns
         // null past the end of `msg_controllen`.
         c = unsafe { libc::CMSG_NXTHDR(hdr, c) };
     }
-    None
+    (ttl, stamp)
+}
+
+/// `CMSG_LEN(sizeof(struct timespec))`: the header (a multiple of the
+/// alignment) and one timespec.
+const TIMESTAMP_CMSG_LEN: usize = size_of::<libc::cmsghdr>() + size_of::<libc::timespec>();
+
+fn timespec_ns(ts: &libc::timespec) -> Option<u64> {
+    let secs = u64::try_from(ts.tv_sec).ok()?;
+    let nanos = u64::try_from(ts.tv_nsec).ok()?;
+    secs.checked_mul(1_000_000_000)?.checked_add(nanos)
+}
+
+/// Ask the kernel to stamp every datagram this socket receives
+/// (`SO_TIMESTAMPNS`: `CLOCK_REALTIME` when the packet entered the
+/// receiving namespace's stack, delivered as `SCM_TIMESTAMPNS`; read with
+/// [`RecvBatch`] built with control messages on).
+pub fn enable_rx_timestamps(s: &UdpSocket) -> io::Result<()> {
+    let on: libc::c_int = 1;
+    setsockopt(
+        &socket2::SockRef::from(s),
+        libc::SOL_SOCKET,
+        libc::SO_TIMESTAMPNS,
+        &on,
+    )
+}
+
+/// `clock`'s time in ns (`clock_gettime`; the vDSO for the two clocks
+/// below), 0 if the clock can't be read.
+fn clock_ns(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a writable timespec the call fills; it keeps no
+    // pointer.
+    let rc = unsafe { libc::clock_gettime(clock, &raw mut ts) };
+    if rc == 0 {
+        timespec_ns(&ts).unwrap_or(0)
+    } else {
+        0
+    }
+}
+
+/// `CLOCK_MONOTONIC` in ns: one clock for every network namespace of the
+/// host, so a sender's stamp and a receiver's reading compare directly.
+pub fn monotonic_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+/// `CLOCK_REALTIME` in ns since the epoch (what kernel receive timestamps
+/// use).
+pub fn realtime_ns() -> u64 {
+    clock_ns(libc::CLOCK_REALTIME)
 }
 
 /// `SO_MEMINFO` (asm-generic value, as on x86-64 and aarch64).

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, Result};
 use clap::Parser;
-use mcrelay_plot::{Inputs, OUT_DIR, chart, pool, relay, render_all};
+use mcrelay_plot::{Inputs, OUT_DIR, chart, latency, pool, relay, render_all};
 
 /// Render the benchmark results in the repository as SVG plots.
 #[derive(Debug, Parser)]
@@ -22,6 +22,10 @@ struct Cli {
     /// experiments/relay-throughput/results/].
     #[arg(long)]
     relay: Option<PathBuf>,
+    /// Latency results file [default: the newest complete run in
+    /// experiments/relay-latency/results/].
+    #[arg(long)]
+    latency: Option<PathBuf>,
     /// Pool instruction counts [default: benches/results/pool_instructions.json].
     #[arg(long)]
     pool: Option<PathBuf>,
@@ -46,6 +50,10 @@ fn main() -> Result<ExitCode> {
             None => relay::latest_full_run(&root.join(relay::RESULTS_DIR))?,
         },
         pool: cli.pool.unwrap_or_else(|| root.join(pool::RESULTS_FILE)),
+        latency: match cli.latency {
+            Some(path) => path,
+            None => latency::latest_full_run(&root.join(latency::RESULTS_DIR))?,
+        },
     };
     let out = cli.out.unwrap_or_else(|| root.join(OUT_DIR));
     let mut stale = 0;

@@ -75,13 +75,6 @@ pub fn load(path: &Path) -> Result<Run> {
 /// kernel (runs of fewer contenders are side experiments, not the
 /// comparison the docs tabulate).
 pub fn latest_full_run(dir: &Path) -> Result<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .with_context(|| format!("listing {}", dir.display()))?
-        .map(|e| e.map(|e| e.path()))
-        .collect::<Result<_, _>>()
-        .with_context(|| format!("listing {}", dir.display()))?;
-    files.retain(|p| p.extension().is_some_and(|e| e == "json"));
-    files.sort();
     #[derive(Deserialize)]
     struct MetaOnly {
         meta: Meta,
@@ -91,26 +84,23 @@ pub fn latest_full_run(dir: &Path) -> Result<PathBuf> {
     struct ContenderOnly {
         contender: String,
     }
-    for path in files.iter().rev() {
-        let text =
-            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        let run: MetaOnly = serde_json::from_str(&text)
+    crate::newest_results(dir, |path, text| {
+        let run: MetaOnly = serde_json::from_str(text)
             .with_context(|| format!("{}: no run metadata (meta)", path.display()))?;
         let compares = ["mcrelay", "baseline", "kernel"]
             .iter()
             .all(|c| run.summary.iter().any(|s| s.contender == *c));
-        if run.meta.status == "complete"
+        Ok(run.meta.status == "complete"
             && !run.meta.options.quick
             && !run.meta.options.keep_uso
-            && compares
-        {
-            return Ok(path.clone());
-        }
-    }
-    Err(anyhow!(
-        "no complete full run (without --quick or --keep-uso, with mcrelay, baseline and kernel) in {}",
-        dir.display()
-    ))
+            && compares)
+    })?
+    .ok_or_else(|| {
+        anyhow!(
+            "no complete full run (without --quick or --keep-uso, with mcrelay, baseline and kernel) in {}",
+            dir.display()
+        )
+    })
 }
 
 /// Renders the two-panel figure: max lossless rate and CPU per packet.

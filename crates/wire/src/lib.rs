@@ -2,7 +2,8 @@
 //! (`ingress = "packet"`) sits in the packet path. The privileged helper
 //! attaches [`bpf::flow_filter`] to a flow's packet socket so the kernel
 //! passes only that flow's frames; the worker walks the frames of its
-//! TPACKET_V3 ring blocks with [`tpacket::frames`] and reads each with
+//! TPACKET_V3 ring blocks with [`tpacket::frames`] (or a TPACKET_V2 slot with
+//! [`tpacket::frame_v2`]) and reads each with
 //! [`frame::parse`] — Ethernet with up to two VLAN tags, IPv4 with options,
 //! IPv6 with extension headers, UDP with its length and checksum checked —
 //! and relays the payload it finds exactly as socket ingress would. Every
@@ -63,6 +64,9 @@ pub fn fuzz_frame(data: &[u8]) {
         }
     }
     for f in tpacket::frames(data).take(64).flatten() {
+        let _ = parse(f.bytes, &flows[0], f.verify_checksum);
+    }
+    if let Ok(f) = tpacket::frame_v2(data) {
         let _ = parse(f.bytes, &flows[0], f.verify_checksum);
     }
 }

@@ -1,6 +1,6 @@
 //! The layout of a `TPACKET_V3` ring block (linux/if_packet.h), read as
 //! bytes: the frames the kernel copied into one block, each behind a
-//! `tpacket3_hdr`. Pure: the data plane maps the ring and hands a block it
+//! `tpacket3_hdr`; and of one `TPACKET_V2` frame slot ([`frame_v2`]). Pure: the data plane maps the ring and hands a block it
 //! owns here as a slice; every offset and length found inside the block is
 //! checked against the slice, so a corrupt block can't make this read
 //! outside it or loop forever.
@@ -56,6 +56,55 @@ pub fn frames(block: &[u8]) -> Frames<'_> {
         left: count,
         at,
     }
+}
+
+/// Offsets in `struct tpacket2_hdr` (a `TPACKET_V2` frame slot starts
+/// with it): `tp_status`, `tp_len`, `tp_snaplen`, `tp_mac`.
+pub const V2_STATUS: usize = 0;
+pub const V2_LEN: usize = 4;
+pub const V2_SNAPLEN: usize = 8;
+pub const V2_MAC: usize = 12;
+
+/// The frame in one `TPACKET_V2` slot the kernel has handed over. A frame
+/// the kernel cut short (longer than the slot: `tp_len` > `tp_snaplen`),
+/// or a header pointing outside the slot, is `Err(Reject::Truncated)`.
+pub fn frame_v2(slot: &[u8]) -> Result<RingFrame<'_>, Reject> {
+    let (Some(status), Some(len), Some(snaplen), Some(mac)) = (
+        read_u32(slot, V2_STATUS),
+        read_u32(slot, V2_LEN),
+        read_u32(slot, V2_SNAPLEN),
+        read_u16(slot, V2_MAC),
+    ) else {
+        return Err(Reject::Truncated);
+    };
+    if len != snaplen {
+        return Err(Reject::Truncated);
+    }
+    let start = usize::from(mac);
+    let bytes = start
+        .checked_add(snaplen as usize)
+        .and_then(|end| slot.get(start..end))
+        .ok_or(Reject::Truncated)?;
+    Ok(RingFrame {
+        bytes,
+        verify_checksum: status & CHECKSUM_SETTLED == 0,
+    })
+}
+
+/// A `TPACKET_V2` slot of `slot_bytes` as the kernel fills it: `frame` at
+/// the kernel's Ethernet offset (66), `status`, `len` as `tp_len` (for
+/// tests).
+pub fn build_slot_v2(frame: &[u8], len: usize, status: u32, slot_bytes: usize) -> Vec<u8> {
+    let mut b = vec![0u8; slot_bytes];
+    let mac = 66usize;
+    b[V2_STATUS..V2_STATUS + 4].copy_from_slice(&status.to_ne_bytes());
+    b[V2_LEN..V2_LEN + 4].copy_from_slice(&u32::try_from(len).unwrap_or(0).to_ne_bytes());
+    b[V2_SNAPLEN..V2_SNAPLEN + 4]
+        .copy_from_slice(&u32::try_from(frame.len()).unwrap_or(0).to_ne_bytes());
+    b[V2_MAC..V2_MAC + 2].copy_from_slice(&u16::try_from(mac).unwrap_or(0).to_ne_bytes());
+    let end = (mac + frame.len()).min(slot_bytes);
+    b[mac..end].copy_from_slice(&frame[..end - mac]);
+    b
 }
 
 /// Iterator returned by [`frames`].
@@ -153,6 +202,29 @@ mod tests {
         );
         let b = build_block(&[b"x"], 1, 4096);
         assert!(frames(&b).all(|f| f.is_ok_and(|f| f.verify_checksum)));
+    }
+
+    #[test]
+    fn v2_slots_are_read_with_their_checksum_state() {
+        let s = build_slot_v2(b"frame bytes", 11, 1 | (1 << 7), 2048);
+        assert_eq!(
+            frame_v2(&s),
+            Ok(RingFrame {
+                bytes: b"frame bytes",
+                verify_checksum: false
+            })
+        );
+        let s = build_slot_v2(b"x", 1, 1, 2048);
+        assert!(frame_v2(&s).is_ok_and(|f| f.verify_checksum));
+        // Cut short by the kernel: longer on the wire than in the slot.
+        let s = build_slot_v2(b"partial", 3000, 1, 2048);
+        assert_eq!(frame_v2(&s), Err(Reject::Truncated));
+        // A header pointing outside the slot.
+        let mut s = build_slot_v2(b"abc", 3, 1, 128);
+        s[V2_MAC..V2_MAC + 2].copy_from_slice(&200u16.to_ne_bytes());
+        assert_eq!(frame_v2(&s), Err(Reject::Truncated));
+        assert_eq!(frame_v2(&[0u8; 8]), Err(Reject::Truncated));
+        assert_eq!(frame_v2(&[]), Err(Reject::Truncated));
     }
 
     #[test]

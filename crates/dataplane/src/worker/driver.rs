@@ -23,7 +23,7 @@ use crate::core::{Core, FlowId, InFlight, LegId, OutputSpec, Redundancy, SendKin
 use crate::counters::LoopCounters;
 use crate::egress::GsoMessages;
 use crate::ingress::IngressSocket;
-use crate::packet_ring::PacketRing;
+use crate::packet_ring::{Layout, PacketRing, WAKE_INTERVAL, Wake};
 use crate::receive_buffers::ReceiveBuffers;
 use crate::submit::{self, UserData};
 
@@ -80,6 +80,11 @@ pub(super) struct Flow {
 }
 
 impl Flow {
+    /// Whether a leg's packet ring is walked every `WAKE_INTERVAL`.
+    pub(super) fn walks_by_interval(&self) -> bool {
+        self.legs.iter().any(Leg::walks_by_interval)
+    }
+
     /// Split a flow's sockets into the driver's part and the core's.
     fn new(
         f: FlowSockets,
@@ -131,6 +136,14 @@ impl Flow {
 }
 
 impl Leg {
+    /// Packet ingress on a frame-slot ring that is busy enough to be
+    /// walked every `WAKE_INTERVAL` rather than woken per frame.
+    pub(super) fn walks_by_interval(&self) -> bool {
+        self.packet_ring
+            .as_ref()
+            .is_some_and(|r| r.layout() == Layout::Frames && r.wake.wake() == Wake::Interval)
+    }
+
     fn new(
         flow: &str,
         index: usize,
@@ -143,19 +156,27 @@ impl Leg {
                 .packet_filter()
                 .and_then(|_| match PacketRing::new(ingress.fd()) {
                     Ok(ring) => {
-                        tracing::info!(
-                            flow,
-                            leg = index,
-                            blocks = ring.blocks(),
-                            "packet ingress on a TPACKET_V3 ring"
-                        );
+                        match ring.layout() {
+                            Layout::Blocks => tracing::info!(
+                                flow,
+                                leg = index,
+                                blocks = ring.blocks(),
+                                "packet ingress on a TPACKET_V3 ring"
+                            ),
+                            Layout::Frames => tracing::info!(
+                                flow,
+                                leg = index,
+                                blocks = ring.blocks(),
+                                "packet ingress on a TPACKET_V2 ring (woken per frame when idle)"
+                            ),
+                        }
                         Some(ring)
                     }
                     Err(e) => {
                         tracing::error!(
                             flow,
                             leg = index,
-                            "no TPACKET_V3 ring ({e}): this packet leg receives nothing"
+                            "no packet ring ({e}): this packet leg receives nothing"
                         );
                         None
                     }
@@ -386,6 +407,7 @@ impl Worker {
             self.notice_if_needed(f);
         }
         self.arm_wake();
+        let interval_ns = u64::try_from(WAKE_INTERVAL.as_nanos()).unwrap_or(TICK_NS);
         let mut batch = [const { None::<cqueue::Entry> }; CQE_BATCH];
         let mut stopping: Option<Instant> = None;
         loop {
@@ -408,20 +430,32 @@ impl Worker {
                 }
             }
             // Wait at most the 100 ms tick, or until the redundancy rules'
-            // next timer (a held packet's turn, a merge window, failover).
-            let wait_ns = self.core.next_tick_ns().map_or(TICK_NS, |at| {
+            // next timer (a held packet's turn, a merge window, failover),
+            // or WAKE_INTERVAL when a busy frame-slot ring is walked by
+            // interval.
+            let mut wait_ns = self.core.next_tick_ns().map_or(TICK_NS, |at| {
                 at.saturating_sub(crate::health::now_ns()).min(TICK_NS)
             });
             // Frames left in a packet ring (only flows queued for attention
-            // can have some), or a timer due: look for completions, don't
-            // wait.
+            // can have some, or walk by interval), or a timer due: look for
+            // completions, don't wait.
             let flows = &self.flows;
-            let ring_pending = self.attention.queued().iter().any(|f| {
-                flows
-                    .get(f.index())
-                    .and_then(Option::as_ref)
-                    .is_some_and(|fl| fl.legs.iter().any(|l| l.ring_pending))
-            });
+            let (ring_pending, by_interval) =
+                self.attention
+                    .queued()
+                    .iter()
+                    .fold((false, false), |(p, i), f| {
+                        match flows.get(f.index()).and_then(Option::as_ref) {
+                            Some(fl) => (
+                                p || fl.legs.iter().any(|l| l.ring_pending),
+                                i || fl.walks_by_interval(),
+                            ),
+                            None => (p, i),
+                        }
+                    });
+            if by_interval {
+                wait_ns = wait_ns.min(interval_ns);
+            }
             let want = usize::from(wait_ns > 0 && !ring_pending);
             let tick = Timespec::new().nsec(u32::try_from(wait_ns).unwrap_or(100_000_000));
             let args = SubmitArgs::new().timespec(&tick);
@@ -521,7 +555,11 @@ impl Worker {
             }
         }
         for leg in legs {
-            if self.leg(f, leg).is_some_and(|l| l.ring_pending) && !self.core.is_paused(f) {
+            if self
+                .leg(f, leg)
+                .is_some_and(|l| l.ring_pending || l.walks_by_interval())
+                && !self.core.is_paused(f)
+            {
                 self.service_ring(f, leg);
             }
             if self.leg(f, leg).is_some_and(|l| !l.armed) {
@@ -574,9 +612,12 @@ impl Worker {
         if self.core.is_removing(f) {
             return;
         }
-        // A packet leg without a ring never has a receive to arm.
+        // A packet leg without a ring never has a receive to arm; a busy
+        // frame-slot ring is walked every turn (every WAKE_INTERVAL).
         let leg_needs = |l: &Leg| {
-            l.ring_pending || (!l.armed && (l.packet.is_none() || l.packet_ring.is_some()))
+            l.ring_pending
+                || l.walks_by_interval()
+                || (!l.armed && (l.packet.is_none() || l.packet_ring.is_some()))
         };
         if self.core.is_paused(f) || flow.legs.iter().any(leg_needs) {
             self.attention.notice(f);

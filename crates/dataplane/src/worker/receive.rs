@@ -12,6 +12,7 @@ use io_uring::types::{CancelBuilder, Fd};
 
 use super::driver::{CQE_BATCH, Leg, Worker, single_buffer};
 use crate::core::{FlowId, LegId, Received};
+use crate::packet_ring::{Layout, PacketRing, Wake};
 use crate::receive_buffers::BUFFER_LEN;
 use crate::submit::{self, UserData};
 
@@ -46,11 +47,20 @@ impl Worker {
             return;
         };
         let user_data = UserData::Receive { flow: f, leg: l }.encode();
-        let entry = if leg.packet_ring.is_some() {
-            // Woken once per block the kernel hands over.
-            opcode::PollAdd::new(Fd(leg.fd), u32::from(libc::POLLIN.unsigned_abs()))
-                .multi(true)
-                .build()
+        let entry = if let Some(ring) = &leg.packet_ring {
+            let poll = opcode::PollAdd::new(Fd(leg.fd), u32::from(libc::POLLIN.unsigned_abs()));
+            match ring.layout() {
+                // Woken once per block the kernel hands over.
+                Layout::Blocks => poll.multi(true).build(),
+                // A busy leg's frames are walked every WAKE_INTERVAL by the
+                // loop turn instead.
+                Layout::Frames if ring.wake.wake() == Wake::Interval => return,
+                // One-shot, re-armed by the loop turn after the walk: woken
+                // by the next frame when the ring was empty, at once (the
+                // poll finds it readable) when frames are waiting — a
+                // wake-up per frame only while nearly idle.
+                Layout::Frames => poll.build(),
+            }
         } else if leg.packet.is_some() {
             // Its packet ring could not be set up (logged when the flow was
             // added).
@@ -191,6 +201,9 @@ impl Worker {
         let (Some(mut ring), Some(filter)) = (leg.packet_ring.take(), leg.packet) else {
             return;
         };
+        if ring.layout() == Layout::Frames {
+            return self.service_frames(f, l, ring, filter);
+        }
         let now = self.now_ns;
         // Each frame may queue a send per output; the queues hold
         // `QUEUE_CAPACITY`: hand them to the kernel first (what this
@@ -249,6 +262,74 @@ impl Worker {
         ring.done = done;
         self.flush_sends();
         self.publish_health();
+        if let Some(leg) = self.leg_mut(f, l) {
+            leg.packet_ring = Some(ring);
+            leg.ring_pending = pending;
+        }
+    }
+
+    /// [`Layout::Frames`]: relay the frames the kernel has handed over, at
+    /// most a completion batch's worth per call, handing each slot back as
+    /// it is done; as [`Worker::service_ring`] otherwise.
+    fn service_frames(
+        &mut self,
+        f: FlowId,
+        l: LegId,
+        mut ring: PacketRing,
+        filter: mcrelay_wire::FlowMatch,
+    ) {
+        self.flush_sends();
+        let now = self.now_ns;
+        let mut budget = CQE_BATCH;
+        let mut pending = false;
+        let mut walked = 0u64;
+        while let Some(slot) = ring.next_frame() {
+            if budget == 0 {
+                pending = true;
+                break;
+            }
+            let payload = mcrelay_wire::tpacket::frame_v2(slot).and_then(|fr| {
+                mcrelay_wire::parse(fr.bytes, &filter, fr.verify_checksum)
+                    .map(|d| &fr.bytes[d.payload])
+            });
+            let mut full = false;
+            match payload {
+                Ok(payload) => {
+                    if let Some(leg) = self
+                        .flows
+                        .get_mut(f.index())
+                        .and_then(Option::as_mut)
+                        .and_then(|fl| fl.leg_mut(l))
+                        && leg.health.observe_at(payload, now)
+                    {
+                        self.health_unpublished.push((f, l));
+                    }
+                    // Dropped when full (counted per output as backlog, as
+                    // on a socket); the frames after it wait in the ring.
+                    full = matches!(
+                        self.core.receive_on(f, l, payload, now),
+                        Received::Full { .. }
+                    );
+                }
+                Err(reason) => {
+                    if let Some(c) = self.core.counters(f) {
+                        c.frames.count(reason);
+                    }
+                }
+            }
+            ring.release_frame();
+            walked += 1;
+            if full {
+                break;
+            }
+            budget -= 1;
+            if budget % 32 == 0 {
+                self.flush_sends();
+            }
+        }
+        self.flush_sends();
+        self.publish_health();
+        ring.wake.walked(walked, std::time::Instant::now());
         if let Some(leg) = self.leg_mut(f, l) {
             leg.packet_ring = Some(ring);
             leg.ring_pending = pending;
