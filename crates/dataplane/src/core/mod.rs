@@ -330,12 +330,6 @@ impl Core {
             f.counters.drops.oversize.inc();
             return Received::Dropped;
         }
-        let mut parts = Parts {
-            pool: &mut self.pool,
-            in_flight: &mut self.in_flight,
-            reserve: &mut self.reserve,
-            dirty: &mut self.dirty,
-        };
         let counters = &*f.counters;
         let Flow {
             outputs,
@@ -347,9 +341,16 @@ impl Core {
         } = f;
         // The one-leg relay nearly every flow is: one branch on the rule,
         // then admission and queueing as before redundancy existed (no
-        // ticket, no timer, no second look at the outputs).
+        // ticket, no timer, no second look at the outputs, its own
+        // `Parts` the compiler keeps in registers).
         let fo_or_merge = match mode {
             Mode::Single => {
+                let mut parts = Parts {
+                    pool: &mut self.pool,
+                    in_flight: &mut self.in_flight,
+                    reserve: &mut self.reserve,
+                    dirty: &mut self.dirty,
+                };
                 let (buf, uses) = match parts.admit(outputs, counters, held, paused, payload) {
                     Ok(admitted) => admitted,
                     Err(dropped) => return dropped,
@@ -359,6 +360,12 @@ impl Core {
                 return Received::Queued;
             }
             m => m,
+        };
+        let mut parts = Parts {
+            pool: &mut self.pool,
+            in_flight: &mut self.in_flight,
+            reserve: &mut self.reserve,
+            dirty: &mut self.dirty,
         };
         // The rule's verdict, before any buffer is taken.
         let ticket = match fo_or_merge {
