@@ -414,10 +414,7 @@ impl Core {
         let buf = match (ticket, fo_or_merge) {
             (Ticket::Failover(seq), Mode::Failover(fo)) => {
                 fo.sent(seq, red);
-                // Nothing was queued since admission counted the outputs
-                // with room.
-                parts.enqueue_uses(flow, outputs, held, buf, uses);
-                return Received::Queued;
+                Some(buf)
             }
             (Ticket::Merge(ext), Mode::Merge(m)) => {
                 let buf = m.commit(ext, buf);
@@ -441,7 +438,9 @@ impl Core {
             _ => Some(buf),
         };
         if let Some(buf) = buf {
-            parts.enqueue(flow, outputs, held, buf);
+            // Nothing was queued since admission counted the outputs with
+            // room.
+            parts.enqueue_uses(flow, outputs, held, buf, uses);
         }
         Received::Queued
     }
