@@ -322,10 +322,12 @@ impl Core {
         f.counters.packets_in.inc();
         f.counters.bytes_in.add(len as u64);
         let red = &f.counters.redundancy;
-        let Some(forwarded) = red.forwarded.get(leg.index()).filter(|_| leg.0 < f.legs) else {
+        if leg.0 >= f.legs {
             red.unknown_leg.inc();
             return Received::Dropped;
-        };
+        }
+        // Looked up once admitted (`legs` is at most the counters' length).
+        let forwarded = || red.forwarded.get(leg.index());
         if len > MAX_PAYLOAD {
             f.counters.drops.oversize.inc();
             return Received::Dropped;
@@ -355,7 +357,9 @@ impl Core {
                     Ok(admitted) => admitted,
                     Err(dropped) => return dropped,
                 };
-                forwarded.inc();
+                if let Some(c) = forwarded() {
+                    c.inc();
+                }
                 parts.enqueue_uses(flow, outputs, held, buf, uses);
                 return Received::Queued;
             }
@@ -410,7 +414,9 @@ impl Core {
             Ok(admitted) => admitted,
             Err(dropped) => return dropped,
         };
-        forwarded.inc();
+        if let Some(c) = forwarded() {
+            c.inc();
+        }
         let buf = match (ticket, fo_or_merge) {
             (Ticket::Failover(seq), Mode::Failover(fo)) => {
                 fo.sent(seq, red);
