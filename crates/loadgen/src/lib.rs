@@ -21,9 +21,9 @@
 //!   control messages), the only module with `unsafe`.
 #![deny(unsafe_code)]
 
+pub mod latency;
 pub mod legs;
 pub mod many;
-pub mod latency;
 pub mod pacer;
 pub mod payload;
 pub mod sock;

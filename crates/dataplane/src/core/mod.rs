@@ -324,21 +324,15 @@ impl Core {
         let Some(f) = self.flows.get_mut(flow.index()).and_then(Option::as_mut) else {
             return Received::Dropped;
         };
-        let len = payload.len();
-        f.counters.packets_in.inc();
-        f.counters.bytes_in.add(len as u64);
-        let red = &f.counters.redundancy;
-        let Some(forwarded) = red.forwarded.get(leg.index()).filter(|_| leg.0 < f.legs) else {
-            red.unknown_leg.inc();
-            return Received::Dropped;
-        };
-        if self.standby {
-            f.counters.standby_discarded.inc();
-            return Received::Standby;
+        // The one-leg relay nearly every flow is: one branch on the rule,
+        // then admission and queueing as before redundancy existed (no
+        // ticket, no timer, no second look at the outputs, nothing of
+        // the other rules' state live in its registers).
+        if !matches!(f.mode, Mode::Single) {
+            return self.receive_redundant(flow, leg, payload, now_ns);
         }
-        if len > MAX_PAYLOAD {
-            f.counters.drops.oversize.inc();
-            return Received::Dropped;
+        if let Err(dropped) = f.count_in(leg, payload.len(), self.standby) {
+            return dropped;
         }
         let mut parts = Parts {
             pool: &mut self.pool,
@@ -346,6 +340,40 @@ impl Core {
             reserve: &mut self.reserve,
             dirty: &mut self.dirty,
         };
+        let (buf, uses) =
+            match parts.admit(&f.outputs, &f.counters, &mut f.held, &mut f.paused, payload) {
+                Ok(admitted) => admitted,
+                Err(dropped) => return dropped,
+            };
+        // `legs` is at most the counters' length.
+        if let Some(c) = f.counters.redundancy.forwarded.get(leg.index()) {
+            c.inc();
+        }
+        parts.enqueue_uses(flow, &mut f.outputs, &mut f.held, buf, uses);
+        Received::Queued
+    }
+
+    /// [`Core::receive_on`] for a merge or failover flow. Inlined: out of
+    /// line (`#[inline(never)]` or `#[cold]`) merge and failover cost
+    /// ~100 instructions more per delivered packet
+    /// (`benches/redundancy_instructions.rs`).
+    #[inline(always)]
+    fn receive_redundant(
+        &mut self,
+        flow: FlowId,
+        leg: LegId,
+        payload: &[u8],
+        now_ns: u64,
+    ) -> Received {
+        let Some(f) = self.flows.get_mut(flow.index()).and_then(Option::as_mut) else {
+            return Received::Dropped;
+        };
+        if let Err(dropped) = f.count_in(leg, payload.len(), self.standby) {
+            return dropped;
+        }
+        let red = &f.counters.redundancy;
+        // Looked up once admitted (`legs` is at most the counters' length).
+        let forwarded = || red.forwarded.get(leg.index());
         let counters = &*f.counters;
         let Flow {
             outputs,
@@ -355,20 +383,12 @@ impl Core {
             ready,
             ..
         } = f;
-        // The one-leg relay nearly every flow is: one branch on the rule,
-        // then admission and queueing as before redundancy existed (no
-        // ticket, no timer, no second look at the outputs).
-        let fo_or_merge = match mode {
-            Mode::Single => {
-                let (buf, uses) = match parts.admit(outputs, counters, held, paused, payload) {
-                    Ok(admitted) => admitted,
-                    Err(dropped) => return dropped,
-                };
-                forwarded.inc();
-                parts.enqueue_uses(flow, outputs, held, buf, uses);
-                return Received::Queued;
-            }
-            m => m,
+        let fo_or_merge = mode;
+        let mut parts = Parts {
+            pool: &mut self.pool,
+            in_flight: &mut self.in_flight,
+            reserve: &mut self.reserve,
+            dirty: &mut self.dirty,
         };
         // The rule's verdict, before any buffer is taken.
         let ticket = match fo_or_merge {
@@ -413,14 +433,13 @@ impl Core {
             Ok(admitted) => admitted,
             Err(dropped) => return dropped,
         };
-        forwarded.inc();
+        if let Some(c) = forwarded() {
+            c.inc();
+        }
         let buf = match (ticket, fo_or_merge) {
             (Ticket::Failover(seq), Mode::Failover(fo)) => {
                 fo.sent(seq, red);
-                // Nothing was queued since admission counted the outputs
-                // with room.
-                parts.enqueue_uses(flow, outputs, held, buf, uses);
-                return Received::Queued;
+                Some(buf)
             }
             (Ticket::Merge(ext), Mode::Merge(m)) => {
                 let buf = m.commit(ext, buf);
@@ -444,7 +463,9 @@ impl Core {
             _ => Some(buf),
         };
         if let Some(buf) = buf {
-            parts.enqueue(flow, outputs, held, buf);
+            // Nothing was queued since admission counted the outputs with
+            // room.
+            parts.enqueue_uses(flow, outputs, held, buf, uses);
         }
         Received::Queued
     }
@@ -759,6 +780,32 @@ fn release(
 fn with_room(outputs: &[Output]) -> u32 {
     let n = outputs.iter().filter(|o| o.in_flight < o.depth).count();
     u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+impl Flow {
+    /// Count a datagram in on `leg`; why it is dropped (counted) before
+    /// its rule sees it: a leg the flow does not have, a standby worker
+    /// (discarded, not dropped), or too large.
+    #[inline(always)]
+    fn count_in(&self, leg: LegId, len: usize, standby: bool) -> Result<(), Received> {
+        self.counters.packets_in.inc();
+        self.counters.bytes_in.add(len as u64);
+        if leg.0 >= self.legs {
+            self.counters.redundancy.unknown_leg.inc();
+            return Err(Received::Dropped);
+        }
+        if standby {
+            // Warm standby (`core::standby`): counted and discarded before
+            // admission, so nothing is sent.
+            self.counters.standby_discarded.inc();
+            return Err(Received::Standby);
+        }
+        if len > MAX_PAYLOAD {
+            self.counters.drops.oversize.inc();
+            return Err(Received::Dropped);
+        }
+        Ok(())
+    }
 }
 
 /// The parts of the core admission and queueing use, borrowed apart

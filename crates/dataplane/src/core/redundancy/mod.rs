@@ -63,7 +63,9 @@ pub const SPAN: u64 = 4096;
 pub(crate) enum Mode {
     Single,
     Merge(Box<merge::Merge>),
-    Failover(failover::Failover),
+    /// Boxed, as the merge: the mode is then a plain tag and a pointer,
+    /// so telling `Single` apart is one compare on the packet path.
+    Failover(Box<failover::Failover>),
 }
 
 impl Mode {
@@ -78,12 +80,12 @@ impl Mode {
                 after_ns,
                 revert_after_ns,
                 rtp,
-            } => Self::Failover(failover::Failover::new(
+            } => Self::Failover(Box::new(failover::Failover::new(
                 legs,
                 after_ns,
                 revert_after_ns,
                 rtp,
-            )),
+            ))),
         }
     }
 }
