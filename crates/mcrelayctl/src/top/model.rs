@@ -376,7 +376,8 @@ impl Model {
         }
     }
 
-    /// Sort by `key`; the key already in force reverses the order.
+    /// Sort by `key`; the key already in force reverses the order. The
+    /// selection goes to the first row: what a new order is asked for.
     fn sort_by(&mut self, key: SortKey) {
         if self.sort == key {
             self.reversed = !self.reversed;
@@ -385,6 +386,7 @@ impl Model {
             self.reversed = false;
         }
         self.rebuild();
+        self.select(0);
     }
 
     fn toggle_fold(&mut self) {
@@ -613,76 +615,58 @@ pub fn drops_total(flow: &FlowSnapshot) -> u64 {
 
 #[cfg(test)]
 pub(crate) mod fixtures {
-    //! Snapshots for the model's and the view's tests.
-    use mcrelay_control::{
-        DaemonState, FlowSnapshot, FlowState, IngressDropsSnapshot, InputHealth, OutputSnapshot,
-        PoolClassSnapshot, Snapshot, WorkerSnapshot,
-    };
+    //! Snapshots for the model's and the view's tests, built from JSON as
+    //! the daemon sends them (fields added later with defaults need no
+    //! change here).
+    use mcrelay_control::{FlowSnapshot, Snapshot};
+    use serde_json::json;
 
     pub fn flow(name: &str, packets: u64, outputs: usize) -> FlowSnapshot {
-        FlowSnapshot {
-            name: name.into(),
-            worker: 0,
-            input: format!("239.1.1.1:5000 on in-{name}"),
-            packets_in: packets,
-            bytes_in: packets * 1000,
-            drops: IngressDropsSnapshot::default(),
-            receive_errors: 0,
-            receive_rearms: 0,
-            pool_fallbacks: 0,
-            outputs: (0..outputs)
-                .map(|i| OutputSnapshot {
-                    label: format!("239.2.2.{i}:6000"),
-                    packets_out: packets,
-                    bytes_out: packets * 1000,
-                    drops_backlog: 0,
-                    drops_send_error: 0,
-                    last_error: None,
-                    in_flight_high_water: 1,
-                    gso_sends: 0,
-                    gso_fallbacks: 0,
-                    not_connected: None,
-                    connect_failures: 0,
+        let outputs: Vec<_> = (0..outputs)
+            .map(|i| {
+                json!({
+                    "label": format!("239.2.2.{i}:6000"),
+                    "packets_out": packets, "bytes_out": packets * 1000,
+                    "drops_backlog": 0, "drops_send_error": 0, "last_error": null,
+                    "in_flight_high_water": 1,
                 })
-                .collect(),
-            state: FlowState::Running,
-            interface_pauses: 0,
-            health: InputHealth::default(),
-        }
+            })
+            .collect();
+        serde_json::from_value(json!({
+            "name": name, "worker": 0, "input": format!("239.1.1.1:5000 on in-{name}"),
+            "packets_in": packets, "bytes_in": packets * 1000,
+            "drops": { "oversize": 0, "pool_exhausted": 0, "kernel": 0 },
+            "receive_errors": 0, "outputs": outputs,
+        }))
+        .expect("a flow snapshot")
     }
 
     /// A daemon with `flows`, read at `at_ms`.
     pub fn snapshot(at_ms: u64, flows: Vec<FlowSnapshot>) -> Snapshot {
-        Snapshot {
-            version: "0.1.0".into(),
-            pid: 4242,
-            uptime_seconds: 3723.0,
-            taken_at_unix_ms: at_ms,
-            state: DaemonState::Running,
-            config_path: "/etc/mcrelay/mcrelay.toml".into(),
-            workers: vec![WorkerSnapshot {
-                index: 0,
-                cpu: Some(2),
-                receive_mode: "io_uring multishot".into(),
-                loop_turns: 1000,
-                completions: 2500,
-                sends_submitted: 1800,
-                pools: ["small", "standard", "jumbo"]
-                    .iter()
-                    .zip([1500, 4096, 9000])
-                    .map(|(class, bytes)| PoolClassSnapshot {
-                        class: (*class).into(),
-                        buffer_bytes: bytes,
-                        capacity: 1024,
-                        in_use: 3,
-                        high_water: 17,
-                        taken: 5000,
-                        exhausted: u64::from(*class == "jumbo") * 9,
-                    })
-                    .collect(),
+        let pools: Vec<_> = [("small", 1500), ("standard", 4096), ("jumbo", 9000)]
+            .iter()
+            .map(|(class, bytes)| {
+                json!({
+                    "class": class, "buffer_bytes": bytes, "capacity": 1024, "in_use": 3,
+                    "high_water": 17, "taken": 5000,
+                    "exhausted": if *class == "jumbo" { 9 } else { 0 },
+                })
+            })
+            .collect();
+        let mut s: Snapshot = serde_json::from_value(json!({
+            "version": "0.1.0", "pid": 4242, "uptime_seconds": 3723.0,
+            "taken_at_unix_ms": at_ms, "state": { "state": "running" },
+            "config_path": "/etc/mcrelay/mcrelay.toml",
+            "workers": [{
+                "index": 0, "cpu": 2, "receive_mode": "io_uring multishot",
+                "loop_turns": 1000, "completions": 2500, "sends_submitted": 1800,
+                "pools": pools,
             }],
-            flows,
-        }
+            "flows": [],
+        }))
+        .expect("a snapshot");
+        s.flows = flows;
+        s
     }
 }
 
@@ -858,15 +842,22 @@ mod tests {
     }
 
     #[test]
-    fn selection_follows_its_flow_through_a_resort() {
+    fn selection_follows_its_flow_when_rates_reorder_the_rows() {
         let mut m = model_with(&[("a", 1), ("b", 5), ("c", 3)], 1);
-        // Select b's output, then sort by rate: b moves to the top.
+        // Sorting selects the first row; then select c's output.
+        keys(&mut m, &[Key::End, Key::Char('r')]);
+        assert_eq!(m.selected(), 0);
         keys(&mut m, &[Key::Down, Key::Down, Key::Down]);
-        assert_eq!(m.selected_flow().unwrap().name, "b");
+        assert_eq!(m.selected_flow().unwrap().name, "c");
         assert_eq!(m.rows()[m.selected()].kind, RowKind::Output(0));
-        m.key(Key::Char('r'));
-        assert_eq!(m.selected(), 1, "b's output is now the second row");
-        assert_eq!(m.selected_flow().unwrap().name, "b");
+        // c becomes the fastest: its output is now the second row.
+        m.update(snapshot(
+            3000,
+            vec![flow("a", 3, 1), flow("b", 15, 1), flow("c", 106, 1)],
+        ));
+        assert_eq!(flow_order(&m), ["c", "b", "a"]);
+        assert_eq!(m.selected(), 1);
+        assert_eq!(m.selected_flow().unwrap().name, "c");
         // Filtered out: the selection stays in range.
         m.key(Key::Char('/'));
         typed(&mut m, "a");

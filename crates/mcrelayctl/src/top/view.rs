@@ -22,7 +22,7 @@ use super::model::{Mode, Model, Row, RowKind, SortKey, drops_total, leg_count};
 const HEADER: u16 = 2;
 const FOOTER: u16 = 1;
 /// The selected flow's pane.
-const DETAIL: u16 = 8;
+const DETAIL: u16 = 9;
 /// Borders, the column titles and five rows.
 const MIN_TABLE: u16 = 8;
 /// Most lines the worker and pool panes take.
@@ -435,8 +435,8 @@ fn trend(h: &History, width: usize) -> String {
         .collect()
 }
 
-/// The selected flow: its state and input, every ingress drop reason and
-/// each output's, its health, and a sparkline of its packet rate.
+/// The selected flow: its state and input, its health, every ingress drop
+/// reason and each output's, and a sparkline of its packet rate.
 fn detail(frame: &mut Frame<'_>, area: Rect, model: &Model) {
     let Some(flow) = model.selected_flow() else {
         frame.render_widget(Block::bordered().title(" no flow selected "), area);
@@ -466,6 +466,10 @@ fn detail(frame: &mut Frame<'_>, area: Rect, model: &Model) {
             )),
         )),
     ];
+    lines.push(alarm_line(
+        format!("health: {}", health_text(&flow.health)),
+        flow.health.silent || flow.health.errors() > 0,
+    ));
     let mut reasons: Vec<String> = flow
         .drops
         .by_reason()
@@ -498,7 +502,6 @@ fn detail(frame: &mut Frame<'_>, area: Rect, model: &Model) {
             o.drops() > 0 || o.not_connected.is_some(),
         ));
     }
-    lines.push(Line::from(format!("health: {}", health_text(&flow.health))));
     frame.render_widget(Paragraph::new(lines).wrap(Wrap { trim: false }), text_area);
 
     let Some(history) = model.history(&flow.name) else {
@@ -508,10 +511,14 @@ fn detail(frame: &mut Frame<'_>, area: Rect, model: &Model) {
         .latest(usize::from(spark_width.saturating_sub(2)))
         .collect();
     let span = model.interval.as_secs_f64() * samples.len() as f64;
+    let span = if span < 10.0 {
+        format!("{span:.1}")
+    } else {
+        format!("{span:.0}")
+    };
     let spark = Sparkline::default()
         .block(Block::bordered().title(format!(
-            " pkt/s, {:.0} s, peak {} ",
-            span,
+            " pkt/s, last {span} s, peak {} ",
             human_rate(samples.iter().copied().max().unwrap_or(0) as f64)
         )))
         .data(&samples)
@@ -772,7 +779,7 @@ mod tests {
                 "SILENT",
                 " flow a ",
                 "ingress drops: oversize 0 · pool_exhausted 0 · kernel 1 ·",
-                "pkt/s, 1 s, peak 100",
+                "pkt/s, last 1.0 s, peak 100",
                 " workers ",
                 "io_uring multishot",
                 " pools ",
