@@ -260,12 +260,52 @@ impl Drop for TempDir {
     }
 }
 
+impl TempDir {
+    /// A fresh directory for one test, with [`Recorded`] serving on its
+    /// `control.sock`.
+    fn with_recorded_daemon(test: &str) -> (TempDir, PathBuf) {
+        let dir = TempDir(
+            std::env::temp_dir().join(format!("mcrelay-top-{test}-{}", std::process::id())),
+        );
+        std::fs::create_dir_all(&dir.0).expect("temp dir");
+        let socket = dir.0.join("control.sock");
+        serve_recorded(&socket);
+        (dir, socket)
+    }
+}
+
+/// Piped, `top` prints the text frames without being asked to, with no
+/// terminal control sequences, and `--iterations` ends it.
+#[test]
+fn piped_output_stays_plain() {
+    let (_dir, socket) = TempDir::with_recorded_daemon("piped");
+    let out = Command::new(mcrelayctl())
+        .arg("--socket")
+        .arg(&socket)
+        .args(["top", "--iterations", "2", "--interval", "0.1"])
+        .output()
+        .expect("mcrelayctl");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!text.contains('\x1b'), "no escape sequences:\n{text}");
+    assert_eq!(
+        text.matches("mcrelayd 0.1.0, pid 31337").count(),
+        2,
+        "{text}"
+    );
+    assert!(
+        text.contains("feed-0999") && text.contains("EXHAUSTED"),
+        "{text}"
+    );
+}
+
 #[test]
 fn a_thousand_recorded_flows_sorted_filtered_scrolled_then_quit() {
-    let dir = TempDir(std::env::temp_dir().join(format!("mcrelay-top-{}", std::process::id())));
-    std::fs::create_dir_all(&dir.0).expect("temp dir");
-    let socket = dir.0.join("control.sock");
-    serve_recorded(&socket);
+    let (_dir, socket) = TempDir::with_recorded_daemon("tmux");
     let Some(tmux) = Tmux::start(&top_then_report(&socket, "0.2")) else {
         return;
     };
