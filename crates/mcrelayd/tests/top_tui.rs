@@ -38,8 +38,7 @@ impl Tmux {
     /// `command` (a shell command line) in a new detached 160×48 session;
     /// `None` (the test skips) without tmux.
     fn start(command: &str) -> Option<Tmux> {
-        if Command::new("tmux").arg("-V").output().is_err() {
-            eprintln!("SKIPPED: tmux is not installed (CI installs it: .ci/steps/26-top-tmux.sh)");
+        if tmux_missing() {
             return None;
         }
         let t = Tmux {
@@ -126,6 +125,15 @@ impl Tmux {
             .unwrap_or_else(|| panic!("the pane's shell {shell} runs nothing"))
             .to_owned()
     }
+}
+
+/// Whether tmux is missing (then the test skips, saying so).
+fn tmux_missing() -> bool {
+    let missing = Command::new("tmux").arg("-V").output().is_err();
+    if missing {
+        eprintln!("SKIPPED: tmux is not installed (CI installs it: .ci/steps/26-top-tmux.sh)");
+    }
+    missing
 }
 
 impl Drop for Tmux {
@@ -414,8 +422,7 @@ fn a_thousand_recorded_flows_sorted_filtered_scrolled_then_quit() {
 
 #[test]
 fn the_live_view_of_a_real_daemon() {
-    if Command::new("tmux").arg("-V").output().is_err() {
-        eprintln!("SKIPPED: tmux is not installed (CI installs it: .ci/steps/26-top-tmux.sh)");
+    if tmux_missing() {
         return;
     }
     let Some(t) = Topology::new() else { return };
