@@ -15,7 +15,7 @@ use std::sync::Arc;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use io_uring::{opcode, squeue, types::Fd};
 use mcrelay_dataplane::bench_support::{FlowId, InFlight, OutputId, UserData};
-use mcrelay_dataplane::core::{Core, OutputSpec, SendToken};
+use mcrelay_dataplane::core::{Core, OutputSpec, Redundancy, SendToken};
 use mcrelay_pool::{MAX_PAYLOAD, PoolConfig, PoolSet, SharedBuffer};
 
 fn packet(c: &mut Criterion) {
@@ -91,7 +91,7 @@ fn core(c: &mut Criterion) {
                 counters: Arc::default(),
             });
             let flow = core
-                .add_flow(specs, Arc::default(), 1)
+                .add_flow(specs, Arc::default(), 1, Redundancy::Single, 1)
                 .expect("an empty core takes a flow");
             let mut sent: Vec<SendToken> = Vec::with_capacity(outputs);
             let result = i32::try_from(size).unwrap_or(0);

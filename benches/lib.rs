@@ -1,6 +1,8 @@
 //! Benchmark suites for mcrelay live in `benches/benches/`; this library
 //! only holds what several of them share.
 
+pub mod redundancy_run;
+
 use mcrelay_wire::health::Payload;
 use mcrelay_wire::{rtp, ts};
 

@@ -161,6 +161,67 @@ impl Default for Health {
     }
 }
 
+/// Most legs (`inputs`) a flow may have.
+pub const MAX_LEGS: usize = 4;
+/// Default `merge_delay_ms`.
+pub const DEFAULT_MERGE_DELAY_MS: u32 = 0;
+/// Default `merge_window_ms`.
+pub const DEFAULT_MERGE_WINDOW_MS: u32 = 50;
+/// Largest `merge_window_ms` (and `merge_delay_ms`).
+pub const MAX_MERGE_WINDOW_MS: u32 = 1000;
+/// Default `failover_after_ms`.
+pub const DEFAULT_FAILOVER_AFTER_MS: u32 = 100;
+/// Largest `failover_after_ms` (one hour).
+pub const MAX_FAILOVER_AFTER_MS: u32 = 3_600_000;
+/// Default `revert_after_s`.
+pub const DEFAULT_REVERT_AFTER_S: u32 = 10;
+/// Largest `revert_after_s` (one day).
+pub const MAX_REVERT_AFTER_S: u32 = 86_400;
+
+/// How a flow with several legs combines them (`redundancy` and its
+/// settings in a `[[flow]]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Redundancy {
+    /// One leg (`input`): nothing to combine.
+    Single,
+    /// `redundancy = "merge"` (SMPTE 2022-7): each RTP sequence number is
+    /// forwarded once, its first copy from any leg.
+    Merge {
+        /// `merge_delay_ms`: 0 forwards each first copy at once; N holds
+        /// packets up to N ms so the output leaves in sequence order.
+        delay_ms: u32,
+        /// `merge_window_ms`: a number no leg delivered within this long
+        /// counts as lost.
+        window_ms: u32,
+    },
+    /// `redundancy = "failover"`: forward from the first healthy leg in
+    /// list order.
+    Failover {
+        /// `failover_after_ms`: a leg silent this long is unhealthy.
+        after_ms: u32,
+        /// `revert_after_s`: return to a higher-priority leg once it has
+        /// been healthy this long; 0 = never.
+        revert_after_s: u32,
+    },
+}
+
+impl Redundancy {
+    /// `"single"`, `"merge"` or `"failover"`.
+    pub const fn as_str(&self) -> &'static str {
+        match self {
+            Redundancy::Single => "single",
+            Redundancy::Merge { .. } => "merge",
+            Redundancy::Failover { .. } => "failover",
+        }
+    }
+}
+
+impl fmt::Display for Redundancy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A flow's identity: stable across restarts, platforms and Rust versions
 /// (a fixed hash of the flow's name, not `DefaultHasher`).
 ///
@@ -178,8 +239,12 @@ pub struct Flow {
     pub id: FlowId,
     /// Unique, non-empty name.
     pub name: String,
-    /// Where packets come from.
-    pub input: Input,
+    /// Where packets come from: one leg, or 2 to [`MAX_LEGS`] legs
+    /// (`inputs`) carrying copies of one stream; never empty.
+    pub inputs: Vec<Input>,
+    /// How the legs are combined; [`Redundancy::Single`] exactly when
+    /// there is one leg.
+    pub redundancy: Redundancy,
     /// Where each packet is sent; never empty.
     pub outputs: Vec<Output>,
     /// Pin this flow to one worker core.
@@ -215,6 +280,28 @@ impl fmt::Display for IngressKind {
             IngressKind::Socket => "socket",
             IngressKind::Packet => "packet",
         })
+    }
+}
+
+impl Flow {
+    /// The first (for failover: the primary) leg.
+    ///
+    /// # Panics
+    ///
+    /// On a hand-built flow with no input: a parsed flow, like every flow
+    /// in a [`FlowTable`] ([`FlowTable::new`] refuses one without), has at
+    /// least one. (Used by tests; the daemon walks `inputs`.)
+    pub fn primary(&self) -> &Input {
+        &self.inputs[0]
+    }
+
+    /// The interfaces the flow needs up: every leg's and every output's,
+    /// in that order (with repeats).
+    pub fn interfaces(&self) -> impl Iterator<Item = &str> {
+        self.inputs
+            .iter()
+            .map(|i| i.interface.as_str())
+            .chain(self.outputs.iter().map(|o| o.interface.as_str()))
     }
 }
 
@@ -339,8 +426,26 @@ impl Config {
                 modes.join(", ")
             )
         };
+        // "; redundancy on 2 flows (1 merge, 1 failover)", when any.
+        let merge = self
+            .flows
+            .iter()
+            .filter(|f| matches!(f.redundancy, Redundancy::Merge { .. }))
+            .count();
+        let failover = self
+            .flows
+            .iter()
+            .filter(|f| matches!(f.redundancy, Redundancy::Failover { .. }))
+            .count();
+        let redundancy = match (merge, failover) {
+            (0, 0) => String::new(),
+            _ => format!(
+                "; redundancy on {} ({merge} merge, {failover} failover)",
+                plural(merge + failover, "flow")
+            ),
+        };
         format!(
-            "ok: {flows}, {outputs}, {cores}, pool memory {mem} per core ({s} small, {st} standard, {j} jumbo){health}",
+            "ok: {flows}, {outputs}, {cores}, pool memory {mem} per core ({s} small, {st} standard, {j} jumbo){health}{redundancy}",
             outputs = plural(self.output_count(), "output"),
             mem = fmt_mib(self.pools.bytes_per_core()),
             s = self.pools.small,
@@ -372,6 +477,10 @@ pub enum FlowTableError {
     /// A flow's `id` is not `FlowId::from_name(&name)`.
     #[error("flow {0:?} has id {1}, expected {2}")]
     WrongId(String, FlowId, FlowId),
+    /// A flow with no input, more than [`MAX_LEGS`], or a redundancy that
+    /// doesn't fit its number of legs.
+    #[error("flow {0:?} has {1} inputs with redundancy {2}")]
+    BadLegs(String, usize, Redundancy),
 }
 
 impl FlowTable {
@@ -387,6 +496,11 @@ impl FlowTable {
             }
         }
         for f in &flows {
+            let legs = f.inputs.len();
+            let single = matches!(f.redundancy, Redundancy::Single);
+            if legs == 0 || legs > MAX_LEGS || single != (legs == 1) {
+                return Err(FlowTableError::BadLegs(f.name.clone(), legs, f.redundancy));
+            }
             let expected = FlowId::from_name(&f.name);
             if f.id != expected {
                 return Err(FlowTableError::WrongId(f.name.clone(), f.id, expected));
@@ -444,7 +558,8 @@ impl FlowTable {
     /// What changes going from `self` (running) to `newer` (just loaded).
     ///
     /// Flows are matched by id (that is, by name). A flow present in both
-    /// whose input, outputs, core or health settings differ is `changed`; the data plane
+    /// whose inputs (its legs, in order), redundancy, outputs, core or
+    /// health settings differ is `changed`; the data plane
     /// restarts it, while `unchanged` flows keep running untouched. Each list
     /// is in name order.
     pub fn diff(&self, newer: &FlowTable) -> FlowDiff {
@@ -482,7 +597,8 @@ pub struct FlowDiff {
     pub added: Vec<FlowId>,
     /// In the older table only: stop these.
     pub removed: Vec<FlowId>,
-    /// In both, with different input, outputs or core: restart these.
+    /// In both, with different inputs, redundancy, outputs, core or
+    /// health: restart these.
     pub changed: Vec<FlowId>,
     /// In both and identical: leave these alone.
     pub unchanged: Vec<FlowId>,
@@ -503,14 +619,15 @@ mod tests {
         Flow {
             id: FlowId::from_name(name),
             name: name.to_owned(),
-            input: Input {
+            inputs: vec![Input {
                 interface: "eth0".into(),
                 address: "239.1.1.1".parse().unwrap(),
                 port,
                 source: None,
                 ingress: IngressKind::Socket,
                 receive_buffer_bytes: DEFAULT_RECEIVE_BUFFER_BYTES,
-            },
+            }],
+            redundancy: Redundancy::Single,
             outputs: vec![Output {
                 interface: "eth1".into(),
                 address: "239.2.2.2".parse().unwrap(),
@@ -540,8 +657,8 @@ mod tests {
         assert_eq!(names, ["a", "b", "c"]);
         assert_eq!(t.len(), 3);
         assert!(!t.is_empty());
-        assert_eq!(t.get(FlowId::from_name("c")).unwrap().input.port, 3);
-        assert_eq!(t.by_name("b").unwrap().input.port, 2);
+        assert_eq!(t.get(FlowId::from_name("c")).unwrap().primary().port, 3);
+        assert_eq!(t.by_name("b").unwrap().primary().port, 2);
         assert!(t.get(FlowId::from_name("d")).is_none());
         assert!(t.by_name("d").is_none());
         assert_eq!((&t).into_iter().count(), 3);
@@ -594,6 +711,59 @@ mod tests {
             let d = old.diff(&FlowTable::new(vec![f]).unwrap());
             assert_eq!(d.changed, [FlowId::from_name("keep")]);
         }
+        // A leg added, removed or reordered, or another redundancy, is a
+        // change too.
+        let mut two = flow("keep", 1);
+        let mut backup = two.inputs[0].clone();
+        backup.interface = "eth2".into();
+        two.inputs.push(backup);
+        two.redundancy = Redundancy::Failover {
+            after_ms: 100,
+            revert_after_s: 10,
+        };
+        let t2 = FlowTable::new(vec![two.clone()]).unwrap();
+        assert_eq!(old.diff(&t2).changed, [FlowId::from_name("keep")]);
+        assert_eq!(t2.diff(&old).changed, [FlowId::from_name("keep")]);
+        let mut swapped = two.clone();
+        swapped.inputs.reverse();
+        let t3 = FlowTable::new(vec![swapped]).unwrap();
+        assert_eq!(t2.diff(&t3).changed, [FlowId::from_name("keep")]);
+        let mut merged = two;
+        merged.redundancy = Redundancy::Merge {
+            delay_ms: 0,
+            window_ms: 50,
+        };
+        let t4 = FlowTable::new(vec![merged]).unwrap();
+        assert_eq!(t2.diff(&t4).changed, [FlowId::from_name("keep")]);
+        assert!(t4.diff(&t4.clone()).is_empty());
+    }
+
+    #[test]
+    fn table_rejects_legs_that_do_not_fit_the_redundancy() {
+        let mut none = flow("a", 1);
+        none.inputs.clear();
+        assert!(matches!(
+            FlowTable::new(vec![none]),
+            Err(FlowTableError::BadLegs(_, 0, Redundancy::Single))
+        ));
+        let mut two_single = flow("a", 1);
+        two_single.inputs.push(two_single.inputs[0].clone());
+        assert!(FlowTable::new(vec![two_single.clone()]).is_err());
+        let mut one_merge = flow("a", 1);
+        one_merge.redundancy = Redundancy::Merge {
+            delay_ms: 0,
+            window_ms: 50,
+        };
+        assert!(FlowTable::new(vec![one_merge]).is_err());
+        let mut five = two_single;
+        five.redundancy = Redundancy::Failover {
+            after_ms: 1,
+            revert_after_s: 0,
+        };
+        five.inputs = vec![five.inputs[0].clone(); 5];
+        assert!(FlowTable::new(vec![five.clone()]).is_err());
+        five.inputs.truncate(4);
+        assert!(FlowTable::new(vec![five]).is_ok());
     }
 
     #[test]
@@ -642,14 +812,31 @@ mod tests {
             "{}",
             mixed.summary()
         );
+        let mut legs = flow("d", 4);
+        legs.inputs.push(legs.inputs[0].clone());
+        legs.redundancy = Redundancy::Failover {
+            after_ms: 100,
+            revert_after_s: 10,
+        };
+        let redundant = Config {
+            flows: FlowTable::new(vec![flow("a", 1), legs]).unwrap(),
+            ..mixed
+        };
+        assert!(
+            redundant
+                .summary()
+                .ends_with(" jumbo); redundancy on 1 flow (0 merge, 1 failover)"),
+            "{}",
+            redundant.summary()
+        );
     }
 
     #[test]
     fn displays() {
         let f = flow("a", 5000);
-        assert_eq!(f.input.to_string(), "eth0 239.1.1.1:5000");
+        assert_eq!(f.primary().to_string(), "eth0 239.1.1.1:5000");
         assert_eq!(f.outputs[0].to_string(), "eth1 239.2.2.2:6000");
-        let mut v6 = f.input.clone();
+        let mut v6 = f.primary().clone();
         v6.address = "ff3e::1".parse().unwrap();
         v6.source = Some("2001:db8::1".parse().unwrap());
         assert_eq!(v6.to_string(), "eth0 [ff3e::1]:5000 from 2001:db8::1");

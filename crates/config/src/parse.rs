@@ -16,6 +16,8 @@ use toml::de::{DeTable, DeValue};
 use crate::error::{ConfigError, ConfigErrors};
 use crate::model::*;
 
+mod legs;
+
 /// Largest CPU number accepted in `daemon.cores` and a flow's `core`
 /// (Linux supports at most 8192 CPUs).
 pub const MAX_CPU: usize = 8191;
@@ -32,11 +34,17 @@ const POOL_KEYS: &[&str] = &["small", "standard", "jumbo"];
 const FLOW_KEYS: &[&str] = &[
     "name",
     "input",
+    "inputs",
     "outputs",
     "core",
     "payload",
     "silence_ms",
     "rtp_clock_hz",
+    "redundancy",
+    "merge_delay_ms",
+    "merge_window_ms",
+    "failover_after_ms",
+    "revert_after_s",
 ];
 const INPUT_KEYS: &[&str] = &[
     "interface",
@@ -135,7 +143,8 @@ struct Walker<'t> {
 /// the cross-flow rules can still run.
 struct FlowParts {
     name: Option<(String, usize)>,
-    input: Option<(Input, usize)>,
+    /// Each valid leg, with where it is written.
+    inputs: Vec<(Input, usize)>,
     flow: Option<Flow>,
 }
 
@@ -436,7 +445,7 @@ impl<'t> Walker<'t> {
     fn flow(&mut self, index: usize, v: &Value<'_>, cores: Option<&[usize]>) -> FlowParts {
         let mut parts = FlowParts {
             name: None,
-            input: None,
+            inputs: Vec::new(),
             flow: None,
         };
         let Some(t) = self.table(v, "", &format!("flow[{index}]")) else {
@@ -473,21 +482,10 @@ impl<'t> Walker<'t> {
         let p = prefix.as_str();
         self.check_keys(t, FLOW_KEYS, p, "");
 
-        let input = match t.get("input") {
-            None => {
-                self.missing(
-                    &span,
-                    p,
-                    "input",
-                    "input",
-                    "{ interface = \"eth0\", address = \"239.1.1.1\", port = 5000 }",
-                );
-                None
-            }
-            Some(iv) => self.input(iv, p),
-        };
-        if let (Some(i), Some(iv)) = (&input, t.get("input")) {
-            parts.input = Some((i.clone(), iv.span().start));
+        // `input` (one leg) or `inputs` (2 to 4): see `legs`.
+        let inputs = self.legs(t, &span, p);
+        if let Some(legs) = &inputs {
+            parts.inputs.clone_from(legs);
         }
 
         let mut outputs = Vec::new();
@@ -522,7 +520,7 @@ impl<'t> Walker<'t> {
                             ok = false;
                             continue;
                         };
-                        if let Some(inp) = &input {
+                        for (inp, _) in inputs.iter().flatten() {
                             if out.interface == inp.interface
                                 && out.address == inp.address
                                 && out.port == inp.port
@@ -569,13 +567,22 @@ impl<'t> Walker<'t> {
 
         let health = self.health(t, p);
         ok &= health.is_some();
+        let redundancy = self.redundancy(
+            t,
+            &span,
+            p,
+            inputs.as_ref().map(Vec::len),
+            health.map(|h| h.payload),
+        );
 
-        if let (true, Some((name, _)), Some(input), Some(health)) = (ok, &parts.name, input, health)
+        if let (true, Some((name, _)), Some(inputs), Some(health), Some(redundancy)) =
+            (ok, &parts.name, inputs, health, redundancy)
         {
             parts.flow = Some(Flow {
                 id: FlowId::from_name(name),
                 name: name.clone(),
-                input,
+                inputs: inputs.into_iter().map(|(i, _)| i).collect(),
+                redundancy,
                 outputs,
                 core,
                 health,
@@ -616,58 +623,71 @@ impl<'t> Walker<'t> {
         ok.then_some(h)
     }
 
-    fn input(&mut self, v: &Value<'_>, p: &str) -> Option<Input> {
-        let t = self.table(v, p, "input")?;
-        self.check_keys(t, INPUT_KEYS, p, " in input");
+    /// One leg: `input`, or `inputs[i]` (`path`).
+    fn input(&mut self, v: &Value<'_>, p: &str, path: &str) -> Option<Input> {
+        let t = self.table(v, p, path)?;
+        self.check_keys(t, INPUT_KEYS, p, &format!(" in {path}"));
         let span = v.span();
         let mut ok = true;
         let interface = match t.get("interface") {
-            Some(v) => self.interface(v, p, "input.interface"),
+            Some(v) => self.interface(v, p, &format!("{path}.interface")),
             None => {
-                self.missing(&span, p, "input.interface", "interface", "\"eth0\"");
+                self.missing(
+                    &span,
+                    p,
+                    &format!("{path}.interface"),
+                    "interface",
+                    "\"eth0\"",
+                );
                 None
             }
         };
         let address = match t.get("address") {
-            Some(v) => match self.ip(v, p, "input.address") {
+            Some(v) => match self.ip(v, p, &format!("{path}.address")) {
                 Some(a) if a.is_unspecified() => {
-                    self.err(&v.span(), format!("{p}input.address {a} is unspecified; use a multicast group or a local unicast address"));
+                    self.err(&v.span(), format!("{p}{path}.address {a} is unspecified; use a multicast group or a local unicast address"));
                     None
                 }
                 a => a,
             },
             None => {
-                self.missing(&span, p, "input.address", "address", "\"239.1.1.1\"");
+                self.missing(
+                    &span,
+                    p,
+                    &format!("{path}.address"),
+                    "address",
+                    "\"239.1.1.1\"",
+                );
                 None
             }
         };
         let port = match t.get("port") {
-            Some(v) => self.port(v, p, "input.port"),
+            Some(v) => self.port(v, p, &format!("{path}.port")),
             None => {
-                self.missing(&span, p, "input.port", "port", "5000");
+                self.missing(&span, p, &format!("{path}.port"), "port", "5000");
                 None
             }
         };
         let mut source = None;
         if let Some(v) = t.get("source") {
-            match (self.ip(v, p, "input.source"), address) {
+            match (self.ip(v, p, &format!("{path}.source")), address) {
                 (None, _) => ok = false,
                 (Some(s), _) if s.is_multicast() || s.is_unspecified() => {
                     self.err(
                         &v.span(),
                         format!(
-                            "{p}input.source {s} is not a unicast address; use the sender's address"
+                            "{p}{path}.source {s} is not a unicast address; use the sender's address"
                         ),
                     );
                     ok = false;
                 }
                 (Some(_), Some(a)) if !a.is_multicast() => {
-                    self.err(&v.span(), format!("{p}input.source is only valid with a multicast input.address ({a} is unicast); remove source"));
+                    self.err(&v.span(), format!("{p}{path}.source is only valid with a multicast {path}.address ({a} is unicast); remove source"));
                     ok = false;
                 }
                 (Some(s), Some(a)) if s.is_ipv4() != a.is_ipv4() => {
                     self.err(&v.span(), format!(
-                        "{p}input.source {s} is {} but input.address {a} is {}; use the same family",
+                        "{p}{path}.source {s} is {} but {path}.address {a} is {}; use the same family",
                         family(s), family(a)
                     ));
                     ok = false;
@@ -677,14 +697,14 @@ impl<'t> Walker<'t> {
         }
         let mut ingress = IngressKind::Socket;
         if let Some(v) = t.get("ingress") {
-            match self.string(v, p, "input.ingress") {
+            match self.string(v, p, &format!("{path}.ingress")) {
                 Some("socket") => ingress = IngressKind::Socket,
                 Some("packet") => ingress = IngressKind::Packet,
                 Some(s) => {
                     self.err(
                         &v.span(),
                         format!(
-                            "{p}input.ingress {s:?} is not valid; use \"socket\" or \"packet\""
+                            "{p}{path}.ingress {s:?} is not valid; use \"socket\" or \"packet\""
                         ),
                     );
                     ok = false;
@@ -697,7 +717,7 @@ impl<'t> Walker<'t> {
             match self.ranged(
                 v,
                 p,
-                "input.receive_buffer_bytes",
+                &format!("{path}.receive_buffer_bytes"),
                 1,
                 i128::from(MAX_RECEIVE_BUFFER_BYTES),
             ) {
@@ -878,20 +898,25 @@ impl<'t> Walker<'t> {
                                 names.insert(name.clone(), (*at, id));
                                 ids.insert(id, name.clone());
                             }
-                            if let Some((input, at)) = &parts.input {
+                            for (input, at) in &parts.inputs {
                                 let key = (
                                     input.interface.clone(),
                                     input.address,
                                     input.port,
                                     input.source,
                                 );
-                                if let Some(other) = inputs.get(&key) {
-                                    self.errors.push((*at, format!(
-                                        "flow {name:?}: same input as flow {other:?} ({input}); two flows can't share an input"
-                                    )));
-                                    all_ok = false;
-                                } else {
-                                    inputs.insert(key, name.clone());
+                                match inputs.get(&key) {
+                                    // A flow's own legs are compared in `legs`.
+                                    Some(other) if other == name => {}
+                                    Some(other) => {
+                                        self.errors.push((*at, format!(
+                                            "flow {name:?}: same input as flow {other:?} ({input}); two flows can't share an input"
+                                        )));
+                                        all_ok = false;
+                                    }
+                                    None => {
+                                        inputs.insert(key, name.clone());
+                                    }
                                 }
                             }
                         }
@@ -984,7 +1009,7 @@ mod tests {
     use super::*;
 
     /// Every error of `text`, as displayed.
-    fn errors(text: &str) -> Vec<String> {
+    pub(super) fn errors(text: &str) -> Vec<String> {
         match parse(text, "t.toml") {
             Ok(_) => panic!("expected errors, got a valid config"),
             Err(e) => e.iter().map(ToString::to_string).collect(),
@@ -992,7 +1017,7 @@ mod tests {
     }
 
     /// The single error of `text`, as displayed.
-    fn error(text: &str) -> String {
+    pub(super) fn error(text: &str) -> String {
         let e = errors(text);
         assert_eq!(e.len(), 1, "expected one error, got {e:#?}");
         e[0].clone()
@@ -1028,9 +1053,9 @@ mod tests {
         );
         let f = c.flows.by_name("x").unwrap();
         assert_eq!(f.id, FlowId::from_name("x"));
-        assert_eq!(f.input.ingress, IngressKind::Socket);
-        assert_eq!(f.input.source, None);
-        assert_eq!(f.input.receive_buffer_bytes, 4 * 1024 * 1024);
+        assert_eq!(f.primary().ingress, IngressKind::Socket);
+        assert_eq!(f.primary().source, None);
+        assert_eq!(f.primary().receive_buffer_bytes, 4 * 1024 * 1024);
         assert_eq!(f.outputs[0].ttl, 1);
         assert_eq!(f.outputs[0].queue_depth, 256);
         assert_eq!(f.outputs[0].source_address, None);
@@ -1080,7 +1105,7 @@ outputs = [{ interface = "eth1", address = "239.2.2.2", port = 6000, ttl = 255, 
         let f = c.flows.by_name("v6").unwrap();
         assert_eq!(f.core, Some(1));
         assert_eq!(
-            f.input,
+            f.inputs[0],
             Input {
                 interface: "eth0".into(),
                 address: "ff3e::1".parse().unwrap(),
@@ -1107,11 +1132,16 @@ outputs = [{ interface = "eth1", address = "239.2.2.2", port = 6000, ttl = 255, 
     fn deploy_example_is_valid() {
         let c = parse(include_str!("../../../deploy/mcrelay.toml"), "mcrelay.toml").unwrap();
         assert!(c.flows.len() >= 2);
-        assert!(c.flows.iter().any(|f| f.input.source.is_some()));
+        assert!(c.flows.iter().any(|f| f.primary().source.is_some()));
         assert!(
             c.flows
                 .iter()
-                .any(|f| f.input.ingress == IngressKind::Packet)
+                .any(|f| f.primary().ingress == IngressKind::Packet)
+        );
+        assert!(
+            c.flows
+                .iter()
+                .any(|f| f.inputs.len() == 2 && matches!(f.redundancy, Redundancy::Merge { .. }))
         );
     }
 
@@ -1168,7 +1198,7 @@ outputs = [{ interface = "eth1", address = "239.2.2.2", port = 6000, ttl = 255, 
                 "t.toml:3:1: unknown key \"usr\" in daemon (expected one of: user, control_socket, cores, metrics_listen, log_level)",
                 "t.toml:5:1: unknown key \"tiny\" in pools (expected one of: small, standard, jumbo)",
                 "t.toml:9:70: flow \"x\": unknown key \"tll\" in outputs[0] (expected one of: interface, address, port, ttl, source_address, queue_depth)",
-                "t.toml:10:1: flow \"x\": unknown key \"core_\" (expected one of: name, input, outputs, core, payload, silence_ms, rtp_clock_hz)",
+                "t.toml:10:1: flow \"x\": unknown key \"core_\" (expected one of: name, input, inputs, outputs, core, payload, silence_ms, rtp_clock_hz, redundancy, merge_delay_ms, merge_window_ms, failover_after_ms, revert_after_s)",
             ]
         );
     }

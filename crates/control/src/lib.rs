@@ -40,6 +40,7 @@ pub use render::{
 };
 pub use server::{ControlHandler, answer_event, answer_line};
 pub use snapshot::{
-    DaemonState, FlowSnapshot, FlowState, IngressDropsSnapshot, InputHealth, OutputSnapshot,
-    PoolClassSnapshot, RtpHealth, Snapshot, Totals, TsHealth, WorkerSnapshot, input_label,
+    DaemonState, FlowSnapshot, FlowState, IngressDropsSnapshot, InputHealth, LegSnapshot,
+    OutputSnapshot, PoolClassSnapshot, RedundancySnapshot, RtpHealth, Snapshot, Totals, TsHealth,
+    WorkerSnapshot, input_label,
 };

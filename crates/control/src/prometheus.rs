@@ -10,8 +10,8 @@
 use std::fmt::{Display, Write};
 
 use crate::snapshot::{
-    DaemonState, FlowSnapshot, OutputSnapshot, PoolClassSnapshot, RtpHealth, Snapshot, TsHealth,
-    WorkerSnapshot, input_label,
+    DaemonState, FlowSnapshot, InputHealth, OutputSnapshot, PoolClassSnapshot, RtpHealth, Snapshot,
+    TsHealth, WorkerSnapshot, input_label,
 };
 
 /// The `Content-Type` of [`render_metrics`]' output.
@@ -52,6 +52,7 @@ pub fn render_metrics(s: &Snapshot) -> String {
 
     flow_families(&mut m, s);
     input_families(&mut m, s);
+    redundancy_families(&mut m, s);
     output_families(&mut m, s);
     worker_families(&mut m, s);
     m.out
@@ -132,19 +133,40 @@ fn flow_families(m: &mut Exposition, s: &Snapshot) {
     }
 }
 
-/// Stream health, labelled `flow` and `input` (`address:port@interface`),
-/// for every flow that has run: silence and gaps for every payload mode,
-/// RTP families for "rtp" and "rtp-mpegts" flows, TS families for
-/// "mpegts" and "rtp-mpegts" flows.
+/// Every input of every flow with its health, labelled: a flow's one
+/// input, or each leg of a flow with several, under its own `input`.
+fn inputs_of(s: &Snapshot) -> Vec<(&str, &InputHealth, String)> {
+    let mut inputs = Vec::with_capacity(s.flows.len());
+    for f in &s.flows {
+        match &f.redundancy {
+            None => inputs.push((f.name.as_str(), &f.health, input_label(&f.input))),
+            Some(r) => inputs.extend(
+                r.legs
+                    .iter()
+                    .map(|l| (f.name.as_str(), &l.health, input_label(&l.input))),
+            ),
+        }
+    }
+    inputs
+}
+
+/// Stream health, labelled `flow` and `input` (`address:port@interface`;
+/// a flow with several inputs has each leg's under its own `input`), for
+/// every flow that has run: silence and gaps for every payload mode, RTP
+/// families for "rtp" and "rtp-mpegts" flows, TS families for "mpegts"
+/// and "rtp-mpegts" flows.
 fn input_families(m: &mut Exposition, s: &Snapshot) {
-    let inputs: Vec<(&FlowSnapshot, String)> = s
-        .flows
-        .iter()
-        .filter(|f| !f.health.payload.is_empty())
-        .map(|f| (f, input_label(&f.input)))
+    struct Input<'a> {
+        name: &'a str,
+        health: &'a InputHealth,
+    }
+    let inputs: Vec<(Input<'_>, String)> = inputs_of(s)
+        .into_iter()
+        .filter(|(_, h, _)| !h.payload.is_empty())
+        .map(|(name, health, label)| (Input { name, health }, label))
         .collect();
-    fn emit(m: &mut Exposition, name: &str, f: &FlowSnapshot, input: &str, v: impl Display) {
-        m.sample(name, &[("flow", &f.name), ("input", input)], v);
+    fn emit(m: &mut Exposition, name: &str, f: &Input<'_>, input: &str, v: impl Display) {
+        m.sample(name, &[("flow", f.name), ("input", input)], v);
     }
 
     m.family(
@@ -268,6 +290,78 @@ fn input_families(m: &mut Exposition, s: &Snapshot) {
             if let Some(t) = &f.health.ts {
                 emit(m, name, f, input, value(t));
             }
+        }
+    }
+}
+
+/// Flows with several inputs (legs): what `redundancy` did, labelled
+/// `flow`, and per leg (labelled `flow` and `input`, as stream health)
+/// what each forwarded and whether it is the active one.
+fn redundancy_families(m: &mut Exposition, s: &Snapshot) {
+    let flows: Vec<(&FlowSnapshot, &crate::snapshot::RedundancySnapshot)> = s
+        .flows
+        .iter()
+        .filter_map(|f| Some((f, f.redundancy.as_ref()?)))
+        .collect();
+    type Value = fn(&crate::snapshot::RedundancySnapshot) -> u64;
+    let per_flow: [(&str, &str, Value); 4] = [
+        (
+            "mcrelay_flow_merge_recovered_packets_total",
+            "Merge: packets forwarded from one input while another missed them.",
+            |r| r.recovered,
+        ),
+        (
+            "mcrelay_flow_merge_duplicate_packets_total",
+            "Later copies of packets already forwarded (merge), or repeats after a \
+             failover switch: dropped.",
+            |r| r.duplicates,
+        ),
+        (
+            "mcrelay_flow_merge_lost_packets_total",
+            "Merge: sequence numbers no input delivered within merge_window_ms.",
+            |r| r.lost,
+        ),
+        (
+            "mcrelay_flow_input_switches_total",
+            "Failover: changes of the input the flow forwards from.",
+            |r| r.switches,
+        ),
+    ];
+    for (name, help, value) in per_flow {
+        m.family(name, Kind::Counter, help);
+        for (f, r) in &flows {
+            m.sample(name, &[("flow", &f.name)], value(r));
+        }
+    }
+    let name = "mcrelay_flow_active_input";
+    m.family(
+        name,
+        Kind::Gauge,
+        "Failover: 1 for the input the flow forwards from now, 0 for the others.",
+    );
+    for (f, r) in flows.iter().filter(|(_, r)| r.mode == "failover") {
+        for (i, leg) in r.legs.iter().enumerate() {
+            let active = u8::from(r.active_input == i as u64);
+            m.sample(
+                name,
+                &[("flow", &f.name), ("input", &input_label(&leg.input))],
+                active,
+            );
+        }
+    }
+    let name = "mcrelay_input_forwarded_packets_total";
+    m.family(
+        name,
+        Kind::Counter,
+        "Datagrams of the input forwarded to the flow's outputs (flows with several inputs).",
+    );
+    for (f, r) in &flows {
+        for leg in &r.legs {
+            m.sample(
+                name,
+                &[("flow", &f.name), ("input", &input_label(&leg.input))],
+                leg.forwarded,
+            );
         }
     }
 }
@@ -453,13 +547,21 @@ impl Exposition {
     fn for_snapshot(s: &Snapshot) -> Self {
         let outputs: usize = s.flows.iter().map(|f| f.outputs.len()).sum();
         let pools: usize = s.workers.iter().map(|w| w.pools.len()).sum();
-        // Stream health adds up to 15 samples per flow, with two labels.
+        // Stream health adds up to 15 samples per input, with two labels;
+        // a flow with several inputs 7 more per flow and 2 per input.
         let samples = 7 * s.flows.len() + 7 * outputs + 5 * pools + 3 * s.workers.len();
+        let legs: usize = s
+            .flows
+            .iter()
+            .filter_map(|f| f.redundancy.as_ref())
+            .map(|r| 7 + 2 * r.legs.len())
+            .sum();
         let health = 15
-            * s.flows
+            * inputs_of(s)
                 .iter()
-                .filter(|f| !f.health.payload.is_empty())
-                .count();
+                .filter(|(_, h, _)| !h.payload.is_empty())
+                .count()
+            + legs;
         Self {
             out: String::with_capacity(4096 + 128 * samples + 160 * health + 2048),
         }
@@ -757,6 +859,65 @@ mod tests {
         s.flows[0].health = Default::default();
         let (samples, _) = check(&render_metrics(&s));
         assert!(!samples.iter().any(|x| x.name.starts_with("mcrelay_input_")));
+    }
+
+    #[test]
+    fn redundancy_families() {
+        let mut s = crate::snapshot::sample_with_legs();
+        let (samples, types) = check(&render_metrics(&s));
+        let v = |name, labels: &[(&str, &str)]| find(&samples, name, labels).value;
+        let flow = ("flow", "video-r");
+        for (name, want, kind) in [
+            (
+                "mcrelay_flow_merge_recovered_packets_total",
+                25.0,
+                "counter",
+            ),
+            (
+                "mcrelay_flow_merge_duplicate_packets_total",
+                475.0,
+                "counter",
+            ),
+            ("mcrelay_flow_merge_lost_packets_total", 2.0, "counter"),
+            ("mcrelay_flow_input_switches_total", 0.0, "counter"),
+        ] {
+            assert_eq!(v(name, &[flow]), want, "{name}");
+            assert_eq!(types[name], kind);
+        }
+        let a = ("input", "239.1.1.1:5000@vRA");
+        let b = ("input", "239.1.2.1:5000@vRB");
+        let forwarded = "mcrelay_input_forwarded_packets_total";
+        assert_eq!(v(forwarded, &[flow, a]), 490.0);
+        assert_eq!(v(forwarded, &[flow, b]), 10.0);
+        // Each leg's health under its own input label.
+        let lost = "mcrelay_input_rtp_lost_packets_total";
+        assert_eq!(v(lost, &[flow, a]), 10.0);
+        assert_eq!(v(lost, &[flow, b]), 15.0);
+        // A flow with one input has none of these.
+        let one = ("flow", "video-a");
+        assert!(
+            !samples
+                .iter()
+                .any(|x| x.name.contains("merge") && x.labels.iter().any(|(_, v)| v == one.1))
+        );
+        // Merge has no active input; failover says which.
+        assert!(
+            !samples
+                .iter()
+                .any(|x| x.name == "mcrelay_flow_active_input")
+        );
+        let r = s.flows[1].redundancy.as_mut().expect("legs");
+        r.mode = "failover".into();
+        r.active_input = 1;
+        r.switches = 3;
+        let (samples, types) = check(&render_metrics(&s));
+        let v = |name, labels: &[(&str, &str)]| find(&samples, name, labels).value;
+        assert_eq!(types["mcrelay_flow_active_input"], "gauge");
+        assert_eq!(v("mcrelay_flow_active_input", &[flow, a]), 0.0);
+        assert_eq!(v("mcrelay_flow_active_input", &[flow, b]), 1.0);
+        assert_eq!(v("mcrelay_flow_input_switches_total", &[flow]), 3.0);
+        let m = Exposition::for_snapshot(&s);
+        assert!(render_metrics(&s).len() <= m.out.capacity());
     }
 
     #[test]

@@ -104,8 +104,9 @@ pub fn render_status(s: &Snapshot) -> String {
     out
 }
 
-/// One row per flow and one per output under it: packets, bytes, packet and
-/// bit rates, and drops by reason.
+/// One row per flow, one per input (leg) under a flow with several
+/// (`<=`, with what it forwarded and its health), and one per output
+/// (`->`): packets, bytes, packet and bit rates, and drops by reason.
 pub fn render_flows(s: &Snapshot, rates: Option<&Rates>) -> String {
     if s.flows.is_empty() {
         return "no flows configured\n".into();
@@ -134,8 +135,44 @@ pub fn render_flows(s: &Snapshot, rates: Option<&Rates>) -> String {
             fr.map_or_else(dash, |r| human_rate(r.packets_per_second)),
             fr.map_or_else(dash, |r| human_bits_per_second(r.bits_per_second)),
             ingress_drops(flow, fr),
-            health_text(&flow.health),
+            match &flow.redundancy {
+                None => health_text(&flow.health),
+                Some(r) => redundancy_text(r),
+            },
         ]);
+        for (i, leg) in flow
+            .redundancy
+            .iter()
+            .flat_map(|r| r.legs.iter().enumerate())
+        {
+            let active = flow
+                .redundancy
+                .as_ref()
+                .is_some_and(|r| r.mode == "failover" && r.active_input == i as u64);
+            let mut drops = Vec::new();
+            if leg.standby > 0 {
+                drops.push(format!("standby {}", human_count(leg.standby)));
+            }
+            if leg.kernel_drops > 0 {
+                drops.push(format!("kernel {}", human_count(leg.kernel_drops)));
+            }
+            table.row(vec![
+                String::new(),
+                if active { "active" } else { "" }.to_owned(),
+                format!("<= {}", leg.input),
+                String::new(),
+                human_count(leg.forwarded),
+                String::new(),
+                String::new(),
+                String::new(),
+                if drops.is_empty() {
+                    "-".to_owned()
+                } else {
+                    drops.join(", ")
+                },
+                health_text(&leg.health),
+            ]);
+        }
         for output in &flow.outputs {
             let or = fr.and_then(|r| r.output(&output.label));
             table.row(vec![
@@ -371,6 +408,24 @@ fn human_ms(ns: u64) -> String {
 
 fn dash() -> String {
     "-".into()
+}
+
+/// A flow with several inputs, in its HEALTH column: what its
+/// redundancy did ("merge: recovered 25, duplicates 475, lost 2").
+fn redundancy_text(r: &crate::snapshot::RedundancySnapshot) -> String {
+    match r.mode.as_str() {
+        "failover" => format!(
+            "failover: input {} active, {} switches",
+            r.active_input,
+            human_count(r.switches)
+        ),
+        mode => format!(
+            "{mode}: recovered {}, duplicates {}, lost {}",
+            human_count(r.recovered),
+            human_count(r.duplicates),
+            human_count(r.lost)
+        ),
+    }
 }
 
 /// The DROPS cell of a flow: every nonzero ingress drop reason and the
@@ -617,6 +672,58 @@ mod tests {
             assert!(text.contains(needle), "{needle:?} missing from\n{text}");
         }
         assert!(!render_flows(&cur, None).contains("Mb/s"));
+    }
+
+    #[test]
+    fn legs_are_shown_under_their_flow() {
+        let mut s = crate::snapshot::sample_with_legs();
+        let text = render_flows(&s, None);
+        let lines: Vec<&str> = text.lines().collect();
+        let at = |needle: &str| {
+            lines
+                .iter()
+                .position(|l| l.contains(needle))
+                .unwrap_or_else(|| panic!("no {needle:?} in\n{text}"))
+        };
+        let flow = at("video-r");
+        let a = at("<= 239.1.1.1:5000 on vRA");
+        let b = at("<= 239.1.2.1:5000 on vRB");
+        assert!(flow < a && a < b, "{text}");
+        assert!(lines[b + 1].contains("-> 10.0.0.1:6000"), "{text}");
+        assert!(
+            lines[flow].contains("merge: recovered 25, duplicates 475, lost 2"),
+            "{text}"
+        );
+        assert!(
+            lines[a].contains(" 490 ") && lines[a].contains("kernel 1"),
+            "{text}"
+        );
+        assert!(lines[b].contains("lost 15"), "{text}");
+        // The one-input flow has no leg rows.
+        assert_eq!(text.matches("<= ").count(), 2);
+        let r = s.flows[1].redundancy.as_mut().expect("legs");
+        r.mode = "failover".into();
+        r.active_input = 1;
+        r.switches = 2;
+        r.legs[0].standby = 7;
+        let text = render_flows(&s, None);
+        assert!(
+            text.contains("failover: input 1 active, 2 switches"),
+            "{text}"
+        );
+        let b = text
+            .lines()
+            .find(|l| l.contains("<= 239.1.2.1"))
+            .expect("leg b");
+        assert!(b.contains("active"), "{text}");
+        let a = text
+            .lines()
+            .find(|l| l.contains("<= 239.1.1.1"))
+            .expect("leg a");
+        assert!(a.contains("standby 7") && !a.contains("active"), "{text}");
+        // top shows them too (it renders the same table).
+        let top = render_top(&s, &crate::Rates::default());
+        assert!(top.contains("<= 239.1.2.1:5000 on vRB"), "{top}");
     }
 
     #[test]

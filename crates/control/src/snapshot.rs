@@ -109,8 +109,55 @@ pub struct FlowSnapshot {
     /// interface is back).
     #[serde(default)]
     pub interface_pauses: u64,
-    /// Stream health of the input (absent from older daemons).
+    /// Stream health of the input (absent from older daemons); for a flow
+    /// with several inputs, that of its first (see `redundancy`).
     #[serde(default)]
+    pub health: InputHealth,
+    /// A flow with several inputs (legs): each leg, and what the flow's
+    /// `redundancy` did with them. Absent for a flow with one input.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redundancy: Option<RedundancySnapshot>,
+}
+
+/// What a flow with several inputs (legs) did with them
+/// (`redundancy = "merge"` or `"failover"`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RedundancySnapshot {
+    /// "merge" or "failover".
+    pub mode: String,
+    /// Merge: packets forwarded from one leg while another missed them.
+    pub recovered: u64,
+    /// Later copies of a packet already forwarded (merge), or repeats
+    /// after a switch (failover of RTP): dropped.
+    pub duplicates: u64,
+    /// Merge: sequence numbers no leg delivered within the window.
+    pub lost: u64,
+    /// Merge: SSRC changes and jumps that restarted the merge.
+    pub resets: u64,
+    /// Failover: changes of the active leg.
+    pub switches: u64,
+    /// Failover: the leg forwarded now (its index in `legs`).
+    pub active_input: u64,
+    /// Datagrams dropped for arriving too late, or (merge) without an RTP
+    /// header.
+    pub late: u64,
+    pub not_rtp: u64,
+    /// The legs, in configuration order (failover priority order).
+    pub legs: Vec<LegSnapshot>,
+}
+
+/// One leg (input) of a flow with several.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LegSnapshot {
+    /// The input, e.g. "239.1.1.1:5000 on vRA".
+    pub input: String,
+    /// Datagrams of this leg forwarded to the outputs.
+    pub forwarded: u64,
+    /// Failover: datagrams of this leg dropped while another was active.
+    pub standby: u64,
+    /// Datagrams the kernel dropped at this leg's socket.
+    pub kernel_drops: u64,
+    /// Its stream health.
     pub health: InputHealth,
 }
 
@@ -508,8 +555,51 @@ pub(crate) fn sample() -> Snapshot {
                     pids: 4,
                 }),
             },
+            redundancy: None,
         }],
     }
+}
+
+/// [`sample`] with a second flow, "video-r", merging two legs.
+#[cfg(test)]
+pub(crate) fn sample_with_legs() -> Snapshot {
+    let mut s = sample();
+    let mut f = s.flows[0].clone();
+    f.name = "video-r".into();
+    f.input = "239.1.1.1:5000 on vRA, 239.1.2.1:5000 on vRB".into();
+    let leg = |input: &str, forwarded, lost| LegSnapshot {
+        input: input.into(),
+        forwarded,
+        standby: 0,
+        kernel_drops: 1,
+        health: InputHealth {
+            rtp: Some(RtpHealth {
+                packets: 500,
+                lost,
+                ..RtpHealth::default()
+            }),
+            ts: None,
+            payload: "rtp".into(),
+            ..f.health.clone()
+        },
+    };
+    f.redundancy = Some(RedundancySnapshot {
+        mode: "merge".into(),
+        recovered: 25,
+        duplicates: 475,
+        lost: 2,
+        resets: 1,
+        switches: 0,
+        active_input: 0,
+        late: 3,
+        not_rtp: 0,
+        legs: vec![
+            leg("239.1.1.1:5000 on vRA", 490, 10),
+            leg("239.1.2.1:5000 on vRB", 10, 15),
+        ],
+    });
+    s.flows.push(f);
+    s
 }
 
 #[cfg(test)]

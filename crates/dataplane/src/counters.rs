@@ -102,8 +102,84 @@ pub struct FlowCounters {
     /// Receives resumed after every output had been backed up (the
     /// socket buffer held, or dropped and counted, what came meanwhile).
     pub receive_resumes: Counter,
-    /// Stream health of the input (see [`crate::health`]).
+    /// Stream health of the input, or of its first leg (see
+    /// [`crate::health`]); [`FlowCounters::leg_health`] has every leg's.
     pub health: crate::health::HealthCounters,
+    /// Stream health of legs 1 to 3 of a flow with several inputs.
+    pub more_health: [crate::health::HealthCounters; 3],
+    /// What the flow's redundancy rule did with each leg's datagrams
+    /// (see [`crate::core::redundancy`]).
+    pub redundancy: RedundancyCounters,
+}
+
+impl FlowCounters {
+    /// Stream health of leg `leg` (0 to 3).
+    pub fn leg_health(&self, leg: usize) -> Option<&crate::health::HealthCounters> {
+        match leg {
+            0 => Some(&self.health),
+            n => self.more_health.get(n - 1),
+        }
+    }
+}
+
+/// A flow's legs and its redundancy rule (`Single`, `Merge`, `Failover`).
+/// Every received datagram (`FlowCounters::packets_in`) is counted once:
+/// `forwarded` on its leg, or `duplicates`, `late`, `not_rtp`, `standby`,
+/// `unknown_leg`, or one of the input's drop reasons (oversize, pool
+/// exhausted, every output full).
+#[derive(Debug, Default)]
+pub struct RedundancyCounters {
+    /// Datagrams admitted for the outputs, per leg (in merge: the first
+    /// copy of each sequence number; in failover: the active leg's).
+    pub forwarded: [Counter; 4],
+    /// Merge: sequence numbers forwarded while some leg did not deliver
+    /// them within the window (the merge saved them).
+    pub recovered: Counter,
+    /// Later copies of a sequence number already forwarded (merge), or a
+    /// repeat of one after a switch (failover with `rtp`): dropped.
+    pub duplicates: Counter,
+    /// Merge: sequence numbers no leg delivered in time (never forwarded),
+    /// counted once the window has passed.
+    pub lost: Counter,
+    /// SSRC changes and sequence jumps that restarted the sequence state.
+    pub resets: Counter,
+    /// Failover: changes of the active leg.
+    pub switches: Counter,
+    /// Failover: the active leg's index (a gauge).
+    pub active_leg: Counter,
+    /// A copy that arrived after its number was skipped or left the
+    /// window (or, failover with `rtp`, too far behind the numbers sent
+    /// to know it is not a repeat): dropped.
+    pub late: Counter,
+    /// Merge (and failover with `rtp`): datagrams without an RTP header,
+    /// so without a sequence number: dropped.
+    pub not_rtp: Counter,
+    /// Failover: datagrams of a leg that is not the active one, per leg:
+    /// dropped without taking a buffer.
+    pub standby: [Counter; 4],
+    /// Datagrams named with a leg the flow does not have (a driver bug):
+    /// dropped.
+    pub unknown_leg: Counter,
+    /// Merge with a delay: sequence numbers skipped before their delay was
+    /// over because the hold spans at most
+    /// [`crate::core::redundancy::SPAN`] numbers.
+    pub hold_overflows: Counter,
+}
+
+impl RedundancyCounters {
+    /// Datagrams this flow's redundancy rule dropped (every reason).
+    pub fn dropped(&self) -> u64 {
+        self.duplicates.get()
+            + self.late.get()
+            + self.not_rtp.get()
+            + self.unknown_leg.get()
+            + self.standby.iter().map(Counter::get).sum::<u64>()
+    }
+
+    /// Datagrams forwarded, over every leg.
+    pub fn forwarded_total(&self) -> u64 {
+        self.forwarded.iter().map(Counter::get).sum()
+    }
 }
 
 /// Counters of one output of a flow.

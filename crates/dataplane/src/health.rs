@@ -6,10 +6,15 @@
 //! the worker, read by the supervisor. The datagram is never changed, and
 //! is relayed whatever this says.
 //!
-//! Cost per datagram: the tracker's bounded parse, one monotonic clock
-//! read, and a relaxed store per published counter of the mode (plain
-//! moves). Nothing allocates: the tracker, with its TS table, is built when
-//! the flow is added.
+//! A flow with several inputs (legs) has one [`InputHealth`] per leg,
+//! each publishing into its leg's [`HealthCounters`]
+//! ([`FlowCounters::leg_health`]).
+//!
+//! Cost per datagram: the tracker's bounded parse only. The monotonic
+//! clock is read once per completion batch by the worker, and the counters
+//! are published (a relaxed store each, plain moves) once per batch for
+//! each flow that received in it. Nothing allocates: the tracker, with its
+//! TS table, is built when the flow is added.
 
 use std::sync::Arc;
 use std::sync::OnceLock;
@@ -140,19 +145,43 @@ struct Base {
     ts: [u64; 4],
 }
 
-/// A flow's health tracker and where it publishes. Lives in the worker.
+/// One input's (leg's) health tracker and where it publishes. Lives in
+/// the worker.
+///
+/// The packet path only updates the tracker ([`InputHealth::observe_at`]);
+/// the worker publishes once per completion batch ([`InputHealth::publish`])
+/// what a batch of datagrams changed, so the relaxed stores are paid per
+/// batch, not per datagram.
 #[derive(Debug)]
 pub struct InputHealth {
     tracker: InputTracker,
     counters: Arc<FlowCounters>,
+    /// Which of the flow's legs: where in `counters` it publishes.
+    leg: usize,
     base: Base,
+    /// Datagrams observed since the last publish.
+    unpublished: bool,
+    /// The longest gap among them, and the latest arrival.
+    batch_max_gap: u64,
+    batch_last_ns: u64,
 }
 
 impl InputHealth {
     /// Called when the flow is added to its worker (not on the packet
     /// path): allocates the tracker and records the settings.
     pub fn new(settings: HealthSettings, counters: Arc<FlowCounters>) -> Self {
-        let h = &counters.health;
+        Self::for_leg(settings, counters, 0)
+    }
+
+    /// [`InputHealth::new`] for leg `leg` (0 to 3; a larger one publishes
+    /// as leg 0) of a flow with several inputs.
+    pub fn for_leg(settings: HealthSettings, counters: Arc<FlowCounters>, leg: usize) -> Self {
+        let leg = if counters.leg_health(leg).is_some() {
+            leg
+        } else {
+            0
+        };
+        let h = counters.leg_health(leg).unwrap_or(&counters.health);
         let index = Payload::ALL
             .iter()
             .position(|&p| p == settings.payload)
@@ -180,30 +209,48 @@ impl InputHealth {
         Self {
             tracker: InputTracker::new(settings.payload, settings.rtp_clock_hz),
             counters,
+            leg,
             base,
+            unpublished: false,
+            batch_max_gap: 0,
+            batch_last_ns: 0,
         }
     }
 
     /// Where it publishes.
+    #[inline]
     pub fn counters(&self) -> &HealthCounters {
-        &self.counters.health
+        self.counters
+            .leg_health(self.leg)
+            .unwrap_or(&self.counters.health)
     }
 
-    /// The packet path: read `d`, arrived now, and publish.
+    /// The packet path: read `d`, arrived at `now` ([`now_ns`], read once
+    /// per batch by the worker). `true` when this is the first datagram
+    /// since the last [`Self::publish`]: the caller remembers to publish.
     #[inline]
-    pub fn observe(&mut self, d: &[u8]) {
-        self.observe_at(d, now_ns());
-    }
-
-    /// [`Self::observe`] with the arrival time given (benchmarks, tests).
-    #[inline]
-    pub fn observe_at(&mut self, d: &[u8], now: u64) {
+    pub fn observe_at(&mut self, d: &[u8], now: u64) -> bool {
         let gap = self.tracker.observe(d, now);
-        let h = &self.counters.health;
-        h.last_arrival_ns.set(now.saturating_add(1));
-        if gap > h.max_gap_ns.get() {
-            h.max_gap_ns.set(gap);
+        self.batch_max_gap = self.batch_max_gap.max(gap);
+        self.batch_last_ns = now;
+        !core::mem::replace(&mut self.unpublished, true)
+    }
+
+    /// Publish what the datagrams observed since the last call changed:
+    /// once per completion batch, off the per-datagram path.
+    pub fn publish(&mut self) {
+        if !core::mem::take(&mut self.unpublished) {
+            return;
         }
+        let h = self
+            .counters
+            .leg_health(self.leg)
+            .unwrap_or(&self.counters.health);
+        h.last_arrival_ns.set(self.batch_last_ns.saturating_add(1));
+        if self.batch_max_gap > h.max_gap_ns.get() {
+            h.max_gap_ns.set(self.batch_max_gap);
+        }
+        self.batch_max_gap = 0;
         let payload = self.tracker.payload();
         if payload.has_rtp() {
             let r = self.tracker.rtp();
@@ -254,10 +301,13 @@ mod tests {
         let mut h = InputHealth::new(settings, Arc::clone(&counters));
         assert_eq!(counters.health.settings(), Some(settings));
         assert_eq!(counters.health.last_arrival(), None);
-        h.observe_at(&pkt(1), 0);
-        h.observe_at(&pkt(3), 10);
-        h.observe_at(&pkt(3), 50);
+        assert!(h.observe_at(&pkt(1), 0), "the first one asks for a publish");
+        assert!(!h.observe_at(&pkt(3), 10), "later ones don't");
+        h.publish();
         let c = &counters.health;
+        assert_eq!((c.rtp_packets.get(), c.last_arrival()), (2, Some(10)));
+        assert!(h.observe_at(&pkt(3), 50), "asks again after a publish");
+        h.publish();
         assert_eq!(
             (
                 c.rtp_packets.get(),
@@ -274,6 +324,32 @@ mod tests {
         let mut h = InputHealth::new(settings, Arc::clone(&counters));
         h.observe_at(&pkt(100), 1000);
         h.observe_at(&pkt(102), 1010);
+        h.publish();
         assert_eq!((c.rtp_packets.get(), c.rtp_lost.get()), (5, 2));
+    }
+
+    #[test]
+    fn each_leg_publishes_its_own_health() {
+        let counters = Arc::new(FlowCounters::default());
+        let settings = HealthSettings {
+            payload: Payload::Rtp,
+            rtp_clock_hz: 90_000,
+            silence_ms: 100,
+        };
+        let mut a = InputHealth::for_leg(settings, Arc::clone(&counters), 0);
+        let mut b = InputHealth::for_leg(settings, Arc::clone(&counters), 3);
+        a.observe_at(&pkt(1), 0);
+        a.observe_at(&pkt(2), 1);
+        b.observe_at(&pkt(2), 5);
+        a.publish();
+        b.publish();
+        let leg = |i| counters.leg_health(i).expect("leg");
+        assert_eq!(leg(0).rtp_packets.get(), 2);
+        assert_eq!(leg(3).rtp_packets.get(), 1);
+        assert_eq!(leg(3).last_arrival(), Some(5));
+        assert_eq!(leg(1).settings(), None, "leg 1 never added");
+        assert_eq!(leg(3).settings(), Some(settings));
+        assert!(counters.leg_health(4).is_none());
+        assert!(std::ptr::eq(b.counters(), leg(3)));
     }
 }

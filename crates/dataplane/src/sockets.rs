@@ -74,28 +74,44 @@ pub fn receive_drops(socket: &impl AsRawFd) -> Option<u64> {
 /// packet socket counts every frame it dropped, ring full included, in
 /// `PACKET_STATISTICS` — which resets on each read, so the reads are
 /// summed here.
+///
+/// A flow with several legs watches each leg's socket: [`KernelDrops::get`]
+/// is their sum, [`KernelDrops::leg`] one leg's.
 #[derive(Debug)]
 pub struct KernelDrops {
-    fd: std::os::fd::OwnedFd,
-    packet_drops: std::sync::atomic::AtomicU64,
+    /// Per leg: the duplicate, and its packet drops summed so far.
+    legs: Vec<(std::os::fd::OwnedFd, std::sync::atomic::AtomicU64)>,
 }
 
 impl KernelDrops {
     /// Watch `fd` (a duplicate of a flow's ingress socket).
     pub fn new(fd: std::os::fd::OwnedFd) -> Self {
+        Self::legs(vec![fd])
+    }
+
+    /// Watch `fds`, duplicates of each leg's ingress socket, in leg order.
+    pub fn legs(fds: Vec<std::os::fd::OwnedFd>) -> Self {
         Self {
-            fd,
-            packet_drops: std::sync::atomic::AtomicU64::new(0),
+            legs: fds
+                .into_iter()
+                .map(|fd| (fd, std::sync::atomic::AtomicU64::new(0)))
+                .collect(),
         }
     }
 
-    /// Drops so far.
+    /// Drops so far, over every leg.
     pub fn get(&self) -> u64 {
+        (0..self.legs.len()).filter_map(|i| self.leg(i)).sum()
+    }
+
+    /// Drops so far of leg `leg`.
+    pub fn leg(&self, leg: usize) -> Option<u64> {
         use std::sync::atomic::Ordering::Relaxed;
-        match packet_statistics_drops(&self.fd) {
-            Some(new) => self.packet_drops.fetch_add(new, Relaxed) + new,
-            None => receive_drops(&self.fd).unwrap_or(0),
-        }
+        let (fd, packet_drops) = self.legs.get(leg)?;
+        Some(match packet_statistics_drops(fd) {
+            Some(new) => packet_drops.fetch_add(new, Relaxed) + new,
+            None => receive_drops(fd).unwrap_or(0),
+        })
     }
 }
 

@@ -7,14 +7,14 @@
 use io_uring::types::Fd;
 use io_uring::{IoUring, opcode, squeue};
 
-use crate::core::{FlowId, InFlight, OutputId, SendToken, Slot};
+use crate::core::{FlowId, InFlight, LegId, OutputId, SendToken, Slot};
 use crate::egress::GsoMessages;
 
 /// What a completion is for, packed into the SQE's `user_data`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UserData {
-    /// A receive (or a packet ring's poll) of flow `flow`.
-    Receive { flow: FlowId },
+    /// A receive (or a packet ring's poll) of leg `leg` of flow `flow`.
+    Receive { flow: FlowId, leg: LegId },
     /// A send of the buffer parked in in-flight `slot` on output `output`
     /// of flow `flow`.
     Send {
@@ -34,6 +34,9 @@ pub enum UserData {
 }
 
 const KIND_SHIFT: u32 = 62;
+/// Receives: flow in bits 0..13, leg in 16..18.
+const LEG_SHIFT: u32 = 16;
+const LEG_MASK: u64 = LegId::MAX_LEGS as u64 - 1;
 /// Sends: output in bits 0..16, slot or record in 16..48, flow in 48..61.
 const FLOW_SHIFT: u32 = 48;
 const FLOW_MASK: u64 = FlowId::LIMIT as u64 - 1;
@@ -63,7 +66,11 @@ impl From<SendToken> for UserData {
 impl UserData {
     pub fn encode(self) -> u64 {
         match self {
-            UserData::Receive { flow } => (RECEIVE << KIND_SHIFT) | u64::from(flow.get()),
+            UserData::Receive { flow, leg } => {
+                (RECEIVE << KIND_SHIFT)
+                    | ((u64::from(leg.0) & LEG_MASK) << LEG_SHIFT)
+                    | u64::from(flow.get())
+            }
             UserData::Send { slot, flow, output } => send_bits(slot, flow, output),
             UserData::GsoSend {
                 record,
@@ -78,8 +85,11 @@ impl UserData {
     pub fn decode(v: u64) -> Option<Self> {
         let flow_at = |shift: u32| FlowId::new(usize::try_from((v >> shift) & FLOW_MASK).ok()?);
         match v >> KIND_SHIFT {
-            RECEIVE if v & ((1 << KIND_SHIFT) - 1) <= FLOW_MASK => {
-                Some(UserData::Receive { flow: flow_at(0)? })
+            RECEIVE if v & ((1 << KIND_SHIFT) - 1) & !(LEG_MASK << LEG_SHIFT) <= FLOW_MASK => {
+                Some(UserData::Receive {
+                    flow: flow_at(0)?,
+                    leg: LegId(u8::try_from((v >> LEG_SHIFT) & LEG_MASK).ok()?),
+                })
             }
             SEND => {
                 let index = u32::try_from((v >> 16) & 0xffff_ffff).ok()?;
@@ -223,8 +233,18 @@ mod tests {
     #[test]
     fn user_data_round_trips() {
         for u in [
-            UserData::Receive { flow: flow(0) },
-            UserData::Receive { flow: flow(8191) },
+            UserData::Receive {
+                flow: flow(0),
+                leg: LegId(0),
+            },
+            UserData::Receive {
+                flow: flow(8191),
+                leg: LegId(3),
+            },
+            UserData::Receive {
+                flow: flow(7),
+                leg: LegId(1),
+            },
             UserData::Send {
                 slot: 0,
                 flow: flow(0),

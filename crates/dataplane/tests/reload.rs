@@ -154,7 +154,9 @@ fn add_and_remove_under_traffic(mode: ReceiveMode) {
     );
 
     worker
-        .command(Command::AddFlow(joining.sockets.take().expect("sockets")))
+        .command(Command::AddFlow(Box::new(
+            joining.sockets.take().expect("sockets"),
+        )))
         .expect("queued");
     worker
         .command(Command::RemoveFlow("leaving".into()))

@@ -3,12 +3,12 @@
 //! stuck helper is an error, never a hang.
 
 use std::io;
-use std::net::UdpSocket;
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
 use crate::fdpass::{MAX_FDS_PER_MESSAGE, recv_record, send_with_fds};
+use crate::opened::OpenedFlow;
 use crate::protocol::{MAX_REPLY_BYTES, ProtocolError, Reply, Request};
 
 /// How long [`HelperClient::new`] waits for each reply.
@@ -24,21 +24,6 @@ pub struct HelperClient {
     broken: Option<String>,
     /// The last reply received came with fds this process had no room for.
     out_of_fds: bool,
-}
-
-/// The sockets of one flow, received from the helper.
-#[derive(Debug)]
-pub struct OpenedFlow {
-    /// The flow's ingress: a UDP socket bound to its input and joined to
-    /// its group, or (`ingress = "packet"`) a filtered AF_PACKET socket.
-    pub ingress: OwnedFd,
-    /// `SO_RCVBUF` the kernel granted the ingress socket.
-    pub ingress_receive_buffer_bytes: usize,
-    /// One connected socket per output, in config order; for a packet
-    /// flow on a group, followed by the socket holding its membership.
-    pub outputs: Vec<UdpSocket>,
-    /// Outputs opened but not connected yet (index into `outputs`, errno).
-    pub unconnected: Vec<(usize, i32)>,
 }
 
 /// Why a request to the helper failed.
@@ -123,21 +108,12 @@ impl HelperClient {
         };
         self.exchange(&request, |client, reply, fds| match reply {
             Reply::Sockets {
-                ingress_receive_buffer_bytes,
+                legs,
                 count,
                 unconnected,
             } => {
-                let sockets = client.collect_sockets(count, fds)?;
-                let mut sockets = sockets.into_iter();
-                let ingress = sockets.next().ok_or_else(|| {
-                    HelperError::Malformed("a flow with no ingress socket".into())
-                })?;
-                Ok(OpenedFlow {
-                    ingress,
-                    ingress_receive_buffer_bytes,
-                    outputs: sockets.map(UdpSocket::from).collect(),
-                    unconnected,
-                })
+                let sockets = client.collect_sockets(count, &legs, fds)?;
+                OpenedFlow::from_reply(&legs, sockets, unconnected).map_err(HelperError::Malformed)
             }
             other => unexpected(other, &fds),
         })
@@ -223,6 +199,7 @@ impl HelperClient {
     fn collect_sockets(
         &mut self,
         count: usize,
+        legs: &[crate::protocol::LegHeader],
         first: Vec<OwnedFd>,
     ) -> Result<Vec<OwnedFd>, HelperError> {
         let malformed = |what: String| Err(HelperError::Malformed(what));
@@ -261,11 +238,21 @@ impl HelperClient {
         if lost {
             return Err(HelperError::OutOfFds);
         }
+        // Where each leg's ingress fd is: the ingress of an `ingress =
+        // "packet"` leg is a raw packet socket; every other fd is a UDP
+        // socket.
+        let ingress_at: Vec<usize> = legs
+            .iter()
+            .scan(0, |at, leg| {
+                let here = *at;
+                *at += leg.fds();
+                Some(here)
+            })
+            .collect();
         for (i, fd) in all.iter().enumerate() {
             let kind = socket2::SockRef::from(fd).r#type();
-            // The ingress of an `ingress = "packet"` flow is a raw packet
-            // socket; every other fd is a UDP socket.
-            let raw_ingress = i == 0 && matches!(kind, Ok(t) if t == socket2::Type::RAW);
+            let raw_ingress =
+                ingress_at.contains(&i) && matches!(kind, Ok(t) if t == socket2::Type::RAW);
             if !raw_ingress && !matches!(kind, Ok(t) if t == socket2::Type::DGRAM) {
                 return malformed(format!("a passed fd is not a datagram socket ({kind:?})"));
             }
@@ -296,6 +283,7 @@ fn unexpected<T>(reply: Reply, fds: &[OwnedFd]) -> Result<T, HelperError> {
 mod tests {
     use super::*;
     use crate::fdpass::{pair, recv_with_fds};
+    use std::net::UdpSocket;
     use std::os::fd::AsFd;
     use std::time::Instant;
 
@@ -448,8 +436,9 @@ mod tests {
             (b"MORE 3".to_vec(), rest),
         ]);
         let f = c.open_flow("big").expect("open");
-        assert_eq!(f.ingress_receive_buffer_bytes, 4096);
-        let ingress = UdpSocket::from(f.ingress);
+        assert_eq!(f.legs.len(), 1);
+        assert_eq!(f.legs[0].receive_buffer_bytes, 4096);
+        let ingress = UdpSocket::from(f.legs.into_iter().next().expect("leg").socket);
         assert_eq!(ingress.local_addr().expect("addr"), ingress_addr);
         assert_eq!(f.outputs.len(), total - 1);
         assert_eq!(f.outputs[total - 2].local_addr().expect("addr"), last_addr);

@@ -23,6 +23,7 @@
 
 pub mod client;
 pub mod fdpass;
+pub mod opened;
 pub mod packet;
 pub mod policy;
 pub mod privileges;
@@ -31,8 +32,9 @@ pub mod server;
 pub mod sockets;
 pub mod zygote;
 
-pub use client::{HelperClient, HelperError, OpenedFlow};
-pub use policy::{FlowSockets, Policy, Refusal};
+pub use client::{HelperClient, HelperError};
+pub use opened::{OpenedFlow, OpenedLeg};
+pub use policy::{Policy, Refusal};
 pub use privileges::{
     HELPER_CAPABILITIES, ProcStatus, User, drop_all_capabilities, drop_to_user,
     keep_only_capabilities, lookup_user, spawn_helper, status_of,

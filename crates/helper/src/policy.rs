@@ -5,32 +5,17 @@
 //! configuration already defines.
 
 use std::io;
-use std::net::UdpSocket;
 
 use mcrelay_config::{Config, Flow, IngressKind};
 
+use crate::opened::OpenedFlow;
 use crate::packet::open_packet_ingress;
-use crate::sockets::{Ingress, interface_index, open_egress_or_pending, open_ingress};
+use crate::sockets::{interface_index, open_egress_or_pending, open_ingress};
 
 /// The flows the helper may open sockets for.
 #[derive(Debug, Clone)]
 pub struct Policy {
     config: Config,
-}
-
-/// The sockets of one flow, as the configuration defines them.
-#[derive(Debug)]
-pub struct FlowSockets {
-    /// The input's socket, bound and joined (UDP), or bound to the
-    /// interface with the flow's filter (AF_PACKET).
-    pub ingress: Ingress,
-    /// One socket per output, in config order; connected, but for those in
-    /// `unconnected`.
-    pub outputs: Vec<UdpSocket>,
-    /// Outputs whose source address or route is missing now (by index into
-    /// `outputs`, with the errno): opened but not connected; the daemon
-    /// retries the connection ([`crate::sockets::connect_egress`]).
-    pub unconnected: Vec<(usize, i32)>,
 }
 
 /// Why the helper would not, or could not, open a flow's sockets. Each
@@ -49,12 +34,13 @@ pub enum Refusal {
     Interface {
         /// The flow.
         flow: String,
-        /// `input.interface` or `outputs[i].interface`.
+        /// `input.interface`, `inputs[i].interface` or
+        /// `outputs[i].interface`.
         field: String,
         /// From [`interface_index`]: names the interface.
         source: io::Error,
     },
-    /// Opening, binding or joining the ingress socket failed.
+    /// Opening, binding or joining a leg's ingress socket failed.
     #[error("flow {flow:?}: cannot open the input socket ({input}): {source}")]
     Ingress {
         /// The flow.
@@ -100,10 +86,10 @@ impl Policy {
         Ok(flow)
     }
 
-    /// Open the ingress socket and every output socket of the flow called
-    /// `name`, exactly as the configuration defines them. Interfaces are
-    /// looked up first, so a missing one opens nothing.
-    pub fn open_flow(&self, name: &str) -> Result<FlowSockets, Refusal> {
+    /// Open every leg's ingress socket and every output socket of the
+    /// flow called `name`, exactly as the configuration defines them.
+    /// Interfaces are looked up first, so a missing one opens nothing.
+    pub fn open_flow(&self, name: &str) -> Result<OpenedFlow, Refusal> {
         let flow = self.allowed(name)?;
         let interface = |field: String, name: &str| {
             interface_index(name).map_err(|source| Refusal::Interface {
@@ -112,22 +98,37 @@ impl Policy {
                 source,
             })
         };
-        let ingress_index = interface("input.interface".to_owned(), &flow.input.interface)?;
+        let leg_field = |i: usize| {
+            if flow.inputs.len() == 1 {
+                "input".to_owned()
+            } else {
+                format!("inputs[{i}]")
+            }
+        };
+        let leg_indexes = flow
+            .inputs
+            .iter()
+            .enumerate()
+            .map(|(i, input)| interface(format!("{}.interface", leg_field(i)), &input.interface))
+            .collect::<Result<Vec<u32>, Refusal>>()?;
         let output_indexes = flow
             .outputs
             .iter()
             .enumerate()
             .map(|(i, o)| interface(format!("outputs[{i}].interface"), &o.interface))
             .collect::<Result<Vec<u32>, Refusal>>()?;
-        let open = match flow.input.ingress {
-            IngressKind::Socket => open_ingress,
-            IngressKind::Packet => open_packet_ingress,
-        };
-        let ingress = open(&flow.input, ingress_index).map_err(|source| Refusal::Ingress {
-            flow: flow.name.clone(),
-            input: flow.input.to_string(),
-            source,
-        })?;
+        let mut legs = Vec::with_capacity(flow.inputs.len());
+        for (input, ifindex) in flow.inputs.iter().zip(leg_indexes) {
+            let open = match input.ingress {
+                IngressKind::Socket => open_ingress,
+                IngressKind::Packet => open_packet_ingress,
+            };
+            legs.push(open(input, ifindex).map_err(|source| Refusal::Ingress {
+                flow: flow.name.clone(),
+                input: input.to_string(),
+                source,
+            })?);
+        }
         let mut outputs = Vec::with_capacity(flow.outputs.len());
         let mut unconnected = Vec::new();
         for (index, (output, ifindex)) in flow.outputs.iter().zip(output_indexes).enumerate() {
@@ -143,8 +144,8 @@ impl Policy {
             }
             outputs.push(socket);
         }
-        Ok(FlowSockets {
-            ingress,
+        Ok(OpenedFlow {
+            legs,
             outputs,
             unconnected,
         })
@@ -154,12 +155,18 @@ impl Policy {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::UdpSocket;
 
     /// The policy of [`FLOWS`], with a free port for `lo-flow`'s input.
     fn policy() -> Policy {
-        let free = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
-        let port = free.local_addr().expect("addr").port();
-        let text = FLOWS.replace("FREE_PORT", &port.to_string());
+        let free = || {
+            let s = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+            s.local_addr().expect("addr").port().to_string()
+        };
+        let text = FLOWS
+            .replace("FREE_PORT2", &free())
+            .replace("FREE_PORT3", &free())
+            .replace("FREE_PORT", &free());
         Policy::new(mcrelay_config::parse(&text, "test.toml").expect("valid config"))
     }
 
@@ -176,6 +183,24 @@ outputs = [
 name = "captured"
 input = { interface = "lo", address = "239.1.1.1", port = 5000, ingress = "packet" }
 outputs = [{ interface = "lo", address = "127.0.0.1", port = 9 }]
+
+[[flow]]
+name = "two-legs"
+inputs = [
+  { interface = "lo", address = "127.0.0.1", port = FREE_PORT2 },
+  { interface = "lo", address = "127.0.0.1", port = FREE_PORT3 },
+]
+redundancy = "failover"
+outputs = [{ interface = "lo", address = "127.0.0.1", port = 9 }]
+
+[[flow]]
+name = "missing-leg"
+inputs = [
+  { interface = "lo", address = "127.0.0.1", port = 11 },
+  { interface = "nosuchif1", address = "127.0.0.1", port = 11 },
+]
+redundancy = "failover"
+outputs = [{ interface = "lo", address = "127.0.0.1", port = 10 }]
 
 [[flow]]
 name = "missing-if"
@@ -225,9 +250,43 @@ outputs = [{ interface = "nosuchif0", address = "127.0.0.1", port = 9 }]
             .collect();
         assert_eq!(peers, [9, 10], "config order");
         assert_eq!(s.outputs[1].ttl().expect("ttl"), 3);
-        let ingress = UdpSocket::from(s.ingress.socket);
+        assert_eq!(s.legs.len(), 1);
+        let ingress = UdpSocket::from(s.legs.into_iter().next().expect("one leg").socket);
         assert!(ingress.local_addr().expect("bound").ip().is_loopback());
         assert!(p.allowed("lo-flow").is_ok());
-        assert_eq!(p.config().flows.len(), 3);
+        assert_eq!(p.config().flows.len(), 5);
+    }
+
+    #[test]
+    fn opens_every_leg_in_order() {
+        let p = policy();
+        let s = p.open_flow("two-legs").expect("open");
+        let wanted: Vec<u16> = p
+            .allowed("two-legs")
+            .expect("allowed")
+            .inputs
+            .iter()
+            .map(|i| i.port)
+            .collect();
+        let bound: Vec<u16> = s
+            .legs
+            .into_iter()
+            .map(|l| {
+                assert!(l.membership.is_none(), "a unicast socket leg");
+                UdpSocket::from(l.socket)
+                    .local_addr()
+                    .expect("bound")
+                    .port()
+            })
+            .collect();
+        assert_eq!(bound, wanted);
+        assert_eq!(s.outputs.len(), 1);
+        let e = p.open_flow("missing-leg").expect_err("no such if");
+        assert!(
+            e.to_string().starts_with(
+                "flow \"missing-leg\": inputs[1].interface: interface \"nosuchif1\" does not exist"
+            ),
+            "{e}"
+        );
     }
 }

@@ -15,10 +15,14 @@
 //! Replies, helper to daemon, at most [`MAX_REPLY_BYTES`]:
 //! - `PONG`;
 //! - `RELOADED <flows>`;
-//! - `SOCKETS <ingress_receive_buffer_bytes> <count>` — with the first
-//!   `min(count, 253)` fds attached: the ingress socket, then each output's
-//!   socket in config order; when `count` exceeds what one message can
-//!   carry, `MORE <n>` records follow, each with the next `n` fds;
+//! - `SOCKETS <legs> <count>` — with the first `min(count, 253)` fds
+//!   attached: per leg (input) in config order its ingress socket and,
+//!   for a packet leg on a group, the socket holding its membership; then
+//!   each output's socket in config order. `<legs>` says which: one item
+//!   per leg, comma-separated, each the receive buffer the kernel granted
+//!   its ingress socket, followed by `+m` when a membership socket comes
+//!   with it (`4194304,8388608+m`). When `count` exceeds what one message
+//!   can carry, `MORE <n>` records follow, each with the next `n` fds;
 //! - `REFUSED <reason>` — a request that was malformed or not allowed, or
 //!   that failed; the connection stays usable.
 
@@ -58,12 +62,13 @@ pub enum Request {
 /// What the helper answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reply {
-    /// The flow's sockets: `count` fds (ingress first, then the outputs in
+    /// The flow's sockets: `count` fds (each leg's, then the outputs in
     /// config order), the first batch attached to this message and the rest
     /// to the [`Reply::MoreSockets`] messages that follow.
     Sockets {
-        /// `SO_RCVBUF` the kernel granted the ingress socket.
-        ingress_receive_buffer_bytes: usize,
+        /// What each leg's fds are, in config order (1 to
+        /// [`MAX_LEGS`](mcrelay_config::MAX_LEGS) of them).
+        legs: Vec<LegHeader>,
         /// Total fds, over this message and its continuations.
         count: usize,
         /// Outputs opened but not connected (no route or source address
@@ -86,6 +91,24 @@ pub enum Reply {
     /// The request was malformed, not allowed by the configuration, or
     /// failed; the reason says which and how to fix it.
     Refused(String),
+}
+
+/// One leg of a [`Reply::Sockets`]: its ingress fd, and whether a
+/// membership socket follows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LegHeader {
+    /// `SO_RCVBUF` the kernel granted the leg's ingress socket.
+    pub receive_buffer_bytes: usize,
+    /// A packet leg on a group: the UDP socket holding its membership
+    /// follows its ingress fd.
+    pub membership: bool,
+}
+
+impl LegHeader {
+    /// Fds the leg takes in the reply: its ingress, and its membership.
+    pub fn fds(&self) -> usize {
+        1 + usize::from(self.membership)
+    }
 }
 
 /// Why a message could not be decoded (or encoded).
@@ -181,6 +204,28 @@ fn number(s: &str) -> Result<usize, ProtocolError> {
         .map_err(|_| ProtocolError::BadNumber(Shown::new(s)))
 }
 
+/// `bytes[+m],...` of a `SOCKETS` reply: 1 to `MAX_LEGS` legs.
+fn leg_list(list: &str) -> Result<Vec<LegHeader>, ProtocolError> {
+    let legs = list
+        .split(',')
+        .take(mcrelay_config::MAX_LEGS + 1)
+        .map(|item| {
+            let (bytes, membership) = match item.strip_suffix("+m") {
+                Some(bytes) => (bytes, true),
+                None => (item, false),
+            };
+            Ok(LegHeader {
+                receive_buffer_bytes: number(bytes)?,
+                membership,
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if legs.len() > mcrelay_config::MAX_LEGS {
+        return Err(ProtocolError::BadNumber(Shown::new(list)));
+    }
+    Ok(legs)
+}
+
 /// `index:errno,index:errno...` of a `SOCKETS` reply (at most 256 items).
 fn unconnected_list(list: &str) -> Result<Vec<(usize, i32)>, ProtocolError> {
     list.split(',')
@@ -262,7 +307,7 @@ impl Reply {
             return Ok(Reply::MoreSockets { count: number(n)? });
         }
         if let Some(rest) = s.strip_prefix(SOCKETS) {
-            let (bytes, count) = rest
+            let (legs, count) = rest
                 .split_once(' ')
                 .ok_or_else(|| ProtocolError::Unknown(Shown::new(s), REPLIES))?;
             let (count, unconnected) = match count.split_once(' ') {
@@ -270,7 +315,7 @@ impl Reply {
                 None => (count, Vec::new()),
             };
             return Ok(Reply::Sockets {
-                ingress_receive_buffer_bytes: number(bytes)?,
+                legs: leg_list(legs)?,
                 count: number(count)?,
                 unconnected,
             });
@@ -288,11 +333,21 @@ impl Reply {
             Reply::Pong => PONG.as_bytes().to_vec(),
             Reply::Reloaded { flows } => format!("{RELOADED}{flows}").into_bytes(),
             Reply::Sockets {
-                ingress_receive_buffer_bytes,
+                legs,
                 count,
                 unconnected,
             } => {
-                let mut text = format!("{SOCKETS}{ingress_receive_buffer_bytes} {count}");
+                let mut text = SOCKETS.to_owned();
+                for (i, leg) in legs.iter().enumerate() {
+                    if i > 0 {
+                        text.push(',');
+                    }
+                    text.push_str(&leg.receive_buffer_bytes.to_string());
+                    if leg.membership {
+                        text.push_str("+m");
+                    }
+                }
+                text.push_str(&format!(" {count}"));
                 for (i, (index, errno)) in unconnected.iter().enumerate() {
                     text.push(if i == 0 { ' ' } else { ',' });
                     text.push_str(&format!("{index}:{errno}"));
@@ -363,6 +418,34 @@ mod tests {
         }
     }
 
+    fn leg(receive_buffer_bytes: usize, membership: bool) -> LegHeader {
+        LegHeader {
+            receive_buffer_bytes,
+            membership,
+        }
+    }
+
+    #[test]
+    fn leg_lists_are_bounded_and_strict() {
+        for bad in [
+            "SOCKETS 1,2,3,4,5 9",
+            "SOCKETS ,1 3",
+            "SOCKETS 1+x 3",
+            "SOCKETS +m 3",
+            "SOCKETS 1,,2 3",
+        ] {
+            assert!(
+                matches!(
+                    Reply::decode(bad.as_bytes()),
+                    Err(ProtocolError::BadNumber(_))
+                ),
+                "{bad}"
+            );
+        }
+        assert_eq!(leg(1, true).fds(), 2);
+        assert_eq!(leg(1, false).fds(), 1);
+    }
+
     #[test]
     fn replies_round_trip() {
         for (reply, wire) in [
@@ -370,7 +453,7 @@ mod tests {
             (Reply::Reloaded { flows: 3 }, "RELOADED 3"),
             (
                 Reply::Sockets {
-                    ingress_receive_buffer_bytes: 4_194_304,
+                    legs: vec![leg(4_194_304, false)],
                     count: 3,
                     unconnected: vec![],
                 },
@@ -378,11 +461,19 @@ mod tests {
             ),
             (
                 Reply::Sockets {
-                    ingress_receive_buffer_bytes: 4096,
+                    legs: vec![leg(4096, false)],
                     count: 4,
                     unconnected: vec![(1, 101), (2, 99)],
                 },
                 "SOCKETS 4096 4 1:101,2:99",
+            ),
+            (
+                Reply::Sockets {
+                    legs: vec![leg(4096, false), leg(8192, true)],
+                    count: 5,
+                    unconnected: vec![(0, 101)],
+                },
+                "SOCKETS 4096,8192+m 5 0:101",
             ),
             (Reply::MoreSockets { count: 253 }, "MORE 253"),
             (
@@ -476,12 +567,18 @@ mod tests {
             Just(Reply::Pong),
             any::<usize>().prop_map(|flows| Reply::Reloaded { flows }),
             (
-                any::<usize>(),
+                proptest::collection::vec((any::<usize>(), any::<bool>()), 1..=4),
                 any::<usize>(),
                 proptest::collection::vec((any::<usize>(), 0..i32::MAX), 0..8)
             )
-                .prop_map(|(b, count, unconnected)| Reply::Sockets {
-                    ingress_receive_buffer_bytes: b,
+                .prop_map(|(legs, count, unconnected)| Reply::Sockets {
+                    legs: legs
+                        .into_iter()
+                        .map(|(receive_buffer_bytes, membership)| LegHeader {
+                            receive_buffer_bytes,
+                            membership
+                        })
+                        .collect(),
                     count,
                     unconnected,
                 }),

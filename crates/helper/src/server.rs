@@ -6,7 +6,7 @@
 
 use std::ffi::OsString;
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 
@@ -14,7 +14,8 @@ use mcrelay_config::ConfigErrors;
 use tracing::{info, warn};
 
 use crate::fdpass::{MAX_FDS_PER_MESSAGE, recv_with_fds, send_with_fds};
-use crate::policy::{FlowSockets, Policy};
+use crate::opened::OpenedFlow;
+use crate::policy::Policy;
 use crate::privileges::status_of;
 use crate::protocol::{MAX_REQUEST_BYTES, Reply, Request};
 
@@ -69,7 +70,7 @@ pub enum ServeError {
 /// What a request produced: a plain reply, or sockets to pass.
 enum Answer {
     Reply(Reply),
-    Sockets(FlowSockets),
+    Sockets(OpenedFlow),
 }
 
 /// The helper's state: where its configuration lives and what it allows.
@@ -106,7 +107,12 @@ impl Helper<'_> {
                     info!(
                         flow = %flow,
                         outputs = sockets.outputs.len(),
-                        receive_buffer_bytes = sockets.ingress.receive_buffer_bytes,
+                        legs = sockets.legs.len(),
+                        receive_buffer_bytes = ?sockets
+                            .legs
+                            .iter()
+                            .map(|l| l.receive_buffer_bytes)
+                            .collect::<Vec<_>>(),
                         "opened flow sockets"
                     );
                     Answer::Sockets(sockets)
@@ -124,18 +130,11 @@ fn refuse(reason: String) -> Reply {
 
 /// Send `sockets`: a `Sockets` header with the first batch of fds, then
 /// `MoreSockets` records for the rest.
-fn send_sockets(conn: &UnixStream, sockets: &FlowSockets) -> io::Result<()> {
-    let fds: Vec<BorrowedFd<'_>> = std::iter::once(sockets.ingress.socket.as_fd())
-        .chain(sockets.outputs.iter().map(AsFd::as_fd))
-        .chain(sockets.ingress.membership.iter().map(AsFd::as_fd))
-        .collect();
+fn send_sockets(conn: &UnixStream, sockets: &OpenedFlow) -> io::Result<()> {
+    let fds: Vec<BorrowedFd<'_>> = sockets.fds();
     let mut chunks = fds.chunks(MAX_FDS_PER_MESSAGE);
     let first = chunks.next().unwrap_or_default();
-    let header = Reply::Sockets {
-        ingress_receive_buffer_bytes: sockets.ingress.receive_buffer_bytes,
-        count: fds.len(),
-        unconnected: sockets.unconnected.clone(),
-    };
+    let header = sockets.header();
     send_with_fds(conn, &header.encode(), first)?;
     for chunk in chunks {
         let more = Reply::MoreSockets { count: chunk.len() };
@@ -380,6 +379,7 @@ pub(crate) unsafe fn take_connection(connection_fd: RawFd) -> Result<UnixStream,
 mod tests {
     use super::*;
     use crate::fdpass::pair;
+    use std::os::fd::AsFd;
     use std::path::PathBuf;
 
     fn write_config(name: &str, text: &str) -> PathBuf {

@@ -73,8 +73,9 @@ fn listener() -> UdpSocket {
 fn check_flow(client: &mut HelperClient, name: &str, ingress_port: u16, out: &UdpSocket) {
     let flow = client.open_flow(name).expect("open_flow");
     assert_eq!(flow.outputs.len(), 1);
-    assert!(flow.ingress_receive_buffer_bytes > 0);
-    let ingress = UdpSocket::from(flow.ingress);
+    assert_eq!(flow.legs.len(), 1);
+    assert!(flow.legs[0].receive_buffer_bytes > 0);
+    let ingress = UdpSocket::from(flow.legs.into_iter().next().expect("one leg").socket);
     assert_eq!(ingress.local_addr().expect("addr").port(), ingress_port);
     ingress
         .set_read_timeout(Some(Duration::from_secs(60)))

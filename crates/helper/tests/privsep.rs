@@ -188,7 +188,7 @@ fn helper_child(mode: &str) -> Outcome {
         probe
             .send_to(b"in", ("127.0.0.1", ingress_port))
             .map_err(|e| e.to_string())?;
-        let ingress = UdpSocket::from(flow.ingress);
+        let ingress = UdpSocket::from(flow.legs.into_iter().next().ok_or("no leg")?.socket);
         ingress.set_read_timeout(t).map_err(|e| e.to_string())?;
         let mut buf = [0u8; 16];
         let n = ingress

@@ -1,6 +1,7 @@
-//! File descriptors, budgeted up front. Each flow holds its ingress socket,
-//! a duplicate of it (the kernel drop counter's watch) and one socket per
-//! output; the process also needs a fixed set (stdio, the helper link, the
+//! File descriptors, budgeted up front. Each flow holds, per input (leg),
+//! its ingress socket, a duplicate of it (the kernel drop counter's watch)
+//! and, for a packet leg on a group, the socket holding its membership;
+//! and one socket per output; the process also needs a fixed set (stdio, the helper link, the
 //! control and metrics listeners, netlink, the signal pipe, one io_uring
 //! per worker) and a reserve that is never spent on flows: a config read
 //! on reload, [`crate::control::MAX_CLIENTS`] control clients and
@@ -31,7 +32,8 @@ const RESERVE: u64 =
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Budget {
     pub flows: usize,
-    /// Descriptors the flows hold: 2 + outputs each.
+    /// Descriptors the flows hold: 2 per leg (3 for a packet leg on a
+    /// group) + outputs each.
     pub flow_fds: u64,
     /// Everything else, including the reserve.
     pub base_fds: u64,
@@ -46,7 +48,18 @@ impl Budget {
         let flow_fds = config
             .flows
             .iter()
-            .map(|f| 2 + u64::try_from(f.outputs.len()).unwrap_or(u64::MAX))
+            .map(|f| {
+                let legs: u64 = f
+                    .inputs
+                    .iter()
+                    .map(|i| {
+                        let membership = i.ingress == mcrelay_config::IngressKind::Packet
+                            && i.address.is_multicast();
+                        2 + u64::from(membership)
+                    })
+                    .sum();
+                legs.saturating_add(u64::try_from(f.outputs.len()).unwrap_or(u64::MAX))
+            })
             .fold(0u64, u64::saturating_add);
         Budget {
             flows: config.flows.len(),
@@ -189,6 +202,19 @@ mod tests {
         assert_eq!(b.flows, 10);
         assert_eq!(b.flow_fds, 50);
         assert_eq!(b.base_fds, FIXED + PER_WORKER + RESERVE);
+    }
+
+    #[test]
+    fn each_leg_costs_two_and_a_membership_one_more() {
+        let text = "[[flow]]\nname = \"r\"\ninputs = [\
+                    { interface = \"a\", address = \"239.1.1.1\", port = 5000 }, \
+                    { interface = \"b\", address = \"239.1.1.1\", port = 5000, ingress = \"packet\" }, \
+                    { interface = \"c\", address = \"10.0.0.1\", port = 5000, ingress = \"packet\" }]\n\
+                    redundancy = \"failover\"\n\
+                    outputs = [{ interface = \"d\", address = \"239.2.2.2\", port = 5000 }]\n";
+        let config = mcrelay_config::parse(text, "t.toml").unwrap_or_else(|e| panic!("{e}"));
+        // 2 + 3 (packet, group) + 2 (packet, unicast) + 1 output.
+        assert_eq!(Budget::of(&config).flow_fds, 8);
     }
 
     #[test]

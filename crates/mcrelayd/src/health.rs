@@ -9,6 +9,8 @@ use std::collections::HashMap;
 
 use mcrelay_config::Flow;
 use mcrelay_control::{InputHealth, RtpHealth, Snapshot, TsHealth};
+#[cfg(test)]
+use mcrelay_control::{LegSnapshot, RedundancySnapshot};
 use mcrelay_dataplane::health::{HealthCounters, HealthSettings, now_ns};
 
 /// A flow's stream-health settings for its worker.
@@ -64,51 +66,104 @@ pub fn snapshot(c: &HealthCounters, take_gap: bool) -> InputHealth {
     }
 }
 
-/// Silence and loss across supervisor ticks.
+/// Silence and loss across supervisor ticks, and the redundancy events
+/// of flows with several inputs.
 #[derive(Debug, Default)]
 pub struct Watcher {
-    /// Per flow: silent at the previous tick, and losses then.
-    seen: HashMap<String, (bool, u64)>,
+    /// Per input (flow name, and the leg's input for a flow with several):
+    /// silent at the previous tick, and losses then.
+    seen: HashMap<(String, String), (bool, u64)>,
+    /// Per flow with several inputs: switches and merge resets at the
+    /// previous tick.
+    redundancy: HashMap<String, (u64, u64)>,
     /// Inputs silent now, and inputs whose losses grew in the last tick.
     silent: Vec<String>,
     losing: Vec<String>,
 }
 
 impl Watcher {
-    /// Compare with the previous tick: log each silence change once.
+    /// Compare with the previous tick: log each silence change once, and
+    /// each failover switch and merge reset (from the counters: a tick
+    /// that saw several logs them as one line with their number).
     pub fn tick(&mut self, s: &Snapshot) {
         self.silent.clear();
         self.losing.clear();
         let mut seen = HashMap::with_capacity(s.flows.len());
+        let mut redundancy = HashMap::new();
         for f in s.flows.iter().filter(|f| f.state.is_running()) {
-            let h = &f.health;
-            if h.payload.is_empty() {
-                continue;
-            }
-            let losses = h.losses();
-            let (was_silent, before) = self.seen.get(&f.name).copied().unwrap_or((false, losses));
-            match (was_silent, h.silent) {
-                (false, true) => tracing::warn!(
-                    flow = %f.name,
-                    input = %f.input,
-                    silence_ms = h.silence_ms,
-                    "input silent: no datagram for {} ms",
-                    h.silence_ms
-                ),
-                (true, false) => {
-                    tracing::info!(flow = %f.name, input = %f.input, "input active again")
+            let inputs: Vec<(&str, &InputHealth, String)> = match &f.redundancy {
+                None => vec![(f.input.as_str(), &f.health, f.name.clone())],
+                Some(r) => r
+                    .legs
+                    .iter()
+                    .map(|l| {
+                        (
+                            l.input.as_str(),
+                            &l.health,
+                            format!("{} ({})", f.name, l.input),
+                        )
+                    })
+                    .collect(),
+            };
+            for (input, h, shown) in inputs {
+                if h.payload.is_empty() {
+                    continue;
                 }
-                _ => {}
+                let key = (f.name.clone(), input.to_owned());
+                let losses = h.losses();
+                let (was_silent, before) = self.seen.get(&key).copied().unwrap_or((false, losses));
+                match (was_silent, h.silent) {
+                    (false, true) => tracing::warn!(
+                        flow = %f.name,
+                        input = %input,
+                        silence_ms = h.silence_ms,
+                        "input silent: no datagram for {} ms",
+                        h.silence_ms
+                    ),
+                    (true, false) => {
+                        tracing::info!(flow = %f.name, input = %input, "input active again")
+                    }
+                    _ => {}
+                }
+                if h.silent {
+                    self.silent.push(shown.clone());
+                }
+                if losses > before {
+                    self.losing.push(shown);
+                }
+                seen.insert(key, (h.silent, losses));
             }
-            if h.silent {
-                self.silent.push(f.name.clone());
+            if let Some(r) = &f.redundancy {
+                // A flow's counters start at zero when it is configured
+                // (and again when a reload changes it), so a flow seen for
+                // the first time logs what it did before this tick.
+                let (switches, resets) = self.redundancy.get(&f.name).copied().unwrap_or((0, 0));
+                if r.switches > switches {
+                    let to = usize::try_from(r.active_input)
+                        .ok()
+                        .and_then(|i| r.legs.get(i))
+                        .map_or("?", |l| l.input.as_str());
+                    tracing::warn!(
+                        flow = %f.name,
+                        to = %to,
+                        input = r.active_input,
+                        switches = r.switches - switches,
+                        "input switch: now forwarding from input {} ({to})",
+                        r.active_input
+                    );
+                }
+                if r.resets > resets {
+                    tracing::warn!(
+                        flow = %f.name,
+                        resets = r.resets - resets,
+                        "merge reset: the RTP SSRC changed or the sequence jumped beyond merge_window_ms; merging restarted"
+                    );
+                }
+                redundancy.insert(f.name.clone(), (r.switches, r.resets));
             }
-            if losses > before {
-                self.losing.push(f.name.clone());
-            }
-            seen.insert(f.name.clone(), (h.silent, losses));
         }
         self.seen = seen;
+        self.redundancy = redundancy;
     }
 
     /// For `STATUS=`: "; silent: a, b; losing packets: c", or nothing.
@@ -150,6 +205,48 @@ mod tests {
             ..InputHealth::default()
         };
         s
+    }
+
+    #[test]
+    fn legs_are_watched_each_and_events_counted_once() {
+        let mut s = snap(false, 0);
+        let base = s.flows[0].health.clone();
+        let leg = |input: &str, silent, lost| LegSnapshot {
+            input: input.into(),
+            health: InputHealth {
+                silent,
+                rtp: Some(RtpHealth {
+                    lost,
+                    ..RtpHealth::default()
+                }),
+                ..base.clone()
+            },
+            ..LegSnapshot::default()
+        };
+        let mut with = |a_silent, b_lost, switches, resets| {
+            s.flows[0].redundancy = Some(RedundancySnapshot {
+                mode: "failover".into(),
+                switches,
+                resets,
+                active_input: 1,
+                legs: vec![leg("a on x", a_silent, 0), leg("b on y", false, b_lost)],
+                ..RedundancySnapshot::default()
+            });
+            s.clone()
+        };
+        let mut w = Watcher::default();
+        w.tick(&with(false, 0, 0, 0));
+        assert_eq!(w.redundancy["cam"], (0, 0));
+        w.tick(&with(false, 0, 4, 1));
+        assert_eq!(w.redundancy["cam"], (4, 1));
+        assert_eq!(w.status(), "");
+        w.tick(&with(true, 3, 5, 1));
+        assert_eq!(
+            w.status(),
+            "; silent: cam (a on x); losing packets: cam (b on y)"
+        );
+        assert_eq!(w.redundancy["cam"], (5, 1));
+        assert_eq!(w.seen.len(), 2, "one entry per leg");
     }
 
     #[test]

@@ -54,6 +54,19 @@ pub fn error_prefix() -> &'static str {
     if stderr_is_journal() { "<3>" } else { "" }
 }
 
+/// Write `message` to stderr as an error without tracing (before the
+/// subscriber exists, or in a process that has none): each line with the
+/// journal's `<3>` prefix when stderr is the journal, plain otherwise.
+pub fn eprint_error(message: &dyn fmt::Display) {
+    use std::io::Write;
+    let prefix = error_prefix();
+    let text = message.to_string();
+    let mut err = std::io::stderr().lock();
+    for line in text.lines() {
+        let _ = writeln!(err, "{prefix}{line}");
+    }
+}
+
 /// Whether stderr is the journal stream `JOURNAL_STREAM` names.
 fn stderr_is_journal() -> bool {
     let Some(value) = std::env::var_os("JOURNAL_STREAM") else {

@@ -146,7 +146,7 @@ fn helper(config: &std::path::Path, user: Option<&str>) -> ExitCode {
     match unsafe { mcrelay_helper::run_zygote(mcrelay_helper::HELPER_FD, config, user) } {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("mcrelayd helper: {e}");
+            journal::eprint_error(&format_args!("mcrelayd helper: {e}"));
             ExitCode::from(1)
         }
     }

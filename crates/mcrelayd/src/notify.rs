@@ -50,10 +50,10 @@ impl Notifier {
         match Notifier::new(&value) {
             Ok(notifier) => Some(notifier),
             Err(e) => {
-                eprintln!(
+                crate::journal::eprint_error(&format_args!(
                     "mcrelayd: NOTIFY_SOCKET={}: {e}; not notifying systemd",
                     value.to_string_lossy()
-                );
+                ));
                 None
             }
         }

@@ -25,7 +25,7 @@ pub fn run(path: &Path, options: RunOptions) -> ExitCode {
     let config = match mcrelay_config::load(path) {
         Ok(c) => c,
         Err(errors) => {
-            eprintln!("{errors}");
+            crate::journal::eprint_error(&errors);
             return ExitCode::from(1);
         }
     };
@@ -35,7 +35,11 @@ pub fn run(path: &Path, options: RunOptions) -> ExitCode {
         Err(e) => {
             let e = crate::chain::Chain(&e);
             tracing::error!("{e}");
-            eprintln!("mcrelayd: {e}");
+            // The journal has it from tracing, at error priority; a
+            // terminal also gets the plain one-line summary.
+            if crate::journal::error_prefix().is_empty() {
+                eprintln!("mcrelayd: {e}");
+            }
             ExitCode::from(1)
         }
     }

@@ -11,11 +11,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mcrelay_config::{Flow, IngressKind, Output};
+use mcrelay_dataplane::core::Redundancy;
 use mcrelay_dataplane::{FlowSockets, IngressSocket, OutputSocket};
 use mcrelay_helper::packet::{flow_match, open_packet_ingress};
 use mcrelay_helper::sockets::open_egress_or_pending;
 use mcrelay_helper::{
-    EGRESS_SEND_BUFFER_BYTES, HelperClient, HelperError, Zygote, ZygoteError, hung_up,
+    EGRESS_SEND_BUFFER_BYTES, HelperClient, HelperError, OpenedFlow, Zygote, ZygoteError, hung_up,
     interface_index, open_ingress, watch_hangup,
 };
 
@@ -139,8 +140,9 @@ impl Opener {
         }
     }
 
-    /// `flow`'s ingress and output sockets, in config order, and the
-    /// outputs among them not connected yet (see [`crate::outputs`]).
+    /// `flow`'s legs' ingress sockets and its output sockets, in config
+    /// order, and the outputs among them not connected yet (see
+    /// [`crate::outputs`]).
     pub fn open(
         &mut self,
         flow: &Flow,
@@ -148,63 +150,52 @@ impl Opener {
         let opened = match self {
             Opener::Direct => open_here(flow)?,
             Opener::Helper { client, .. } => {
-                let mut opened =
-                    client
-                        .open_flow(&flow.name)
-                        .map_err(|source| OpenError::Helper {
-                            flow: flow.name.clone(),
-                            source,
-                        })?;
-                // A packet flow on a group: the membership socket comes
-                // last (the count check below catches one that's missing).
-                let membership = if flow.input.ingress == IngressKind::Packet
-                    && flow.input.address.is_multicast()
-                {
-                    opened.outputs.pop()
-                } else {
-                    None
-                };
-                if opened.outputs.len() != flow.outputs.len() {
-                    return Err(OpenError::OutputCount {
+                client
+                    .open_flow(&flow.name)
+                    .map_err(|source| OpenError::Helper {
                         flow: flow.name.clone(),
-                        opened: opened.outputs.len(),
-                        configured: flow.outputs.len(),
-                    });
-                }
-                Opened {
-                    ingress: opened.ingress,
-                    membership,
-                    granted: opened.ingress_receive_buffer_bytes,
-                    outputs: opened.outputs,
-                    unconnected: opened.unconnected,
-                }
+                        source,
+                    })?
             }
         };
-        let Opened {
-            ingress,
-            membership,
-            granted,
+        if opened.outputs.len() != flow.outputs.len() || opened.legs.len() != flow.inputs.len() {
+            return Err(OpenError::Count {
+                flow: flow.name.clone(),
+                opened: (opened.legs.len(), opened.outputs.len()),
+                configured: (flow.inputs.len(), flow.outputs.len()),
+            });
+        }
+        let OpenedFlow {
+            legs,
             outputs,
             unconnected,
         } = opened;
         let pending = crate::outputs::pending(flow, &outputs, &unconnected)?;
-        let ingress = match flow.input.ingress {
-            IngressKind::Socket => IngressSocket::Udp(ingress.into()),
-            IngressKind::Packet => IngressSocket::Packet {
-                socket: ingress,
-                filter: flow_match(&flow.input),
-                membership,
-            },
-        };
-        let requested = usize::try_from(flow.input.receive_buffer_bytes).unwrap_or(usize::MAX);
-        if granted < requested {
-            tracing::warn!(
-                flow = %flow.name,
-                requested,
-                granted,
-                "receive buffer clamped by net.core.rmem_max; raise it (sysctl -w net.core.rmem_max={requested}) to absorb bursts"
-            );
-        }
+        let legs = flow
+            .inputs
+            .iter()
+            .zip(legs)
+            .map(|(input, leg)| {
+                let requested = usize::try_from(input.receive_buffer_bytes).unwrap_or(usize::MAX);
+                if leg.receive_buffer_bytes < requested {
+                    tracing::warn!(
+                        flow = %flow.name,
+                        input = %input,
+                        requested,
+                        granted = leg.receive_buffer_bytes,
+                        "receive buffer clamped by net.core.rmem_max; raise it (sysctl -w net.core.rmem_max={requested}) to absorb bursts"
+                    );
+                }
+                match input.ingress {
+                    IngressKind::Socket => IngressSocket::Udp(leg.socket.into()),
+                    IngressKind::Packet => IngressSocket::Packet {
+                        socket: leg.socket,
+                        filter: flow_match(input),
+                        membership: leg.membership,
+                    },
+                }
+            })
+            .collect();
         let outputs = flow
             .outputs
             .iter()
@@ -228,10 +219,33 @@ impl Opener {
             })
             .collect();
         Ok((
-            FlowSockets::new(flow.name.clone(), ingress, outputs)
+            FlowSockets::with_legs(flow.name.clone(), legs, redundancy(flow), outputs)
                 .with_health(crate::health::settings(flow)),
             pending,
         ))
+    }
+}
+
+/// The data plane's rule for `flow`'s legs (times in nanoseconds).
+pub fn redundancy(flow: &Flow) -> Redundancy {
+    const MS: u64 = 1_000_000;
+    match flow.redundancy {
+        mcrelay_config::Redundancy::Single => Redundancy::Single,
+        mcrelay_config::Redundancy::Merge {
+            delay_ms,
+            window_ms,
+        } => Redundancy::Merge {
+            delay_ns: u64::from(delay_ms) * MS,
+            window_ns: u64::from(window_ms) * MS,
+        },
+        mcrelay_config::Redundancy::Failover {
+            after_ms,
+            revert_after_s,
+        } => Redundancy::Failover {
+            after_ns: u64::from(after_ms) * MS,
+            revert_after_ns: (revert_after_s > 0).then(|| u64::from(revert_after_s) * 1000 * MS),
+            rtp: flow.health.payload.has_rtp(),
+        },
     }
 }
 
@@ -332,12 +346,14 @@ pub enum OpenError {
         source: HelperError,
     },
     #[error(
-        "flow {flow:?}: the helper opened {opened} outputs, the config has {configured} (do the daemon and the helper read the same file?)"
+        "flow {flow:?}: the helper opened {} inputs and {} outputs, the config has {} and {} (do the daemon and the helper read the same file?)",
+        opened.0, opened.1, configured.0, configured.1
     )]
-    OutputCount {
+    Count {
         flow: String,
-        opened: usize,
-        configured: usize,
+        /// Legs and outputs.
+        opened: (usize, usize),
+        configured: (usize, usize),
     },
     #[error("flow {flow:?}")]
     Interface {
@@ -375,37 +391,32 @@ pub fn output_label(o: &Output) -> String {
     format!("{}@{}", SocketAddr::new(o.address, o.port), o.interface)
 }
 
-/// A flow's sockets, from the helper or opened here.
-struct Opened {
-    ingress: std::os::fd::OwnedFd,
-    membership: Option<std::net::UdpSocket>,
-    granted: usize,
-    outputs: Vec<std::net::UdpSocket>,
-    /// Outputs not connected yet: index, errno.
-    unconnected: Vec<(usize, i32)>,
-}
-
-fn open_here(flow: &Flow) -> Result<Opened, OpenError> {
+/// `flow`'s sockets, opened in this process (no helper).
+fn open_here(flow: &Flow) -> Result<OpenedFlow, OpenError> {
     let index_of = |name: &str| -> Result<u32, OpenError> {
         interface_index(name).map_err(|source| OpenError::Interface {
             flow: flow.name.clone(),
             source,
         })
     };
-    let input = &flow.input;
-    let open = match input.ingress {
-        IngressKind::Socket => open_ingress,
-        // Needs CAP_NET_RAW, which an unprivileged run lacks: EPERM, said.
-        IngressKind::Packet => open_packet_ingress,
-    };
-    let ingress = open(input, index_of(&input.interface)?).map_err(|source| OpenError::Input {
-        flow: flow.name.clone(),
-        kind: input.ingress,
-        address: input.address,
-        port: input.port,
-        interface: input.interface.clone(),
-        source,
-    })?;
+    let mut legs = Vec::with_capacity(flow.inputs.len());
+    for input in &flow.inputs {
+        let open = match input.ingress {
+            IngressKind::Socket => open_ingress,
+            // Needs CAP_NET_RAW, which an unprivileged run lacks: EPERM, said.
+            IngressKind::Packet => open_packet_ingress,
+        };
+        legs.push(
+            open(input, index_of(&input.interface)?).map_err(|source| OpenError::Input {
+                flow: flow.name.clone(),
+                kind: input.ingress,
+                address: input.address,
+                port: input.port,
+                interface: input.interface.clone(),
+                source,
+            })?,
+        );
+    }
     let mut outputs = Vec::with_capacity(flow.outputs.len());
     let mut unconnected = Vec::new();
     for (i, o) in flow.outputs.iter().enumerate() {
@@ -424,11 +435,63 @@ fn open_here(flow: &Flow) -> Result<Opened, OpenError> {
         }
         outputs.push(socket);
     }
-    Ok(Opened {
-        ingress: ingress.socket,
-        membership: ingress.membership,
-        granted: ingress.receive_buffer_bytes,
+    Ok(OpenedFlow {
+        legs,
         outputs,
         unconnected,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flow(extra: &str) -> Flow {
+        let text = format!(
+            "[[flow]]\nname = \"f\"\ninputs = [\
+             {{ interface = \"a\", address = \"239.1.1.1\", port = 5000 }}, \
+             {{ interface = \"b\", address = \"239.1.1.1\", port = 5000 }}]\n\
+             outputs = [{{ interface = \"c\", address = \"239.2.2.2\", port = 5000 }}]\n{extra}"
+        );
+        let c = mcrelay_config::parse(&text, "t.toml").unwrap_or_else(|e| panic!("{e}"));
+        c.flows.as_slice()[0].clone()
+    }
+
+    #[test]
+    fn the_config_becomes_the_cores_rule_in_nanoseconds() {
+        assert_eq!(
+            redundancy(&flow(
+                "redundancy = \"merge\"\npayload = \"rtp\"\nmerge_delay_ms = 20\nmerge_window_ms = 80"
+            )),
+            Redundancy::Merge {
+                delay_ns: 20_000_000,
+                window_ns: 80_000_000
+            }
+        );
+        assert_eq!(
+            redundancy(&flow("redundancy = \"failover\"\npayload = \"rtp-mpegts\"")),
+            Redundancy::Failover {
+                after_ns: 100_000_000,
+                revert_after_ns: Some(10_000_000_000),
+                rtp: true
+            }
+        );
+        assert_eq!(
+            redundancy(&flow(
+                "redundancy = \"failover\"\nfailover_after_ms = 7\nrevert_after_s = 0"
+            )),
+            Redundancy::Failover {
+                after_ns: 7_000_000,
+                revert_after_ns: None,
+                rtp: false
+            }
+        );
+        let one = mcrelay_config::parse(
+            "[[flow]]\nname = \"g\"\ninput = { interface = \"a\", address = \"239.1.1.1\", port = 5000 }\n\
+             outputs = [{ interface = \"c\", address = \"239.2.2.2\", port = 5000 }]\n",
+            "t.toml",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(redundancy(&one.flows.as_slice()[0]), Redundancy::Single);
+    }
 }

@@ -36,8 +36,9 @@ fn example_config_passes_check() {
     );
     assert_eq!(
         stdout,
-        "ok: 2 flows, 4 outputs, cores [2, 3], pool memory 5.1 MiB per core \
-         (1000 small, 500 standard, 200 jumbo); stream health on 1 flow (1 rtp-mpegts)\n"
+        "ok: 3 flows, 5 outputs, cores [2, 3], pool memory 5.1 MiB per core \
+         (1000 small, 500 standard, 200 jumbo); stream health on 2 flows (1 rtp, 1 rtp-mpegts); \
+         redundancy on 1 flow (1 merge, 0 failover)\n"
     );
     assert!(out.stderr.is_empty());
 }

@@ -136,13 +136,10 @@ fn journal_lines_carry_their_priority_and_no_colour() {
             "no <6> line from the helper:\n{out}"
         );
     }
-    // Every tracing line is prefixed; only the daemon's final plain
-    // `mcrelayd: ...` summary for a terminal is not.
+    // Every line is prefixed, the daemon's final error included (its
+    // plain `mcrelayd: ...` summary is for a terminal only).
     for line in out.lines() {
-        assert!(
-            line.starts_with('<') || line.starts_with("mcrelayd: "),
-            "unprefixed line {line:?} in:\n{out}"
-        );
+        assert!(line.starts_with('<'), "unprefixed line {line:?} in:\n{out}");
     }
 }
 
@@ -284,4 +281,37 @@ fn ready_carries_the_status_at_start_and_after_a_reload() {
     next_with(&notify, "STOPPING=1", &mut seen);
     drop(daemon);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn config_errors_reach_the_journal_at_error_priority() {
+    let dir = scratch("bad-config");
+    let config = dir.join("mcrelay.toml");
+    std::fs::write(&config, "[daemon]\nno_such_key = 1\n[[flow]]\nname = 3\n").unwrap();
+    let (mut journal, stream, journal_stream) = journal_pair();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_mcrelayd"));
+    command
+        .args(["--config", config.to_str().unwrap()])
+        .env_remove("RUST_LOG")
+        .env_remove("NOTIFY_SOCKET")
+        .env("JOURNAL_STREAM", journal_stream)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::os::fd::OwnedFd::from(stream));
+    let mut child = command.spawn().expect("run mcrelayd");
+    drop(command);
+    let mut out = String::new();
+    journal.read_to_string(&mut out).unwrap();
+    assert!(!child.wait().unwrap().success(), "a bad config must fail");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        out.contains("no_such_key"),
+        "the error names the key:\n{out}"
+    );
+    for line in out.lines() {
+        assert!(
+            line.starts_with("<3>"),
+            "{line:?} not at error priority in:\n{out}"
+        );
+    }
 }

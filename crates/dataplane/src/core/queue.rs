@@ -49,6 +49,11 @@ impl SendQueue {
         self.len
     }
 
+    /// Datagrams it can still take this batch.
+    pub fn room(&self) -> usize {
+        QUEUE_CAPACITY - self.len
+    }
+
     /// Queue a datagram; `false` when full (the caller flushes first).
     pub fn push(&mut self, q: Queued) -> bool {
         match self.items.get_mut(self.len) {

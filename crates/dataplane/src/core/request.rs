@@ -89,9 +89,11 @@ impl SendRequest<'_> {
 /// What became of a received datagram.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Received {
-    /// Copied and queued on every output with room.
+    /// Copied and queued on every output with room (or, merging with a
+    /// delay, held until its turn).
     Queued,
-    /// Dropped and counted (oversize, pool exhausted, unknown flow).
+    /// Dropped and counted (oversize, pool exhausted, unknown flow, or by
+    /// the flow's redundancy rule: duplicate, late, standby leg, ...).
     Dropped,
     /// Every output was full: dropped, counted per output, and the flow is
     /// paused; `newly` when this datagram paused it (the driver stops its

@@ -41,7 +41,7 @@ fn add(
     let (specs, outs) = outputs(depths, gso);
     let counters = Arc::<FlowCounters>::default();
     let id = core
-        .add_flow(specs, Arc::clone(&counters), 64)
+        .add_flow(specs, Arc::clone(&counters), 1, Redundancy::Single, 64)
         .expect("room");
     (id, counters, outs)
 }
@@ -245,12 +245,34 @@ fn a_removed_flow_goes_once_its_sends_completed() {
 
 #[derive(Debug, Clone)]
 enum Op {
-    Add { depths: Vec<u32>, gso: bool },
+    Add {
+        depths: Vec<u32>,
+        gso: bool,
+        legs: u8,
+        redundancy: Redundancy,
+    },
     Remove(usize),
-    Receive { flow: usize, len: usize },
-    Flush { refuse_every: usize },
-    Complete { pick: usize, result: SendResult },
+    /// A datagram on `leg` (possibly one the flow hasn't) carrying RTP
+    /// number `back` below the flow's newest, which moves on by `step`.
+    Receive {
+        flow: usize,
+        len: usize,
+        leg: u8,
+        back: u16,
+        step: u16,
+    },
+    Flush {
+        refuse_every: usize,
+    },
+    Complete {
+        pick: usize,
+        result: SendResult,
+    },
     Resume,
+    /// The clock moves on by this many µs and the core ticks.
+    Tick(u64),
+    /// The flow's source changes its SSRC (a merge restarts).
+    NewSource(usize),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -261,13 +283,45 @@ enum SendResult {
     Io,
 }
 
+fn redundancy() -> impl Strategy<Value = Redundancy> {
+    const MS: u64 = 1_000_000;
+    prop_oneof![
+        Just(Redundancy::Single),
+        (
+            prop::sample::select(vec![0, 2 * MS]),
+            prop::sample::select(vec![MS, 5 * MS])
+        )
+            .prop_map(|(delay_ns, window_ns)| Redundancy::Merge {
+                delay_ns,
+                window_ns
+            }),
+        (
+            prop::sample::select(vec![None, Some(0), Some(3 * MS)]),
+            any::<bool>()
+        )
+            .prop_map(|(revert_after_ns, rtp)| Redundancy::Failover {
+                after_ns: 2 * MS,
+                revert_after_ns,
+                rtp,
+            }),
+    ]
+}
+
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        1 => (prop::collection::vec(1u32..6, 1..4), any::<bool>())
-            .prop_map(|(depths, gso)| Op::Add { depths, gso }),
+        1 => (prop::collection::vec(1u32..6, 1..4), any::<bool>(), 1u8..=4, redundancy())
+            .prop_map(|(depths, gso, legs, redundancy)| Op::Add { depths, gso, legs, redundancy }),
         1 => (0usize..4).prop_map(Op::Remove),
-        8 => (0usize..4, prop::sample::select(vec![8usize, 100, 1400, 1500, 1501, 4000, 4097, 9000, 9001]))
-            .prop_map(|(flow, len)| Op::Receive { flow, len }),
+        8 => (
+            0usize..4,
+            prop::sample::select(vec![8usize, 100, 1400, 1500, 1501, 4000, 4097, 9000, 9001]),
+            0u8..5,
+            prop::sample::select(vec![0u16, 0, 1, 2, 5, 40]),
+            0u16..3,
+        )
+            .prop_map(|(flow, len, leg, back, step)| Op::Receive { flow, len, leg, back, step }),
+        2 => (0u64..1500).prop_map(Op::Tick),
+        1 => (0usize..4).prop_map(Op::NewSource),
         3 => (0usize..5).prop_map(|refuse_every| Op::Flush { refuse_every }),
         5 => (any::<usize>(), prop::sample::select(vec![SendResult::Ok, SendResult::Ok, SendResult::NoBufs, SendResult::RefusedGso, SendResult::Io]))
             .prop_map(|(pick, result)| Op::Complete { pick, result }),
@@ -280,6 +334,22 @@ struct ModelFlow {
     counters: Arc<FlowCounters>,
     outputs: Vec<Arc<OutputCounters>>,
     depths: Vec<u32>,
+    redundancy: Redundancy,
+    /// Its newest RTP number.
+    rtp: u16,
+    /// Its source's SSRC: only grows, so (SSRC, number) names one packet.
+    ssrc: u32,
+}
+
+impl ModelFlow {
+    fn merges(&self) -> bool {
+        matches!(self.redundancy, Redundancy::Merge { .. })
+    }
+
+    /// Merging with a delay: the output is in RTP order (not arrival).
+    fn in_rtp_order(&self) -> bool {
+        matches!(self.redundancy, Redundancy::Merge { delay_ns, .. } if delay_ns > 0)
+    }
 }
 
 struct Model {
@@ -291,36 +361,56 @@ struct Model {
     last_seq: BTreeMap<(FlowId, OutputId), u64>,
     next_seq: u64,
     submits: usize,
+    /// The fake clock.
+    now: u64,
+    /// Merge flows: (SSRC, RTP number)s sent first-hand per (flow, output).
+    rtp_sent: BTreeMap<(FlowId, OutputId), BTreeSet<(u32, u16)>>,
 }
 
-fn seq_of(core: &Core, in_flight: &InFlight, slot: Slot) -> u64 {
+/// A datagram's model number (after its 12-byte RTP header), RTP number
+/// and SSRC.
+fn seq_of(core: &Core, in_flight: &InFlight, slot: Slot) -> (u64, u16, u32) {
     let bytes = in_flight
         .buffer(slot)
         .map(|b| core_bytes(core, b))
         .unwrap_or_default();
-    u64::from_le_bytes(bytes)
+    (u64::from_le_bytes(bytes.0), bytes.1, bytes.2)
 }
 
-fn core_bytes(core: &Core, b: &mcrelay_pool::Buffer) -> [u8; 8] {
+fn core_bytes(core: &Core, b: &mcrelay_pool::Buffer) -> ([u8; 8], u16, u32) {
+    let bytes = core.pool().bytes(b);
     let mut seq = [0; 8];
-    seq.copy_from_slice(&core.pool().bytes(b)[..8]);
-    seq
+    seq.copy_from_slice(&bytes[12..20]);
+    let ssrc = u32::from_be_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
+    (seq, u16::from_be_bytes([bytes[2], bytes[3]]), ssrc)
 }
 
 impl Model {
     fn step(&mut self, op: Op) {
         match op {
-            Op::Add { depths, gso } => {
+            Op::Add {
+                depths,
+                gso,
+                legs,
+                redundancy,
+            } => {
                 let (specs, outputs) = outputs(&depths, gso);
                 let counters = Arc::<FlowCounters>::default();
-                if let Some(id) = self.core.add_flow(specs, Arc::clone(&counters), 4) {
+                if let Some(id) =
+                    self.core
+                        .add_flow(specs, Arc::clone(&counters), legs, redundancy, 4)
+                {
                     self.flows.retain(|f| f.id != id);
                     self.last_seq.retain(|(f, _), _| *f != id);
+                    self.rtp_sent.retain(|(f, _), _| *f != id);
                     self.flows.push(ModelFlow {
                         id,
                         counters,
                         outputs,
                         depths,
+                        redundancy,
+                        rtp: 1000,
+                        ssrc: 7,
                     });
                 }
             }
@@ -329,17 +419,35 @@ impl Model {
                     self.core.remove_flow(f.id);
                 }
             }
-            Op::Receive { flow, len } => {
-                let Some(f) = self.flows.get(flow) else {
+            Op::Receive {
+                flow,
+                len,
+                leg,
+                back,
+                step,
+            } => {
+                let Some(f) = self.flows.get_mut(flow) else {
                     return;
                 };
                 if self.core.is_removing(f.id) {
                     return;
                 }
-                let mut payload = vec![0u8; len];
+                f.rtp = f.rtp.wrapping_add(step);
+                let mut payload = vec![0u8; len.max(20)];
+                let _ = mcrelay_wire::rtp::build(&mut payload, 96, f.rtp - back, 0, f.ssrc);
                 self.next_seq += 1;
-                payload[..8].copy_from_slice(&self.next_seq.to_le_bytes());
-                let _ = self.core.receive(f.id, &payload);
+                payload[12..20].copy_from_slice(&self.next_seq.to_le_bytes());
+                self.now += 10_000;
+                let _ = self.core.receive_on(f.id, LegId(leg), &payload, self.now);
+            }
+            Op::NewSource(flow) => {
+                if let Some(f) = self.flows.get_mut(flow) {
+                    f.ssrc += 1;
+                }
+            }
+            Op::Tick(us) => {
+                self.now += us * 1000;
+                self.core.tick(self.now);
             }
             Op::Flush { refuse_every } => {
                 let Self {
@@ -347,6 +455,8 @@ impl Model {
                     out,
                     last_seq,
                     submits,
+                    flows,
+                    rtp_sent,
                     ..
                 } = self;
                 let mut pending = Vec::new();
@@ -363,14 +473,33 @@ impl Model {
                     true
                 });
                 for (flow, output, slots) in check {
+                    let Some(f) = flows.iter().find(|f| f.id == flow) else {
+                        continue;
+                    };
                     for slot in slots {
-                        let seq = seq_of(core, core.in_flight(), slot);
+                        let (seq, rtp, ssrc) = seq_of(core, core.in_flight(), slot);
+                        // In RTP order within a source; a new source's
+                        // packets after the old one's.
+                        let seq = if f.in_rtp_order() {
+                            u64::from(ssrc) << 16 | u64::from(rtp)
+                        } else {
+                            seq
+                        };
                         let last = last_seq.entry((flow, output)).or_insert(0);
                         assert!(
                             seq > *last,
                             "output {output:?} of {flow:?}: {seq} after {last}"
                         );
                         *last = seq;
+                        if f.merges() {
+                            assert!(
+                                rtp_sent
+                                    .entry((flow, output))
+                                    .or_default()
+                                    .insert((ssrc, rtp)),
+                                "merge sent RTP number {rtp} twice on {output:?} of {flow:?}"
+                            );
+                        }
                     }
                 }
                 out.extend(pending);
@@ -414,9 +543,11 @@ impl Model {
 
     fn check(&self) {
         let c = &self.core;
-        // Every buffer out of the pool is parked in exactly one slot, and
-        // every parked slot is named by a queued or outstanding send.
-        assert_eq!(in_use(c) as usize, c.in_flight().len());
+        // Every buffer out of the pool is parked in exactly one slot or
+        // held by a merge, and every parked slot is named by a queued or
+        // outstanding send.
+        let held: usize = self.flows.iter().map(|f| c.held(f.id)).sum();
+        assert_eq!(in_use(c) as usize, c.in_flight().len() + held);
         let named: BTreeSet<Slot> = self
             .out
             .iter()
@@ -430,7 +561,16 @@ impl Model {
         );
         for f in &self.flows {
             let k = &f.counters;
-            let dropped_at_input = k.drops.oversize.get() + k.drops.pool_exhausted.get();
+            let red = &k.redundancy;
+            let held = c.held(f.id) as u64;
+            assert!(held <= redundancy::SPAN, "the hold's bound");
+            assert!(red.forwarded_total() <= k.packets_in.get());
+            if matches!(f.redundancy, Redundancy::Single) {
+                assert_eq!(red.dropped(), red.unknown_leg.get());
+            }
+            // Dropped before reaching the outputs (or not yet there).
+            let dropped_at_input =
+                k.drops.oversize.get() + k.drops.pool_exhausted.get() + red.dropped() + held;
             for (i, (o, &depth)) in f.outputs.iter().zip(&f.depths).enumerate() {
                 let output = OutputId(u16::try_from(i).expect("few"));
                 let in_flight = c.output_in_flight(f.id, output).expect("output");
@@ -452,6 +592,10 @@ impl Model {
 
     /// Complete everything, remove every flow: the pool is whole again.
     fn drain(&mut self) {
+        // Removing a flow sends what a merge held first.
+        for f in &self.flows {
+            self.core.remove_flow(f.id);
+        }
         for _ in 0..4 {
             self.step(Op::Flush { refuse_every: 0 });
             while !self.out.is_empty() {
@@ -460,9 +604,6 @@ impl Model {
                     result: SendResult::Ok,
                 });
             }
-        }
-        for f in &self.flows {
-            self.core.remove_flow(f.id);
         }
         self.step(Op::Resume);
         assert!(self.flows.is_empty(), "every flow went");
@@ -483,6 +624,8 @@ proptest! {
             last_seq: BTreeMap::new(),
             next_seq: 0,
             submits: 0,
+            now: 0,
+            rtp_sent: BTreeMap::new(),
         };
         for op in ops {
             m.step(op);

@@ -19,7 +19,7 @@ use super::{
     Command, Event, FlowSockets, ReceiveMode, WorkerConfig, WorkerError, WorkerStats,
     receive_buffers,
 };
-use crate::core::{Core, FlowId, InFlight, OutputSpec, SendKind, SendRequest};
+use crate::core::{Core, FlowId, InFlight, LegId, OutputSpec, Redundancy, SendKind, SendRequest};
 use crate::counters::LoopCounters;
 use crate::egress::GsoMessages;
 use crate::ingress::IngressSocket;
@@ -27,38 +27,56 @@ use crate::packet_ring::PacketRing;
 use crate::receive_buffers::ReceiveBuffers;
 use crate::submit::{self, UserData};
 
+/// The longest a loop turn waits for a completion: how soon a stop request
+/// or a command is noticed.
+const TICK_NS: u64 = 100_000_000;
+
+/// The receive buffer of leg `leg` of flow `f` in single-receive mode.
+pub(super) fn single_buffer(f: FlowId, leg: LegId) -> Option<u16> {
+    f.get()
+        .checked_mul(u16::from(LegId::MAX_LEGS))?
+        .checked_add(u16::from(leg.0))
+}
+
 /// Completions handled per batch (a stack array; the loop takes batches
 /// until the completion queue is empty, submitting the sends of each).
 pub(super) const CQE_BATCH: usize = 64;
 
-/// What the driver keeps of a flow: its sockets and the state of its
-/// receive in the kernel. Its relay state is the core's, at the same
-/// [`FlowId`].
-pub(super) struct Flow {
-    pub(super) name: String,
+/// What the driver keeps of one leg (input) of a flow: its socket, the
+/// state of its receive in the kernel, its packet ring and its health.
+pub(super) struct Leg {
     pub(super) fd: i32,
-    /// Output sockets' fds, in the core's output order.
-    pub(super) output_fds: Box<[i32]>,
     /// The receive (or the packet ring's poll) is armed in the kernel.
     pub(super) armed: bool,
     /// The first receive error was logged.
     pub(super) error_logged: bool,
-    /// Stream health of the input: every datagram is shown to it before
-    /// the core (it reads a clock; the core has none).
+    /// Stream health of the leg: every datagram is shown to it before
+    /// the core, with the batch's clock reading; published once per batch
+    /// ([`Worker::publish_health`]).
     pub(super) health: crate::health::InputHealth,
     /// Packet ingress: the frames' filter, checked again per frame.
     pub(super) packet: Option<mcrelay_wire::FlowMatch>,
     /// Packet ingress: frames are left in the packet ring for the next turn.
     pub(super) ring_pending: bool,
     /// Packet ingress: the mapped `TPACKET_V3` packet ring (`None` only if
-    /// it could not be set up: then the flow receives nothing, logged).
+    /// it could not be set up: then the leg receives nothing, logged).
     /// Unmapped before the socket closes (field order).
     pub(super) packet_ring: Option<PacketRing>,
-    /// Kept open for as long as the io_uring may name their fds.
-    _outputs: Box<[UdpSocket]>,
     /// Closed when the flow goes (which leaves its group), after the packet
     /// ring no longer names its fd.
     _ingress: IngressSocket,
+}
+
+/// What the driver keeps of a flow: its legs and its output sockets. Its
+/// relay state is the core's, at the same [`FlowId`].
+pub(super) struct Flow {
+    pub(super) name: String,
+    /// Output sockets' fds, in the core's output order.
+    pub(super) output_fds: Box<[i32]>,
+    /// Each leg, its index its [`LegId`] (1 to [`LegId::MAX_LEGS`]).
+    pub(super) legs: Box<[Leg]>,
+    /// Kept open for as long as the io_uring may name their fds.
+    _outputs: Box<[UdpSocket]>,
 }
 
 impl Flow {
@@ -66,19 +84,12 @@ impl Flow {
     fn new(
         f: FlowSockets,
         gso: bool,
-    ) -> (Self, Vec<OutputSpec>, Arc<crate::counters::FlowCounters>) {
-        let packet_ring = f.ingress.packet_filter().and_then(|_| {
-            match PacketRing::new(f.ingress.fd()) {
-                Ok(ring) => {
-                    tracing::info!(flow = %f.name, blocks = ring.blocks(), "packet ingress on a TPACKET_V3 ring");
-                    Some(ring)
-                }
-                Err(e) => {
-                    tracing::error!(flow = %f.name, "no TPACKET_V3 ring ({e}): this packet flow receives nothing");
-                    None
-                }
-            }
-        });
+    ) -> (
+        Self,
+        Vec<OutputSpec>,
+        Arc<crate::counters::FlowCounters>,
+        Redundancy,
+    ) {
         let specs = f
             .outputs
             .iter()
@@ -89,20 +100,76 @@ impl Flow {
             })
             .collect();
         let output_fds = f.outputs.iter().map(|o| o.socket.as_raw_fd()).collect();
+        let legs = f
+            .legs
+            .into_iter()
+            .enumerate()
+            .map(|(i, ingress)| Leg::new(&f.name, i, ingress, f.health, &f.counters))
+            .collect();
         let flow = Self {
             name: f.name,
-            fd: f.ingress.fd(),
             output_fds,
+            legs,
+            _outputs: f.outputs.into_iter().map(|o| o.socket).collect(),
+        };
+        (flow, specs, f.counters, f.redundancy)
+    }
+
+    /// Leg `leg`, if the flow has it.
+    pub(super) fn leg(&self, leg: LegId) -> Option<&Leg> {
+        self.legs.get(leg.index())
+    }
+
+    pub(super) fn leg_mut(&mut self, leg: LegId) -> Option<&mut Leg> {
+        self.legs.get_mut(leg.index())
+    }
+
+    /// Every leg's number.
+    pub(super) fn leg_ids(&self) -> impl Iterator<Item = LegId> + Clone + use<> {
+        (0..u8::try_from(self.legs.len()).unwrap_or(0)).map(LegId)
+    }
+}
+
+impl Leg {
+    fn new(
+        flow: &str,
+        index: usize,
+        ingress: IngressSocket,
+        health: crate::health::HealthSettings,
+        counters: &Arc<crate::counters::FlowCounters>,
+    ) -> Self {
+        let packet_ring =
+            ingress
+                .packet_filter()
+                .and_then(|_| match PacketRing::new(ingress.fd()) {
+                    Ok(ring) => {
+                        tracing::info!(
+                            flow,
+                            leg = index,
+                            blocks = ring.blocks(),
+                            "packet ingress on a TPACKET_V3 ring"
+                        );
+                        Some(ring)
+                    }
+                    Err(e) => {
+                        tracing::error!(
+                            flow,
+                            leg = index,
+                            "no TPACKET_V3 ring ({e}): this packet leg receives nothing"
+                        );
+                        None
+                    }
+                });
+        Self {
+            fd: ingress.fd(),
             armed: false,
             error_logged: false,
-            health: crate::health::InputHealth::new(f.health, Arc::clone(&f.counters)),
-            packet: f.ingress.packet_filter(),
+            health: crate::health::InputHealth::for_leg(health, Arc::clone(counters), index),
+            packet: ingress.packet_filter(),
             ring_pending: false,
             packet_ring,
-            _outputs: f.outputs.into_iter().map(|o| o.socket).collect(),
-            _ingress: f.ingress,
-        };
-        (flow, specs, f.counters)
+            _ingress: ingress,
+        }
     }
 }
 
@@ -121,6 +188,13 @@ pub(super) struct Worker {
     pub(super) index: usize,
     cpu: Option<usize>,
     pub(super) loop_counters: Arc<LoopCounters>,
+    /// The monotonic clock ([`crate::health::now_ns`]), read once per
+    /// completion batch and loop turn: the arrival time of what it holds.
+    pub(super) now_ns: u64,
+    /// Legs whose stream health saw datagrams not yet published, each at
+    /// most once; room for every leg of every flow, so a push never
+    /// allocates.
+    pub(super) health_unpublished: Vec<(FlowId, LegId)>,
     commands: mpsc::Receiver<Command>,
     events: mpsc::Sender<Event>,
 }
@@ -177,15 +251,16 @@ impl Worker {
             .setup_coop_taskrun()
             .build(1024)
             .map_err(uring_err)?;
-        // In single-receive mode each flow's buffer is the one its number
-        // names: room for twice the flows it starts with (a reload that
-        // needs more numbers than that is refused for this worker).
+        // In single-receive mode each leg's buffer is the one its flow's
+        // number and its leg name ([`single_buffer`]): room for every leg
+        // of twice the flows it starts with (a reload that needs more
+        // numbers than that is refused for this worker).
         let entries = match config.receive {
             ReceiveMode::Auto => buffers,
             ReceiveMode::Single => buffers.max(
-                u16::try_from(config.flows.len() * 2)
+                u16::try_from(config.flows.len() * 2 * usize::from(LegId::MAX_LEGS))
                     .unwrap_or(u16::MAX)
-                    .clamp(16, 4096)
+                    .clamp(16, 16384)
                     .next_power_of_two(),
             ),
         };
@@ -215,6 +290,8 @@ impl Worker {
             index: worker,
             cpu: config.cpu,
             loop_counters: Arc::new(LoopCounters::default()),
+            now_ns: crate::health::now_ns(),
+            health_unpublished: Vec::new(),
             commands,
             events,
         };
@@ -238,15 +315,34 @@ impl Worker {
     /// Give a flow a number in the core and here; its name back when
     /// `limit` flows exist already.
     fn place(&mut self, f: FlowSockets, limit: usize) -> Result<FlowId, String> {
-        let (flow, specs, counters) = Flow::new(f, self.gso_enabled);
-        let Some(id) = self.core.add_flow(specs, counters, limit) else {
+        let (flow, specs, counters, redundancy) = Flow::new(f, self.gso_enabled);
+        let legs = u8::try_from(flow.legs.len()).unwrap_or(u8::MAX);
+        let Some(id) = self.core.add_flow(specs, counters, legs, redundancy, limit) else {
             return Err(flow.name);
         };
         if self.flows.len() <= id.index() {
             self.flows.resize_with(id.index() + 1, || None);
         }
         self.flows[id.index()] = Some(flow);
+        let room = self.flows.len() * usize::from(LegId::MAX_LEGS);
+        self.health_unpublished
+            .reserve(room.saturating_sub(self.health_unpublished.len()));
         Ok(id)
+    }
+
+    /// Publish the stream health of every leg that received since the
+    /// last call: once per completion batch, not per datagram.
+    pub(super) fn publish_health(&mut self) {
+        for (f, l) in self.health_unpublished.drain(..) {
+            if let Some(leg) = self
+                .flows
+                .get_mut(f.index())
+                .and_then(Option::as_mut)
+                .and_then(|fl| fl.leg_mut(l))
+            {
+                leg.health.publish();
+            }
+        }
     }
 
     pub(super) fn stats(&self) -> Arc<WorkerStats> {
@@ -267,29 +363,46 @@ impl Worker {
     pub(super) fn run(&mut self, stop: &AtomicBool) -> Result<(), WorkerError> {
         let worker = self.index;
         for f in self.ids() {
-            self.arm_receive(f);
+            self.arm_receives(f);
         }
-        let tick = Timespec::new().nsec(100_000_000);
-        let args = SubmitArgs::new().timespec(&tick);
         let mut batch = [const { None::<cqueue::Entry> }; CQE_BATCH];
         let mut stopping: Option<Instant> = None;
         loop {
             if stopping.is_none() && stop.load(Ordering::Relaxed) {
                 stopping = Some(Instant::now());
                 for f in self.ids() {
-                    self.cancel_receive(f);
+                    self.cancel_receives(f);
                 }
             }
             if let Some(since) = stopping {
-                let receiving = self.flows.iter().flatten().any(|f| f.armed);
+                let receiving = self
+                    .flows
+                    .iter()
+                    .flatten()
+                    .any(|f| f.legs.iter().any(|l| l.armed));
                 if (!receiving && self.core.in_flight().is_empty())
                     || since.elapsed() > Duration::from_secs(1)
                 {
                     break;
                 }
             }
-            // Frames left in a packet ring: look for completions, don't wait.
-            let want = usize::from(!self.flows.iter().flatten().any(|f| f.ring_pending));
+            // Wait at most the 100 ms tick, or until the redundancy rules'
+            // next timer (a held packet's turn, a merge window, failover).
+            let wait_ns = self.core.next_tick_ns().map_or(TICK_NS, |at| {
+                at.saturating_sub(crate::health::now_ns()).min(TICK_NS)
+            });
+            // Frames left in a packet ring, or a timer due: look for
+            // completions, don't wait.
+            let want = usize::from(
+                wait_ns > 0
+                    && !self
+                        .flows
+                        .iter()
+                        .flatten()
+                        .any(|f| f.legs.iter().any(|l| l.ring_pending)),
+            );
+            let tick = Timespec::new().nsec(u32::try_from(wait_ns).unwrap_or(100_000_000));
+            let args = SubmitArgs::new().timespec(&tick);
             match self.uring.submitter().submit_with_args(want, &args) {
                 Ok(_) => {}
                 Err(e)
@@ -309,11 +422,15 @@ impl Worker {
                 if n == 0 {
                     break;
                 }
+                // One clock reading per batch: every datagram in it
+                // arrived by now (the core and stream health take it).
+                self.now_ns = crate::health::now_ns();
                 self.loop_counters.completions.add(n as u64);
                 for cqe in batch.iter_mut().take(n).filter_map(Option::take) {
                     self.complete(&cqe);
                 }
                 self.flush_sends();
+                self.publish_health();
                 // Hand this batch's sends to the kernel now: they complete
                 // (inline, mostly) while the next batch is handled, so an
                 // output's in-flight count tracks the kernel, not how many
@@ -324,23 +441,35 @@ impl Worker {
             }
             if stopping.is_none() {
                 self.take_commands();
+                self.now_ns = crate::health::now_ns();
                 for f in self.ids() {
                     self.turn(f);
                 }
+                // The redundancy rules' timers: held packets whose turn
+                // came, the merge window, failover. What they release is
+                // sent now.
+                self.core.tick(self.now_ns);
+                self.flush_sends();
             }
             self.finish_removals();
             self.receive_buffers.publish();
             self.core.publish_stats();
         }
         self.core.publish_stats();
-        if !self.core.in_flight().is_empty() || self.flows.iter().flatten().any(|f| f.armed) {
+        if !self.core.in_flight().is_empty()
+            || self
+                .flows
+                .iter()
+                .flatten()
+                .any(|f| f.legs.iter().any(|l| l.armed))
+        {
             self.leak_kernel_memory();
         }
         Ok(())
     }
 
-    /// A flow's share of a loop turn: the pause rule, the packet ring's
-    /// leftover frames, re-arming a receive.
+    /// A flow's share of a loop turn: the pause rule, the packet rings'
+    /// leftover frames, re-arming receives (per leg).
     fn turn(&mut self, f: FlowId) {
         let Some(flow) = self.flows.get(f.index()).and_then(Option::as_ref) else {
             return;
@@ -348,31 +477,60 @@ impl Worker {
         if self.core.is_removing(f) {
             return;
         }
-        let has_packet_ring = flow.packet_ring.is_some();
-        // A socket flow's pause cancelled its receive; a packet ring flow's
+        let legs = flow.leg_ids();
+        // A socket leg's pause cancelled its receive; a packet ring leg's
         // poll stays armed and its pause only stopped the walk.
         if self.core.is_paused(f) {
             if !self.core.resume(f) {
                 return;
             }
-            if has_packet_ring {
-                // Blocks filled meanwhile wake nobody: walk them.
-                self.service_ring(f);
+            for leg in legs.clone() {
+                if self.leg(f, leg).is_some_and(|l| l.packet_ring.is_some()) {
+                    // Blocks filled meanwhile wake nobody: walk them.
+                    self.service_ring(f, leg);
+                }
             }
         }
-        let Some(flow) = self.flows.get(f.index()).and_then(Option::as_ref) else {
-            return;
-        };
-        if flow.ring_pending && !self.core.is_paused(f) {
-            self.service_ring(f);
+        for leg in legs {
+            if self.leg(f, leg).is_some_and(|l| l.ring_pending) && !self.core.is_paused(f) {
+                self.service_ring(f, leg);
+            }
+            if self.leg(f, leg).is_some_and(|l| !l.armed) {
+                self.arm_receive(f, leg);
+            }
         }
-        if self
-            .flows
+    }
+
+    /// Leg `leg` of flow `f`.
+    pub(super) fn leg(&self, f: FlowId, leg: LegId) -> Option<&Leg> {
+        self.flows.get(f.index())?.as_ref()?.leg(leg)
+    }
+
+    pub(super) fn leg_mut(&mut self, f: FlowId, leg: LegId) -> Option<&mut Leg> {
+        self.flows.get_mut(f.index())?.as_mut()?.leg_mut(leg)
+    }
+
+    /// The legs of flow `f` (none for a free number).
+    fn legs_of(&self, f: FlowId) -> impl Iterator<Item = LegId> + use<> {
+        self.flows
             .get(f.index())
             .and_then(Option::as_ref)
-            .is_some_and(|fl| !fl.armed)
-        {
-            self.arm_receive(f);
+            .map(Flow::leg_ids)
+            .into_iter()
+            .flatten()
+    }
+
+    /// Arm every leg's receive of flow `f`.
+    pub(super) fn arm_receives(&mut self, f: FlowId) {
+        for leg in self.legs_of(f) {
+            self.arm_receive(f, leg);
+        }
+    }
+
+    /// Cancel every leg's receive of flow `f`.
+    pub(super) fn cancel_receives(&mut self, f: FlowId) {
+        for leg in self.legs_of(f) {
+            self.cancel_receive(f, leg);
         }
     }
 
@@ -380,7 +538,7 @@ impl Worker {
     fn take_commands(&mut self) {
         while let Ok(command) = self.commands.try_recv() {
             match command {
-                Command::AddFlow(f) => self.add_flow(f),
+                Command::AddFlow(f) => self.add_flow(*f),
                 Command::RemoveFlow(name) => self.remove_flow(name),
             }
         }
@@ -395,21 +553,29 @@ impl Worker {
                 reason: format!("more than {} outputs", u16::MAX),
             });
         }
-        // Single receives name their buffer by flow number.
+        // Single receives name their buffer by flow number and leg.
         let limit = if self.multishot {
             FlowId::LIMIT - 1
         } else {
-            self.receive_buffers.len()
+            self.receive_buffers.len() / usize::from(LegId::MAX_LEGS)
         };
         let outputs = f.outputs.len();
+        let legs = f.legs.len();
+        if legs == 0 || legs > usize::from(LegId::MAX_LEGS) {
+            return self.report(Event::FlowRefused {
+                worker,
+                flow: f.name,
+                reason: format!("{legs} inputs; a flow has 1 to {}", LegId::MAX_LEGS),
+            });
+        }
         match self.place(f, limit) {
             Ok(id) => {
-                self.arm_receive(id);
+                self.arm_receives(id);
                 let name = self.flows[id.index()]
                     .as_ref()
                     .map(|f| f.name.clone())
                     .unwrap_or_default();
-                tracing::info!(worker, flow = %name, outputs, "flow added");
+                tracing::info!(worker, flow = %name, legs, outputs, "flow added");
                 self.report(Event::FlowAdded { worker, flow: name });
             }
             Err(name) => self.report(Event::FlowRefused {
@@ -430,7 +596,7 @@ impl Worker {
         match found {
             Some(f) => {
                 self.core.remove_flow(f);
-                self.cancel_receive(f);
+                self.cancel_receives(f);
             }
             None => self.report(Event::FlowUnknown {
                 worker: self.index,
@@ -443,7 +609,9 @@ impl Worker {
     /// in the kernel, so their sockets can close.
     fn finish_removals(&mut self) {
         for f in self.ids() {
-            let done = self.flows[f.index()].as_ref().is_some_and(|fl| !fl.armed)
+            let done = self.flows[f.index()]
+                .as_ref()
+                .is_some_and(|fl| fl.legs.iter().all(|l| !l.armed))
                 && self.core.is_removing(f)
                 && self.core.is_quiet(f);
             if done && let Some(flow) = self.flows[f.index()].take() {
@@ -494,7 +662,7 @@ impl Worker {
 
     fn complete(&mut self, cqe: &cqueue::Entry) {
         match UserData::decode(cqe.user_data()) {
-            Some(UserData::Receive { flow }) => self.received(flow, cqe),
+            Some(UserData::Receive { flow, leg }) => self.received(flow, leg, cqe),
             Some(u) => {
                 if let Some(token) = u.token() {
                     let (mut submitter, core) = self.submitter();

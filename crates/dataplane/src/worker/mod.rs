@@ -3,7 +3,10 @@
 //!
 //! Each loop turn makes one `io_uring_enter` that submits everything queued
 //! since the last turn and waits for at least one completion (or a 100 ms
-//! tick, to notice a stop request). Then it handles the completions in
+//! tick, to notice a stop request; sooner when the core's redundancy rules
+//! have a timer due, [`crate::core::Core::next_tick_ns`]). The monotonic
+//! clock is read once per completion batch and per turn, never per
+//! datagram; each turn ends with [`crate::core::Core::tick`]. Then it handles the completions in
 //! batches: a receive copies the datagram into a pool buffer (the one copy),
 //! gives the receive buffer back to the kernel, and queues the datagram on
 //! each output that has room; at the end of the batch each output's queue
@@ -29,6 +32,7 @@ use std::thread::JoinHandle;
 
 use mcrelay_pool::{PoolConfig, PoolStatsHandle};
 
+use crate::core::Redundancy;
 use crate::counters::{FlowCounters, FlowStats, LoopCounters, OutputCounters};
 use crate::ingress::IngressSocket;
 use driver::Worker;
@@ -72,22 +76,46 @@ impl OutputSocket {
 #[derive(Debug)]
 pub struct FlowSockets {
     pub name: String,
-    pub ingress: IngressSocket,
+    /// Each leg's ingress (1 to [`crate::core::LegId::MAX_LEGS`]), in config order:
+    /// the leg's number is its index here.
+    pub legs: Vec<IngressSocket>,
     pub outputs: Vec<OutputSocket>,
     /// Written by the worker, read by anyone.
     pub counters: Arc<FlowCounters>,
     /// What the datagrams carry, for stream health.
     pub health: crate::health::HealthSettings,
+    /// How the legs combine (`Single` for one leg).
+    pub redundancy: Redundancy,
 }
 
 impl FlowSockets {
+    /// A flow with one input.
     pub fn new(name: String, ingress: IngressSocket, outputs: Vec<OutputSocket>) -> Self {
         Self {
             name,
-            ingress,
+            legs: vec![ingress],
             outputs,
             counters: Arc::default(),
             health: crate::health::HealthSettings::default(),
+            redundancy: Redundancy::Single,
+        }
+    }
+
+    /// A flow fed by `legs` (2 to [`crate::core::LegId::MAX_LEGS`]; any further ones
+    /// are refused by the worker) combined by `redundancy`.
+    pub fn with_legs(
+        name: String,
+        legs: Vec<IngressSocket>,
+        redundancy: Redundancy,
+        outputs: Vec<OutputSocket>,
+    ) -> Self {
+        Self {
+            name,
+            legs,
+            outputs,
+            counters: Arc::default(),
+            health: crate::health::HealthSettings::default(),
+            redundancy,
         }
     }
 
@@ -115,7 +143,7 @@ impl FlowSockets {
 #[derive(Debug)]
 pub enum Command {
     /// Start relaying a flow whose sockets are open.
-    AddFlow(FlowSockets),
+    AddFlow(Box<FlowSockets>),
     /// Stop a flow: cancel its receive, let its in-flight sends complete,
     /// close its sockets (which leaves its group).
     RemoveFlow(String),

@@ -10,28 +10,30 @@ use io_uring::cqueue;
 use io_uring::opcode;
 use io_uring::types::{CancelBuilder, Fd};
 
-use super::driver::{CQE_BATCH, Flow, Worker};
-use crate::core::{FlowId, Received};
+use super::driver::{CQE_BATCH, Leg, Worker, single_buffer};
+use crate::core::{FlowId, LegId, Received};
 use crate::receive_buffers::BUFFER_LEN;
 use crate::submit::{self, UserData};
 
 /// A receive (or packet ring poll) failed with `errno`: counted, and the
-/// first per flow logged.
+/// first per leg logged.
 fn receive_failed(
     counters: Option<&crate::counters::FlowCounters>,
-    flow: &mut Flow,
-    worker: usize,
+    leg: &mut Leg,
+    at: (usize, FlowId, LegId),
     what: &str,
     errno: i32,
 ) {
     if let Some(c) = counters {
         c.receive_errors.inc();
     }
-    if !flow.error_logged {
-        flow.error_logged = true;
+    if !leg.error_logged {
+        leg.error_logged = true;
+        let (worker, flow, leg) = at;
         tracing::warn!(
             worker,
-            flow = %flow.name,
+            flow = flow.get(),
+            leg = leg.0,
             "{what} failed: {}",
             io::Error::from_raw_os_error(errno)
         );
@@ -39,49 +41,47 @@ fn receive_failed(
 }
 
 impl Worker {
-    pub(super) fn arm_receive(&mut self, f: FlowId) {
-        let Some(flow) = self.flows.get(f.index()).and_then(Option::as_ref) else {
+    pub(super) fn arm_receive(&mut self, f: FlowId, l: LegId) {
+        let Some(leg) = self.leg(f, l) else {
             return;
         };
-        let user_data = UserData::Receive { flow: f }.encode();
-        let entry = if flow.packet_ring.is_some() {
+        let user_data = UserData::Receive { flow: f, leg: l }.encode();
+        let entry = if leg.packet_ring.is_some() {
             // Woken once per block the kernel hands over.
-            opcode::PollAdd::new(Fd(flow.fd), u32::from(libc::POLLIN.unsigned_abs()))
+            opcode::PollAdd::new(Fd(leg.fd), u32::from(libc::POLLIN.unsigned_abs()))
                 .multi(true)
                 .build()
-        } else if flow.packet.is_some() {
+        } else if leg.packet.is_some() {
             // Its packet ring could not be set up (logged when the flow was
             // added).
             return;
         } else if self.multishot {
-            opcode::RecvMulti::new(Fd(flow.fd), self.receive_buffers.group()).build()
+            opcode::RecvMulti::new(Fd(leg.fd), self.receive_buffers.group()).build()
         } else {
-            // One receive buffer per flow, its index the flow's number: the
-            // receive buffers have one for every flow number.
-            let Some(ptr) = self.receive_buffers.receive_ptr(f.get()) else {
+            // One receive buffer per leg, named by its flow's number and
+            // the leg: the receive buffers have one for every leg of every
+            // flow number.
+            let fd = leg.fd;
+            let Some(ptr) = single_buffer(f, l).and_then(|id| self.receive_buffers.receive_ptr(id))
+            else {
                 return;
             };
-            opcode::Recv::new(Fd(flow.fd), ptr, BUFFER_LEN).build()
+            opcode::Recv::new(Fd(fd), ptr, BUFFER_LEN).build()
         };
         // SAFETY: the receive buffers (and with them the single receive's
-        // buffer) and the flow's ingress socket live in the worker, which
-        // drops its io_uring first; a removed flow's socket closes only once
-        // its receive is no longer armed.
+        // buffer) and the leg's ingress socket live in the worker, which
+        // drops its io_uring first; a removed flow's sockets close only once
+        // none of its legs' receives is armed.
         if unsafe { submit::push(&mut self.uring, &entry.user_data(user_data)) }
-            && let Some(flow) = self.flows[f.index()].as_mut()
+            && let Some(leg) = self.leg_mut(f, l)
         {
-            flow.armed = true;
+            leg.armed = true;
         }
     }
 
-    pub(super) fn cancel_receive(&mut self, f: FlowId) {
-        if self
-            .flows
-            .get(f.index())
-            .and_then(Option::as_ref)
-            .is_some_and(|f| f.armed)
-        {
-            let target = UserData::Receive { flow: f }.encode();
+    pub(super) fn cancel_receive(&mut self, f: FlowId, l: LegId) {
+        if self.leg(f, l).is_some_and(|leg| leg.armed) {
+            let target = UserData::Receive { flow: f, leg: l }.encode();
             let entry = opcode::AsyncCancel2::new(CancelBuilder::user_data(target).all())
                 .build()
                 .user_data(UserData::Cancel.encode());
@@ -90,39 +90,46 @@ impl Worker {
         }
     }
 
-    pub(super) fn received(&mut self, f: FlowId, cqe: &cqueue::Entry) {
+    pub(super) fn received(&mut self, f: FlowId, l: LegId, cqe: &cqueue::Entry) {
         let flags = cqe.flags();
         let removing = self.core.is_removing(f);
-        if let Some(flow) = self
+        let worker = self.index;
+        if let Some(leg) = self
             .flows
             .get_mut(f.index())
             .and_then(Option::as_mut)
-            .filter(|fl| fl.packet_ring.is_some())
+            .and_then(|fl| fl.leg_mut(l))
+            .filter(|leg| leg.packet_ring.is_some())
         {
             if !cqueue::more(flags) {
-                flow.armed = false;
+                leg.armed = false;
             }
             let result = cqe.result();
             if result < 0 && result != -libc::ECANCELED {
                 receive_failed(
                     self.core.counters(f),
-                    flow,
-                    self.index,
+                    leg,
+                    (worker, f, l),
                     "poll on the packet ring",
                     -result,
                 );
             }
             if result > 0 && !removing {
-                self.service_ring(f);
+                self.service_ring(f, l);
             }
             return;
         }
         let id = if self.multishot {
             cqueue::buffer_select(flags)
         } else {
-            Some(f.get())
+            single_buffer(f, l)
         };
-        let Some(flow) = self.flows.get_mut(f.index()).and_then(Option::as_mut) else {
+        let Some(leg) = self
+            .flows
+            .get_mut(f.index())
+            .and_then(Option::as_mut)
+            .and_then(|fl| fl.leg_mut(l))
+        else {
             if self.multishot
                 && let Some(id) = id
             {
@@ -131,7 +138,7 @@ impl Worker {
             return;
         };
         if !self.multishot || !cqueue::more(flags) {
-            flow.armed = false;
+            leg.armed = false;
         }
         let result = cqe.result();
         if result < 0 {
@@ -143,7 +150,7 @@ impl Worker {
                     }
                 }
                 libc::ECANCELED => {}
-                errno => receive_failed(counters, flow, self.index, "receive", errno),
+                errno => receive_failed(counters, leg, (worker, f, l), "receive", errno),
             }
             return;
         }
@@ -151,16 +158,19 @@ impl Worker {
             return;
         };
         let len = result.unsigned_abs() as usize;
+        let now = self.now_ns;
         if let Some(bytes) = self.receive_buffers.filled(id, len)
             && {
-                flow.health.observe(bytes);
-                self.core.receive(f, bytes) == (Received::Full { newly: true })
+                if leg.health.observe_at(bytes, now) {
+                    self.health_unpublished.push((f, l));
+                }
+                self.core.receive_on(f, l, bytes, now) == (Received::Full { newly: true })
             }
         {
             // Stop receiving until the outputs drain: the kernel drops the
-            // excess at the socket for less than a receive costs, and
+            // excess at the sockets for less than a receive costs, and
             // counts it.
-            self.cancel_receive(f);
+            self.cancel_receives(f);
         }
         if self.multishot {
             self.receive_buffers.recycle(id);
@@ -173,14 +183,15 @@ impl Worker {
     /// once walked. Sets `ring_pending` when frames are left. A flow whose
     /// outputs are all full stops here; the frames wait in the packet ring
     /// (and once it is full the kernel drops, counted) until they drain.
-    pub(super) fn service_ring(&mut self, f: FlowId) {
-        let Some(flow) = self.flows.get_mut(f.index()).and_then(Option::as_mut) else {
+    pub(super) fn service_ring(&mut self, f: FlowId, l: LegId) {
+        let Some(leg) = self.leg_mut(f, l) else {
             return;
         };
-        flow.ring_pending = false;
-        let (Some(mut ring), Some(filter)) = (flow.packet_ring.take(), flow.packet) else {
+        leg.ring_pending = false;
+        let (Some(mut ring), Some(filter)) = (leg.packet_ring.take(), leg.packet) else {
             return;
         };
+        let now = self.now_ns;
         // Each frame may queue a send per output; the queues hold
         // `QUEUE_CAPACITY`: hand them to the kernel first (what this
         // completion batch queued) and every 32 frames.
@@ -200,10 +211,19 @@ impl Worker {
                 });
                 match payload {
                     Ok(payload) => {
-                        if let Some(fl) = self.flows.get_mut(f.index()).and_then(Option::as_mut) {
-                            fl.health.observe(payload);
+                        if let Some(leg) = self
+                            .flows
+                            .get_mut(f.index())
+                            .and_then(Option::as_mut)
+                            .and_then(|fl| fl.leg_mut(l))
+                            && leg.health.observe_at(payload, now)
+                        {
+                            self.health_unpublished.push((f, l));
                         }
-                        if matches!(self.core.receive(f, payload), Received::Full { .. }) {
+                        if matches!(
+                            self.core.receive_on(f, l, payload, now),
+                            Received::Full { .. }
+                        ) {
                             // This one is dropped (counted per output as
                             // backlog, as on a socket); the frames after it
                             // wait in the packet ring.
@@ -228,9 +248,10 @@ impl Worker {
         }
         ring.done = done;
         self.flush_sends();
-        if let Some(flow) = self.flows.get_mut(f.index()).and_then(Option::as_mut) {
-            flow.packet_ring = Some(ring);
-            flow.ring_pending = pending;
+        self.publish_health();
+        if let Some(leg) = self.leg_mut(f, l) {
+            leg.packet_ring = Some(ring);
+            leg.ring_pending = pending;
         }
     }
 }

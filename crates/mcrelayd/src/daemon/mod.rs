@@ -1,7 +1,9 @@
 //! The supervisor: starts one worker per CPU, keeps the table of
 //! configured flows, applies reloads as flow diffs (unchanged flows are
 //! never touched), pauses a flow while one of its interfaces is down or
-//! missing and resumes it when the interface is back (see [`crate::links`]),
+//! missing (for a flow with several inputs: an output's, or every leg's;
+//! see [`blocked`]) and resumes it when the interface is back (see
+//! [`crate::links`]),
 //! and publishes what readers (control socket, metrics, final report) see.
 //! It runs on the main thread; workers only ever see commands on their
 //! queues, and readers only ever lock [`Shared`], never a worker.
@@ -75,19 +77,41 @@ struct Managed {
     unconnected: Vec<Unconnected>,
 }
 
-/// The interfaces `flow` names: its input's, then its outputs'.
-fn interfaces(flow: &Flow) -> impl Iterator<Item = &str> {
-    std::iter::once(flow.input.interface.as_str())
-        .chain(flow.outputs.iter().map(|o| o.interface.as_str()))
-}
-
 /// Why `flow` can't run with the interfaces in `links`; `None` if it can,
-/// or if interfaces are not watched.
-fn blocked(links: Option<&LinkTable>, flow: &Flow) -> Option<FlowState> {
-    Some(match links::blocked(links?, interfaces(flow))? {
+/// or if interfaces are not watched. `running`: whether it runs now.
+///
+/// Every output's interface must be up. Of the legs (inputs), one up is
+/// enough: a flow with several legs keeps running on the others while
+/// one leg's interface is down or gone (its sockets stay open and the
+/// leg receives again when the interface is back), and it starts while
+/// one is down, as long as every leg's interface exists (its sockets
+/// can't be opened otherwise).
+fn blocked(links: Option<&LinkTable>, flow: &Flow, running: bool) -> Option<FlowState> {
+    let links = links?;
+    let state = |b: Blocked| match b {
         Blocked::Down(interface) => FlowState::InterfaceDown { interface },
         Blocked::Missing(interface) => FlowState::WaitingForInterface { interface },
-    })
+    };
+    let outputs = flow.outputs.iter().map(|o| o.interface.as_str());
+    if let Some(b) = links::blocked(links, outputs) {
+        return Some(state(b));
+    }
+    let legs: Vec<Option<Blocked>> = flow
+        .inputs
+        .iter()
+        .map(|i| links::blocked(links, [i.interface.as_str()]))
+        .collect();
+    if legs.iter().all(Option::is_some) {
+        return legs.into_iter().flatten().next().map(state);
+    }
+    if !running {
+        return legs
+            .into_iter()
+            .flatten()
+            .find(|b| matches!(b, Blocked::Missing(_)))
+            .map(state);
+    }
+    None
 }
 
 /// `opened` writing into `stats` (the flow's counters since it was
@@ -155,7 +179,7 @@ impl Daemon {
             let w = placement.place(flow)?;
             let mut entry = new_entry(flow, w);
             let mut unconnected = Vec::new();
-            let running = match blocked(links.as_ref(), flow) {
+            let running = match blocked(links.as_ref(), flow, false) {
                 None => {
                     let (opened, pending) = opener.open(flow).map_err(StartError::Open)?;
                     let opened = with_counters(opened, &entry.stats);
@@ -366,7 +390,7 @@ impl Daemon {
         self.retry_outputs();
         for i in 0..self.flows.len() {
             let m = &self.flows[i];
-            match (m.running, blocked(self.links.as_ref(), &m.flow)) {
+            match (m.running, blocked(self.links.as_ref(), &m.flow, m.running)) {
                 (true, None) => {}
                 (true, Some(state)) => self.pause(i, state),
                 (false, Some(state)) => {
@@ -475,7 +499,7 @@ impl Daemon {
         let opened = with_counters(opened, &stats);
         let ingress = clone_ingress(&opened).map_err(FlowCommandError::Ingress)?;
         let handle = self.workers.get(w).ok_or(FlowCommandError::NoSuchWorker)?;
-        if handle.command(Command::AddFlow(opened)).is_err() {
+        if handle.command(Command::AddFlow(Box::new(opened))).is_err() {
             return Err(FlowCommandError::NotTakingCommands { worker: w });
         }
         let name = flow.name.clone();
@@ -560,7 +584,82 @@ impl Daemon {
     }
 }
 
+/// A watch on the kernel's drops at each leg's ingress socket.
 fn clone_ingress(opened: &FlowSockets) -> std::io::Result<mcrelay_dataplane::sockets::KernelDrops> {
-    let fd = opened.ingress.try_clone_fd()?;
-    Ok(mcrelay_dataplane::sockets::KernelDrops::new(fd))
+    let fds = opened
+        .legs
+        .iter()
+        .map(|l| l.try_clone_fd())
+        .collect::<std::io::Result<Vec<_>>>()?;
+    Ok(mcrelay_dataplane::sockets::KernelDrops::legs(fds))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::links::{InterfaceState, LinkMessage, LinkTable};
+
+    /// Interfaces in `states` (absent ones are missing).
+    fn table(states: &[(&str, InterfaceState)]) -> LinkTable {
+        let mut t = LinkTable::default();
+        for (index, (name, state)) in (1..).zip(states) {
+            let up = u32::try_from(libc::IFF_UP | libc::IFF_RUNNING).unwrap_or(0);
+            if *state != InterfaceState::Missing {
+                t.apply(&LinkMessage {
+                    deleted: false,
+                    family: 0,
+                    index,
+                    flags: if *state == InterfaceState::Up { up } else { 0 },
+                    name: Some((*name).to_owned()),
+                    operstate: None,
+                });
+            }
+        }
+        t
+    }
+
+    #[test]
+    fn one_leg_up_is_enough_every_output_must_be() {
+        use InterfaceState::{Down, Missing, Up};
+        let f = placement::tests::flow_with_legs("legs", 2); // eth0, eth1 -> eth9
+        let blocked =
+            |states: &[(&str, InterfaceState)], running| blocked(Some(&table(states)), &f, running);
+        let all_up = [("eth0", Up), ("eth1", Up), ("eth9", Up)];
+        assert_eq!(blocked(&all_up, false), None);
+        // One leg down: the flow runs on, and starts.
+        let a_down = [("eth0", Down), ("eth1", Up), ("eth9", Up)];
+        assert_eq!(blocked(&a_down, true), None);
+        assert_eq!(blocked(&a_down, false), None);
+        // One leg gone: running on the other; not started (its sockets
+        // can't be opened).
+        let a_gone = [("eth0", Missing), ("eth1", Up), ("eth9", Up)];
+        assert_eq!(blocked(&a_gone, true), None);
+        assert_eq!(
+            blocked(&a_gone, false),
+            Some(FlowState::WaitingForInterface {
+                interface: "eth0".into()
+            })
+        );
+        // Every leg down: paused, naming the first.
+        let both = [("eth0", Down), ("eth1", Missing), ("eth9", Up)];
+        assert_eq!(
+            blocked(&both, true),
+            Some(FlowState::InterfaceDown {
+                interface: "eth0".into()
+            })
+        );
+        // An output down: paused whatever the legs.
+        let out = [("eth0", Up), ("eth1", Up), ("eth9", Down)];
+        assert_eq!(
+            blocked(&out, true),
+            Some(FlowState::InterfaceDown {
+                interface: "eth9".into()
+            })
+        );
+        // A one-input flow: its input down pauses it, as before.
+        let single = placement::tests::flow("one", 1, None); // eth0 -> eth1
+        let down = table(&[("eth0", Down), ("eth1", Up)]);
+        assert!(super::blocked(Some(&down), &single, true).is_some());
+        assert_eq!(super::blocked(None, &f, false), None, "not watched");
+    }
 }

@@ -67,7 +67,7 @@ pub fn start_order(flows: &[Flow]) -> impl Iterator<Item = &Flow> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Placement<'a> {
     cpus: &'a [usize],
-    /// Per worker: outputs + 1 for each flow on it.
+    /// Per worker: outputs + legs (inputs) of each flow on it.
     load: Vec<usize>,
 }
 
@@ -122,7 +122,8 @@ impl<'a> Placement<'a> {
 
 /// What one flow adds to its worker's load.
 fn weight(flow: &Flow) -> usize {
-    flow.outputs.len() + 1
+    // A receive per leg, a send per output.
+    flow.outputs.len() + flow.inputs.len()
 }
 
 #[cfg(test)]
@@ -154,6 +155,33 @@ pub(super) mod tests {
         );
         let config = mcrelay_config::parse(&text, "test").unwrap_or_else(|e| panic!("{e}\n{text}"));
         config.flows.iter().next().cloned().expect("one flow")
+    }
+
+    /// A flow with `legs` inputs (failover) and one output.
+    pub fn flow_with_legs(name: &str, legs: usize) -> Flow {
+        let legs: Vec<String> = (0..legs)
+            .map(|i| format!("{{ interface = \"eth{i}\", address = \"239.1.1.1\", port = 5000 }}"))
+            .collect();
+        let text = format!(
+            "[[flow]]\nname = \"{name}\"\ninputs = [{}]\nredundancy = \"failover\"\n\
+             outputs = [{{ interface = \"eth9\", address = \"239.2.2.2\", port = 6000 }}]\n",
+            legs.join(", ")
+        );
+        let config = mcrelay_config::parse(&text, "test").unwrap_or_else(|e| panic!("{e}\n{text}"));
+        config.flows.iter().next().cloned().expect("one flow")
+    }
+
+    #[test]
+    fn each_leg_weighs_like_an_output() {
+        let cpus = [0, 1];
+        let mut p = Placement::new(&cpus);
+        // Four legs and an output weigh 5: the next four one-leg,
+        // one-output flows (2 each) balance it 5 to 4, then 5 to 6.
+        assert_eq!(p.place(&flow_with_legs("legs", 4)).unwrap(), 0);
+        assert_eq!(p.place(&flow("a", 1, None)).unwrap(), 1);
+        assert_eq!(p.place(&flow("b", 1, None)).unwrap(), 1);
+        assert_eq!(p.place(&flow("c", 1, None)).unwrap(), 1);
+        assert_eq!(p.place(&flow("d", 1, None)).unwrap(), 0);
     }
 
     #[test]

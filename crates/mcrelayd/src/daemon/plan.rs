@@ -5,7 +5,9 @@
 //!
 //! - removed flows stop (a paused or failed one is just forgotten);
 //! - changed flows stop and start again with their new settings (fresh
-//!   counters; one whose interface is down stays waiting for it);
+//!   counters; one whose interface is down stays waiting for it); one that
+//!   relays now is replaced make before break by `Daemon::replace_flow`
+//!   (its new sockets join before the old ones leave);
 //! - added flows start (once their interfaces are up);
 //! - unchanged flows are not touched, except one that is not relaying (its
 //!   start failed, or it waits for an interface): its retry delay is
@@ -183,7 +185,7 @@ mod tests {
         assert_eq!(plan.stop, ["gone", "moved"]);
         // The changed flow starts again with its new settings.
         assert_eq!(names(&plan.start), ["moved", "fresh"]);
-        assert_eq!(plan.start[0].input.port, 5001);
+        assert_eq!(plan.start[0].primary().port, 5001);
         assert!(plan.retry.is_empty());
         let outcome = plan.outcome();
         assert!(outcome.applied && outcome.errors.is_empty());

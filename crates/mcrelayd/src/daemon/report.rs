@@ -8,8 +8,8 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use mcrelay_config::Flow;
 use mcrelay_control::{
-    DaemonState, FlowSnapshot, FlowState, IngressDropsSnapshot, OutputSnapshot, PoolClassSnapshot,
-    Snapshot, WorkerSnapshot,
+    DaemonState, FlowSnapshot, FlowState, IngressDropsSnapshot, LegSnapshot, OutputSnapshot,
+    PoolClassSnapshot, RedundancySnapshot, Snapshot, WorkerSnapshot,
 };
 use mcrelay_dataplane::WorkerStats;
 use mcrelay_dataplane::counters::FlowStats;
@@ -22,14 +22,20 @@ use crate::sockets::output_label;
 pub(super) struct FlowEntry {
     pub(super) worker: usize,
     input: String,
+    /// A flow with several inputs: "merge" or "failover", and each leg as
+    /// "address:port on interface". Empty `legs` for one input.
+    redundancy: &'static str,
+    legs: Vec<String>,
     /// Kept across pauses: the counters go on where they stopped.
     pub(super) stats: FlowStats,
     /// While it runs, a second handle on the ingress socket, to read the
     /// kernel's drop count; dropped when the flow stops (so its group is
     /// left).
     pub(super) ingress: Option<mcrelay_dataplane::sockets::KernelDrops>,
-    /// Kernel drops counted by earlier ingress sockets (before pauses).
+    /// Kernel drops counted by earlier ingress sockets (before pauses),
+    /// over every leg and per leg.
     kernel_drops_before: u64,
+    leg_kernel_drops_before: [u64; 4],
     pub(super) state: FlowState,
     pub(super) interface_pauses: u64,
     /// Each output's connection, in config order.
@@ -45,9 +51,21 @@ impl FlowEntry {
         self.kernel_drops_before.saturating_add(now)
     }
 
+    /// Kernel drops at leg `leg`'s socket.
+    fn leg_kernel_drops(&self, leg: usize) -> u64 {
+        let now = self.ingress.as_ref().and_then(|k| k.leg(leg)).unwrap_or(0);
+        self.leg_kernel_drops_before
+            .get(leg)
+            .map_or(0, |b| b.saturating_add(now))
+    }
+
     /// Close the second ingress handle, keeping its drop count.
     pub(super) fn close_ingress(&mut self) {
+        let legs: Vec<u64> = (0..4).map(|i| self.leg_kernel_drops(i)).collect();
         self.kernel_drops_before = self.kernel_drops();
+        for (before, now) in self.leg_kernel_drops_before.iter_mut().zip(legs) {
+            *before = now;
+        }
         self.ingress = None;
     }
 }
@@ -186,7 +204,44 @@ fn flow_snapshot(f: &FlowEntry, take_gaps: bool) -> FlowSnapshot {
         state: f.state.clone(),
         interface_pauses: f.interface_pauses,
         health: crate::health::snapshot(&c.health, take_gaps),
+        redundancy: redundancy_snapshot(f, take_gaps),
     }
+}
+
+/// A flow with several inputs: each leg's counters and health, and what
+/// the redundancy rule did. `None` for a flow with one input.
+fn redundancy_snapshot(f: &FlowEntry, take_gaps: bool) -> Option<RedundancySnapshot> {
+    if f.legs.is_empty() {
+        return None;
+    }
+    let c = &f.stats.input;
+    let r = &c.redundancy;
+    Some(RedundancySnapshot {
+        mode: f.redundancy.to_owned(),
+        recovered: r.recovered.get(),
+        duplicates: r.duplicates.get(),
+        lost: r.lost.get(),
+        resets: r.resets.get(),
+        switches: r.switches.get(),
+        active_input: r.active_leg.get(),
+        late: r.late.get(),
+        not_rtp: r.not_rtp.get(),
+        legs: f
+            .legs
+            .iter()
+            .enumerate()
+            .map(|(i, input)| LegSnapshot {
+                input: input.clone(),
+                forwarded: r.forwarded.get(i).map_or(0, |n| n.get()),
+                standby: r.standby.get(i).map_or(0, |n| n.get()),
+                kernel_drops: f.leg_kernel_drops(i),
+                health: c
+                    .leg_health(i)
+                    .map(|h| crate::health::snapshot(h, take_gaps))
+                    .unwrap_or_default(),
+            })
+            .collect(),
+    })
 }
 
 /// Fresh counters for `flow`.
@@ -219,19 +274,27 @@ pub(super) fn entry_mut<'a>(shared: &'a mut Shared, name: &str) -> Option<&'a mu
     shared.flows.iter_mut().find(|e| e.stats.name == name)
 }
 
+/// An input as readers see it: "239.1.1.1:5000 on eth0".
+pub(super) fn input_text(input: &mcrelay_config::Input) -> String {
+    format!(
+        "{} on {}",
+        std::net::SocketAddr::new(input.address, input.port),
+        input.interface
+    )
+}
+
 /// `flow` as readers see it, with fresh counters, running.
 pub(super) fn new_entry(flow: &Flow, worker: usize) -> FlowEntry {
-    let input = &flow.input;
+    let legs: Vec<String> = flow.inputs.iter().map(input_text).collect();
     FlowEntry {
         worker,
-        input: format!(
-            "{} on {}",
-            std::net::SocketAddr::new(input.address, input.port),
-            input.interface
-        ),
+        input: legs.join(", "),
+        redundancy: flow.redundancy.as_str(),
+        legs: if legs.len() > 1 { legs } else { Vec::new() },
         stats: new_stats(flow),
         ingress: None,
         kernel_drops_before: 0,
+        leg_kernel_drops_before: [0; 4],
         state: FlowState::Running,
         interface_pauses: 0,
         outputs_state: vec![OutputState::default(); flow.outputs.len()],
@@ -310,6 +373,27 @@ pub(super) fn print_final(shared: &Shared) {
             flow.state.tag(),
             flow.interface_pauses,
         );
+        if let Some(r) = &flow.redundancy {
+            eprintln!(
+                "final redundancy flow={} mode={} recovered={} duplicates={} lost={} resets={} switches={} active_input={} late={} not_rtp={}",
+                flow.name,
+                r.mode,
+                r.recovered,
+                r.duplicates,
+                r.lost,
+                r.resets,
+                r.switches,
+                r.active_input,
+                r.late,
+                r.not_rtp,
+            );
+            for (i, leg) in r.legs.iter().enumerate() {
+                eprintln!(
+                    "final leg flow={} leg={i} input={:?} forwarded={} standby={} kernel_drops={}",
+                    flow.name, leg.input, leg.forwarded, leg.standby, leg.kernel_drops,
+                );
+            }
+        }
         for o in &flow.outputs {
             eprintln!(
                 "final output flow={} output={} packets_out={} bytes_out={} drop_backlog={} drop_send_error={} last_error={:?} in_flight_high_water={} gso_sends={} gso_fallbacks={}",

@@ -1,0 +1,202 @@
+//! The one type for a flow's opened sockets, from where they are opened
+//! (the helper's [`crate::Policy::open_flow`], or the daemon itself when it
+//! runs without privileges) over the helper connection to the daemon,
+//! which hands them to the data plane: per leg its ingress socket and its
+//! membership socket as named fields, then the outputs.
+//!
+//! On the connection they travel as one `SOCKETS` reply
+//! ([`crate::protocol`]): [`OpenedFlow::header`] and [`OpenedFlow::fds`]
+//! give its text and its fds in order, [`OpenedFlow::from_reply`] puts
+//! them back together on the other side.
+
+use std::net::UdpSocket;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+use crate::protocol::{LegHeader, Reply};
+use crate::sockets::Ingress;
+
+/// One leg's sockets: its ingress socket, the receive buffer the kernel
+/// granted it, and for a packet leg on a group the socket holding its
+/// membership.
+pub type OpenedLeg = Ingress;
+
+/// The sockets of one flow, as the configuration defines them.
+#[derive(Debug)]
+pub struct OpenedFlow {
+    /// Per leg (input), in config order (one for a flow with `input`).
+    pub legs: Vec<OpenedLeg>,
+    /// One socket per output, in config order; connected, but for those
+    /// in `unconnected`.
+    pub outputs: Vec<UdpSocket>,
+    /// Outputs whose source address or route is missing now (by index into
+    /// `outputs`, with the errno): opened but not connected; the daemon
+    /// retries the connection ([`crate::sockets::connect_egress`]).
+    pub unconnected: Vec<(usize, i32)>,
+}
+
+impl OpenedFlow {
+    /// The `SOCKETS` reply announcing these sockets.
+    pub fn header(&self) -> Reply {
+        Reply::Sockets {
+            legs: self
+                .legs
+                .iter()
+                .map(|l| LegHeader {
+                    receive_buffer_bytes: l.receive_buffer_bytes,
+                    membership: l.membership.is_some(),
+                })
+                .collect(),
+            count: self.fds().len(),
+            unconnected: self.unconnected.clone(),
+        }
+    }
+
+    /// Every fd, in the order the reply carries them: per leg its ingress
+    /// then its membership socket, then the outputs.
+    pub fn fds(&self) -> Vec<BorrowedFd<'_>> {
+        self.legs
+            .iter()
+            .flat_map(|l| {
+                std::iter::once(l.socket.as_fd()).chain(l.membership.iter().map(AsFd::as_fd))
+            })
+            .chain(self.outputs.iter().map(AsFd::as_fd))
+            .collect()
+    }
+
+    /// The sockets of a `SOCKETS` reply (`legs`, `unconnected`) from its
+    /// `fds`, in order. An error (what is wrong) when the fds don't match
+    /// the legs, or an `unconnected` index names no output.
+    pub fn from_reply(
+        legs: &[LegHeader],
+        fds: Vec<OwnedFd>,
+        unconnected: Vec<(usize, i32)>,
+    ) -> Result<Self, String> {
+        if legs.is_empty() {
+            return Err("a flow with no ingress socket".into());
+        }
+        let leg_fds: usize = legs.iter().map(LegHeader::fds).sum();
+        if fds.len() < leg_fds {
+            return Err(format!(
+                "{} fds for {} legs that need {leg_fds}",
+                fds.len(),
+                legs.len()
+            ));
+        }
+        let mut fds = fds.into_iter();
+        let mut opened = Vec::with_capacity(legs.len());
+        for leg in legs {
+            // Counted above: each `next` has an fd.
+            let (Some(socket), membership) =
+                (fds.next(), if leg.membership { fds.next() } else { None })
+            else {
+                return Err("fewer fds than the legs need".into());
+            };
+            opened.push(OpenedLeg {
+                socket,
+                receive_buffer_bytes: leg.receive_buffer_bytes,
+                membership: membership.map(UdpSocket::from),
+            });
+        }
+        let outputs: Vec<UdpSocket> = fds.map(UdpSocket::from).collect();
+        if let Some(&(index, _)) = unconnected.iter().find(|(i, _)| *i >= outputs.len()) {
+            return Err(format!(
+                "unconnected output {index} of {} outputs",
+                outputs.len()
+            ));
+        }
+        Ok(OpenedFlow {
+            legs: opened,
+            outputs,
+            unconnected,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn udp() -> UdpSocket {
+        UdpSocket::bind("127.0.0.1:0").expect("bind")
+    }
+
+    fn port(fd: &OwnedFd) -> u16 {
+        socket2::SockRef::from(fd)
+            .local_addr()
+            .ok()
+            .and_then(|a| a.as_socket())
+            .map_or(0, |a| a.port())
+    }
+
+    #[test]
+    fn legs_and_memberships_travel_as_named_fields() {
+        let flow = OpenedFlow {
+            legs: vec![
+                OpenedLeg {
+                    socket: udp().into(),
+                    receive_buffer_bytes: 100,
+                    membership: None,
+                },
+                OpenedLeg {
+                    socket: udp().into(),
+                    receive_buffer_bytes: 200,
+                    membership: Some(udp()),
+                },
+            ],
+            outputs: vec![udp(), udp()],
+            unconnected: vec![(1, 101)],
+        };
+        let Reply::Sockets {
+            legs,
+            count,
+            unconnected,
+        } = flow.header()
+        else {
+            panic!("not a SOCKETS reply");
+        };
+        assert_eq!(count, 5);
+        assert_eq!(
+            String::from_utf8(flow.header().encode()).expect("text"),
+            "SOCKETS 100,200+m 5 1:101"
+        );
+        let ports: Vec<u16> = flow
+            .fds()
+            .iter()
+            .map(|fd| port(&fd.try_clone_to_owned().expect("dup")))
+            .collect();
+        let fds: Vec<OwnedFd> = flow
+            .fds()
+            .iter()
+            .map(|fd| fd.try_clone_to_owned().expect("dup"))
+            .collect();
+        let back = OpenedFlow::from_reply(&legs, fds, unconnected).expect("valid");
+        assert_eq!(back.legs.len(), 2);
+        assert_eq!(port(&back.legs[0].socket), ports[0]);
+        assert!(back.legs[0].membership.is_none());
+        assert_eq!(port(&back.legs[1].socket), ports[1]);
+        let membership = back.legs[1].membership.as_ref().expect("membership");
+        assert_eq!(membership.local_addr().expect("addr").port(), ports[2]);
+        assert_eq!(back.legs[1].receive_buffer_bytes, 200);
+        let outs: Vec<u16> = back
+            .outputs
+            .iter()
+            .map(|o| o.local_addr().expect("addr").port())
+            .collect();
+        assert_eq!(outs, ports[3..]);
+        assert_eq!(back.unconnected, [(1, 101)]);
+    }
+
+    #[test]
+    fn mismatched_replies_are_errors() {
+        let leg = |membership| LegHeader {
+            receive_buffer_bytes: 1,
+            membership,
+        };
+        let fds = |n: usize| (0..n).map(|_| OwnedFd::from(udp())).collect::<Vec<_>>();
+        assert!(OpenedFlow::from_reply(&[], fds(2), vec![]).is_err());
+        assert!(OpenedFlow::from_reply(&[leg(true), leg(false)], fds(2), vec![]).is_err());
+        assert!(OpenedFlow::from_reply(&[leg(false)], fds(2), vec![(1, 5)]).is_err());
+        let ok = OpenedFlow::from_reply(&[leg(false)], fds(2), vec![(0, 5)]).expect("ok");
+        assert_eq!(ok.outputs.len(), 1);
+    }
+}
