@@ -3,7 +3,8 @@
 //! step waits for what it expects to see (never a fixed sleep).
 //!
 //! - Against a recorded daemon (a control socket this test serves, with a
-//!   thousand flows whose counters grow by a fixed plan per request): sort,
+//!   thousand flows, one with two input legs, whose counters grow by a
+//!   fixed plan per request): sort,
 //!   filter, scroll, help, resize and quit, then the terminal is back in
 //!   cooked mode on its main screen. Needs tmux, not root.
 //! - Against the real daemon in network namespaces (root), with traffic
@@ -168,6 +169,22 @@ fn first_row(screen: &str) -> &str {
     lines.next().unwrap_or("")
 }
 
+/// Whether feed-0001's two legs are drawn under it, above its output.
+fn legs_under_feed_0001(screen: &str) -> bool {
+    let rows: Vec<&str> = screen
+        .lines()
+        .skip_while(|l| !l.contains("▾ feed-0001"))
+        .take(4)
+        .collect();
+    rows.len() == 4
+        && rows[1].contains("├─")
+        && rows[1].contains(" merge ")
+        && rows[1].contains("← 239.30.0.1:5000 on va")
+        && rows[2].contains("← 239.31.0.1:5000 on vb")
+        && rows[3].contains("└─")
+        && rows[3].contains("→ 239.20.0.1:6000")
+}
+
 /// A daemon's control socket answered from a plan: flow `feed-NNNN`
 /// receives NNNN packets per second, `feed-0777` also drops 5 a second,
 /// and `feed-0500` waits for its interface. Each request is one second
@@ -195,6 +212,19 @@ impl Recorded {
                         "in_flight_high_water": 4,
                     }],
                 });
+                if i == 1 {
+                    let leg = |input: &str, forwarded: u64| {
+                        json!({ "input": input, "forwarded": forwarded, "standby": 0,
+                                "kernel_drops": 0, "health": { "payload": "rtp",
+                                "silent": false, "silence_ms": 1000, "max_gap_ns": 0 } })
+                    };
+                    flow["redundancy"] = json!({
+                        "mode": "merge", "recovered": n, "duplicates": n, "lost": 0,
+                        "resets": 0, "switches": 0, "active_input": 0, "late": 0,
+                        "not_rtp": 0,
+                        "legs": [leg("239.30.0.1:5000 on va", n), leg("239.31.0.1:5000 on vb", 0)],
+                    });
+                }
                 if i == 500 {
                     flow["state"] = json!({ "state": "waiting_for_interface", "interface": "vX" });
                 }
@@ -334,9 +364,11 @@ fn a_thousand_recorded_flows_sorted_filtered_scrolled_then_quit() {
                 "q quit",
                 " pkt/s ",
                 "rows 1-",
-                " of 2000 ",
+                " of 2002 ",
+                "merge: recovered ",
             ],
         ) && first_row(s).contains("▾ feed-0000")
+            && legs_under_feed_0001(s)
     });
 
     // Sort by rate: the fastest flow first, selected, its TREND drawn.
@@ -385,7 +417,7 @@ fn a_thousand_recorded_flows_sorted_filtered_scrolled_then_quit() {
         has_all(
             s,
             &[
-                "-2000 of 2000",
+                "-2002 of 2002",
                 "└─",
                 "→ 239.20.3.249:6000",
                 " flow feed-0999 ",

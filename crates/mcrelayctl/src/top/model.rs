@@ -157,14 +157,10 @@ pub struct Row {
     pub last_child: bool,
 }
 
-/// The input legs of a flow, as child rows.
-///
-/// Hook for redundancy: the snapshot carries one input per flow today, so
-/// no flow has leg rows. Once `FlowSnapshot` lists a flow's legs, return
-/// their number here (and draw them in `view::leg_cells`); rows, folding,
-/// selection and scrolling already handle [`RowKind::Leg`].
-pub fn leg_count(_flow: &FlowSnapshot) -> usize {
-    0
+/// The input legs of a flow with several (redundancy), as child rows
+/// above its outputs; none for a flow with one input.
+pub fn leg_count(flow: &FlowSnapshot) -> usize {
+    flow.redundancy.as_ref().map_or(0, |r| r.legs.len())
 }
 
 /// What the keys are doing now.
@@ -199,6 +195,8 @@ pub struct Model {
     rates: Option<Rates>,
     /// Flow name → index in `rates.flows`.
     rate_index: HashMap<String, usize>,
+    /// Flow name → datagrams forwarded per second from each of its legs.
+    leg_rates: HashMap<String, Vec<f64>>,
     totals: TotalRates,
     history: HashMap<String, History>,
     sort: SortKey,
@@ -232,6 +230,7 @@ impl Model {
             snapshot: None,
             rates: None,
             rate_index: HashMap::new(),
+            leg_rates: HashMap::new(),
             totals: TotalRates::default(),
             history: HashMap::new(),
             sort: SortKey::Name,
@@ -285,6 +284,34 @@ impl Model {
         }
         self.fold_toggled
             .retain(|name| names.contains(name.as_str()));
+        self.leg_rates.clear();
+        if let (Some(prev), Some(r)) = (&self.snapshot, &rates) {
+            let before: HashMap<&str, &FlowSnapshot> =
+                prev.flows.iter().map(|f| (f.name.as_str(), f)).collect();
+            for flow in &next.flows {
+                let (Some(now), Some(then)) = (
+                    flow.redundancy.as_ref(),
+                    before
+                        .get(flow.name.as_str())
+                        .and_then(|p| p.redundancy.as_ref()),
+                ) else {
+                    continue;
+                };
+                let per_leg = now
+                    .legs
+                    .iter()
+                    .map(|leg| {
+                        then.legs
+                            .iter()
+                            .find(|l| l.input == leg.input)
+                            .map_or(0.0, |l| {
+                                per_second(l.forwarded, leg.forwarded, r.elapsed_seconds)
+                            })
+                    })
+                    .collect();
+                self.leg_rates.insert(flow.name.clone(), per_leg);
+            }
+        }
         self.rates = rates;
         self.snapshot = Some(next);
         self.error = None;
@@ -540,6 +567,11 @@ impl Model {
         self.rates.as_ref()?.flows.get(i)
     }
 
+    /// Datagrams per second forwarded from leg `leg` of flow `name`.
+    pub fn leg_rate(&self, name: &str, leg: usize) -> Option<f64> {
+        self.leg_rates.get(name)?.get(leg).copied()
+    }
+
     pub fn history(&self, name: &str) -> Option<&History> {
         self.history.get(name)
     }
@@ -604,6 +636,15 @@ impl Model {
     }
 }
 
+/// Growth of a counter per second; 0 if it went backwards (a restart).
+fn per_second(before: u64, now: u64, seconds: f64) -> f64 {
+    if seconds > 0.0 && now >= before {
+        (now - before) as f64 / seconds
+    } else {
+        0.0
+    }
+}
+
 /// Drops of a flow in total: ingress (every reason), receive errors and
 /// every output's.
 pub fn drops_total(flow: &FlowSnapshot) -> u64 {
@@ -639,6 +680,25 @@ pub(crate) mod fixtures {
             "receive_errors": 0, "outputs": outputs,
         }))
         .expect("a flow snapshot")
+    }
+
+    /// `flow` with a leg per `(input, forwarded)`, in `mode` ("merge" or
+    /// "failover", the second leg active).
+    pub fn with_legs(mut flow: FlowSnapshot, mode: &str, legs: &[(&str, u64)]) -> FlowSnapshot {
+        let legs: Vec<_> = legs
+            .iter()
+            .map(|(input, forwarded)| {
+                json!({ "input": input, "forwarded": forwarded, "standby": 0,
+                        "kernel_drops": 0, "health": { "payload": "rtp", "silent": false,
+                        "silence_ms": 1000, "max_gap_ns": 0, "rtp": null, "ts": null } })
+            })
+            .collect();
+        flow.redundancy = serde_json::from_value(json!({
+            "mode": mode, "recovered": 25, "duplicates": 475, "lost": 2, "resets": 0,
+            "switches": 3, "active_input": 1, "late": 0, "not_rtp": 0, "legs": legs,
+        }))
+        .expect("a redundancy snapshot");
+        flow
     }
 
     /// A daemon with `flows`, read at `at_ms`.
@@ -839,6 +899,48 @@ mod tests {
         assert!(m.is_folded("a"));
         m.key(Key::Char('+'));
         assert_eq!(m.rows().len(), 6);
+    }
+
+    #[test]
+    fn legs_fold_under_their_flow_above_its_outputs_with_their_rates() {
+        use super::fixtures::with_legs;
+        let mut m = Model::new(Duration::from_secs(1));
+        let flows = |k: u64| {
+            vec![
+                with_legs(flow("r", 10 * k, 1), "merge", &[("A", 9 * k), ("B", k)]),
+                flow("s", k, 1),
+            ]
+        };
+        m.update(snapshot(1000, flows(1)));
+        assert_eq!(m.leg_rate("r", 0), None, "no rates from one snapshot");
+        m.update(snapshot(2000, flows(2)));
+        m.set_viewport(10);
+        let kinds: Vec<(usize, RowKind, bool)> = m
+            .rows()
+            .iter()
+            .map(|r| (r.flow, r.kind, r.last_child))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                (0, RowKind::Flow, false),
+                (0, RowKind::Leg(0), false),
+                (0, RowKind::Leg(1), false),
+                (0, RowKind::Output(0), true),
+                (1, RowKind::Flow, false),
+                (1, RowKind::Output(0), true),
+            ]
+        );
+        assert_eq!(m.leg_rate("r", 0), Some(9.0));
+        assert_eq!(m.leg_rate("r", 1), Some(1.0));
+        assert_eq!(m.leg_rate("s", 0), None);
+        // Selected on a leg, a refresh keeps it there; folding hides legs too.
+        keys(&mut m, &[Key::Down, Key::Down]);
+        assert_eq!(m.rows()[m.selected()].kind, RowKind::Leg(1));
+        m.update(snapshot(3000, flows(3)));
+        assert_eq!(m.rows()[m.selected()].kind, RowKind::Leg(1));
+        m.key(Key::Enter);
+        assert_eq!(m.rows().len(), 3);
     }
 
     #[test]
