@@ -760,6 +760,14 @@ mod tests {
             .collect()
     }
 
+    /// Each row's flow, kind and whether it is its flow's last child.
+    fn row_kinds(m: &Model) -> Vec<(usize, RowKind, bool)> {
+        m.rows()
+            .iter()
+            .map(|r| (r.flow, r.kind, r.last_child))
+            .collect()
+    }
+
     fn keys(m: &mut Model, keys: &[Key]) {
         for k in keys {
             m.key(*k);
@@ -868,13 +876,8 @@ mod tests {
     #[test]
     fn outputs_fold_under_their_flow() {
         let mut m = model_with(&[("a", 1), ("b", 1)], 2);
-        let kinds: Vec<(usize, RowKind, bool)> = m
-            .rows()
-            .iter()
-            .map(|r| (r.flow, r.kind, r.last_child))
-            .collect();
         assert_eq!(
-            kinds,
+            row_kinds(&m),
             [
                 (0, RowKind::Flow, false),
                 (0, RowKind::Output(0), false),
@@ -915,13 +918,8 @@ mod tests {
         assert_eq!(m.leg_rate("r", 0), None, "no rates from one snapshot");
         m.update(snapshot(2000, flows(2)));
         m.set_viewport(10);
-        let kinds: Vec<(usize, RowKind, bool)> = m
-            .rows()
-            .iter()
-            .map(|r| (r.flow, r.kind, r.last_child))
-            .collect();
         assert_eq!(
-            kinds,
+            row_kinds(&m),
             [
                 (0, RowKind::Flow, false),
                 (0, RowKind::Leg(0), false),
