@@ -27,10 +27,10 @@ use serde_json::json;
 mod common;
 use common::*;
 
-/// One tmux server of our own (`tmux -L NAME`) with one session, `top`,
-/// killed on drop.
+/// One tmux server of our own (`tmux -S SOCKET`) with one session,
+/// `top`, killed (and its socket removed) on drop.
 struct Tmux {
-    server: String,
+    server: PathBuf,
 }
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
@@ -43,11 +43,11 @@ impl Tmux {
             return None;
         }
         let t = Tmux {
-            server: format!(
-                "mcr-top-{}-{}",
+            server: std::env::temp_dir().join(format!(
+                "mcr-top-{}-{}.tmux",
                 std::process::id(),
                 NEXT.fetch_add(1, Ordering::Relaxed)
-            ),
+            )),
         };
         t.tmux(&[
             "new-session",
@@ -65,7 +65,8 @@ impl Tmux {
 
     fn tmux(&self, args: &[&str]) -> String {
         let out = Command::new("tmux")
-            .args(["-L", &self.server])
+            .arg("-S")
+            .arg(&self.server)
             .args(args)
             .output()
             .expect("tmux");
@@ -140,8 +141,11 @@ fn tmux_missing() -> bool {
 impl Drop for Tmux {
     fn drop(&mut self) {
         let _ = Command::new("tmux")
-            .args(["-L", &self.server, "kill-server"])
+            .arg("-S")
+            .arg(&self.server)
+            .arg("kill-server")
             .output();
+        let _ = std::fs::remove_file(&self.server);
     }
 }
 
