@@ -6,7 +6,7 @@
 //! events, one waits for SIGTERM/SIGHUP/SIGINT, and all three feed one
 //! bounded channel that the drawing loop reads. The terminal is restored
 //! however the view ends: a quit key, an error (the [`Screen`] guard's
-//! drop), a signal, or a panic (ratatui's panic hook).
+//! drop), a signal, or a panic (a panic hook).
 //!
 //! Piped (stdout not a terminal) or with `--plain`, it prints the text
 //! frame of `render_top` every interval instead.
@@ -15,13 +15,16 @@ mod history;
 mod model;
 mod view;
 
-use std::io::{IsTerminal, Write};
+use std::io::{BufWriter, IsTerminal, Stdout, Write};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::time::Duration;
 
 use crossterm::event::{self, Event as TermEvent, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use crossterm::execute;
+use crossterm::terminal::{self, EnterAlternateScreen, LeaveAlternateScreen};
 use mcrelay_control::{Rates, Snapshot, render_top};
-use ratatui::DefaultTerminal;
+use ratatui::Terminal;
+use ratatui::backend::CrosstermBackend;
 
 use model::{Key, Model};
 
@@ -129,7 +132,7 @@ where
 }
 
 fn event_loop(
-    terminal: &mut DefaultTerminal,
+    terminal: &mut Term,
     model: &mut Model,
     events: &Receiver<Event>,
     iterations: Option<u64>,
@@ -216,19 +219,35 @@ fn key_of(k: KeyEvent) -> Option<Key> {
     })
 }
 
-/// The terminal in raw mode on the alternate screen, restored on drop
-/// (a panic is covered by the hook `ratatui::try_init` installs).
+/// The terminal the view draws on: each frame is buffered and written in
+/// one piece (a frame written in small pieces flickers over a slow link).
+type Term = Terminal<CrosstermBackend<BufWriter<Stdout>>>;
+
+/// Bytes buffered per frame: a full 160×48 frame with its styles fits.
+const FRAME_BUFFER: usize = 1 << 16;
+
+/// The terminal in raw mode on the alternate screen, restored on drop,
+/// and by a panic hook on a panic.
 struct Screen {
-    terminal: DefaultTerminal,
+    terminal: Term,
 }
 
 impl Screen {
     fn enter() -> Result<Self, TopError> {
-        match ratatui::try_init() {
+        restore_on_panic();
+        let entered = terminal::enable_raw_mode()
+            .and_then(|()| execute!(std::io::stdout(), EnterAlternateScreen))
+            .and_then(|()| {
+                Terminal::new(CrosstermBackend::new(BufWriter::with_capacity(
+                    FRAME_BUFFER,
+                    std::io::stdout(),
+                )))
+            });
+        match entered {
             Ok(terminal) => Ok(Self { terminal }),
             Err(e) => {
                 // Undo whatever part of the set-up happened.
-                ratatui::restore();
+                restore();
                 Err(TopError::Setup(e))
             }
         }
@@ -237,8 +256,30 @@ impl Screen {
 
 impl Drop for Screen {
     fn drop(&mut self) {
-        ratatui::restore();
+        let _ = self.terminal.backend_mut().flush();
+        restore();
     }
+}
+
+/// Cooked mode and the main screen again (best effort: this runs on the
+/// way out, where an error has nowhere better to go).
+fn restore() {
+    let _ = terminal::disable_raw_mode();
+    let _ = execute!(std::io::stdout(), LeaveAlternateScreen);
+}
+
+/// Restore the terminal before the panic message is printed (the default
+/// hook's message would otherwise land on the alternate screen, in raw
+/// mode, and vanish).
+fn restore_on_panic() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            restore();
+            previous(info);
+        }));
+    });
 }
 
 #[cfg(test)]

@@ -157,14 +157,10 @@ pub struct Row {
     pub last_child: bool,
 }
 
-/// The input legs of a flow, as child rows.
-///
-/// Hook for redundancy: the snapshot carries one input per flow today, so
-/// no flow has leg rows. Once `FlowSnapshot` lists a flow's legs, return
-/// their number here (and draw them in `view::leg_cells`); rows, folding,
-/// selection and scrolling already handle [`RowKind::Leg`].
-pub fn leg_count(_flow: &FlowSnapshot) -> usize {
-    0
+/// The input legs of a flow with several (redundancy), as child rows
+/// above its outputs; none for a flow with one input.
+pub fn leg_count(flow: &FlowSnapshot) -> usize {
+    flow.redundancy.as_ref().map_or(0, |r| r.legs.len())
 }
 
 /// What the keys are doing now.
@@ -199,6 +195,8 @@ pub struct Model {
     rates: Option<Rates>,
     /// Flow name → index in `rates.flows`.
     rate_index: HashMap<String, usize>,
+    /// Flow name → datagrams forwarded per second from each of its legs.
+    leg_rates: HashMap<String, Vec<f64>>,
     totals: TotalRates,
     history: HashMap<String, History>,
     sort: SortKey,
@@ -232,6 +230,7 @@ impl Model {
             snapshot: None,
             rates: None,
             rate_index: HashMap::new(),
+            leg_rates: HashMap::new(),
             totals: TotalRates::default(),
             history: HashMap::new(),
             sort: SortKey::Name,
@@ -285,6 +284,34 @@ impl Model {
         }
         self.fold_toggled
             .retain(|name| names.contains(name.as_str()));
+        self.leg_rates.clear();
+        if let (Some(prev), Some(r)) = (&self.snapshot, &rates) {
+            let before: HashMap<&str, &FlowSnapshot> =
+                prev.flows.iter().map(|f| (f.name.as_str(), f)).collect();
+            for flow in &next.flows {
+                let (Some(now), Some(then)) = (
+                    flow.redundancy.as_ref(),
+                    before
+                        .get(flow.name.as_str())
+                        .and_then(|p| p.redundancy.as_ref()),
+                ) else {
+                    continue;
+                };
+                let per_leg = now
+                    .legs
+                    .iter()
+                    .map(|leg| {
+                        then.legs
+                            .iter()
+                            .find(|l| l.input == leg.input)
+                            .map_or(0.0, |l| {
+                                per_second(l.forwarded, leg.forwarded, r.elapsed_seconds)
+                            })
+                    })
+                    .collect();
+                self.leg_rates.insert(flow.name.clone(), per_leg);
+            }
+        }
         self.rates = rates;
         self.snapshot = Some(next);
         self.error = None;
@@ -376,7 +403,8 @@ impl Model {
         }
     }
 
-    /// Sort by `key`; the key already in force reverses the order.
+    /// Sort by `key`; the key already in force reverses the order. The
+    /// selection goes to the first row: what a new order is asked for.
     fn sort_by(&mut self, key: SortKey) {
         if self.sort == key {
             self.reversed = !self.reversed;
@@ -385,6 +413,7 @@ impl Model {
             self.reversed = false;
         }
         self.rebuild();
+        self.select(0);
     }
 
     fn toggle_fold(&mut self) {
@@ -538,6 +567,11 @@ impl Model {
         self.rates.as_ref()?.flows.get(i)
     }
 
+    /// Datagrams per second forwarded from leg `leg` of flow `name`.
+    pub fn leg_rate(&self, name: &str, leg: usize) -> Option<f64> {
+        self.leg_rates.get(name)?.get(leg).copied()
+    }
+
     pub fn history(&self, name: &str) -> Option<&History> {
         self.history.get(name)
     }
@@ -602,6 +636,15 @@ impl Model {
     }
 }
 
+/// Growth of a counter per second; 0 if it went backwards (a restart).
+fn per_second(before: u64, now: u64, seconds: f64) -> f64 {
+    if seconds > 0.0 && now >= before {
+        (now - before) as f64 / seconds
+    } else {
+        0.0
+    }
+}
+
 /// Drops of a flow in total: ingress (every reason), receive errors and
 /// every output's.
 pub fn drops_total(flow: &FlowSnapshot) -> u64 {
@@ -613,79 +656,77 @@ pub fn drops_total(flow: &FlowSnapshot) -> u64 {
 
 #[cfg(test)]
 pub(crate) mod fixtures {
-    //! Snapshots for the model's and the view's tests.
-    use mcrelay_control::{
-        DaemonState, FlowSnapshot, FlowState, IngressDropsSnapshot, InputHealth, OutputSnapshot,
-        PoolClassSnapshot, Snapshot, WorkerSnapshot,
-    };
+    //! Snapshots for the model's and the view's tests, built from JSON as
+    //! the daemon sends them (fields added later with defaults need no
+    //! change here).
+    use mcrelay_control::{FlowSnapshot, Snapshot};
+    use serde_json::json;
 
     pub fn flow(name: &str, packets: u64, outputs: usize) -> FlowSnapshot {
-        FlowSnapshot {
-            name: name.into(),
-            worker: 0,
-            input: format!("239.1.1.1:5000 on in-{name}"),
-            packets_in: packets,
-            bytes_in: packets * 1000,
-            drops: IngressDropsSnapshot::default(),
-            receive_errors: 0,
-            receive_rearms: 0,
-            pool_fallbacks: 0,
-            outputs: (0..outputs)
-                .map(|i| OutputSnapshot {
-                    label: format!("239.2.2.{i}:6000"),
-                    packets_out: packets,
-                    bytes_out: packets * 1000,
-                    drops_backlog: 0,
-                    drops_send_error: 0,
-                    last_error: None,
-                    in_flight_high_water: 1,
-                    gso_sends: 0,
-                    gso_fallbacks: 0,
-                    not_connected: None,
-                    connect_failures: 0,
+        let outputs: Vec<_> = (0..outputs)
+            .map(|i| {
+                json!({
+                    "label": format!("239.2.2.{i}:6000"),
+                    "packets_out": packets, "bytes_out": packets * 1000,
+                    "drops_backlog": 0, "drops_send_error": 0, "last_error": null,
+                    "in_flight_high_water": 1,
                 })
-                .collect(),
-            state: FlowState::Running,
-            interface_pauses: 0,
-            health: InputHealth::default(),
-            redundancy: None,
-            standby_discarded: 0,
-        }
+            })
+            .collect();
+        serde_json::from_value(json!({
+            "name": name, "worker": 0, "input": format!("239.1.1.1:5000 on in-{name}"),
+            "packets_in": packets, "bytes_in": packets * 1000,
+            "drops": { "oversize": 0, "pool_exhausted": 0, "kernel": 0 },
+            "receive_errors": 0, "outputs": outputs,
+        }))
+        .expect("a flow snapshot")
+    }
+
+    /// `flow` with a leg per `(input, forwarded)`, in `mode` ("merge" or
+    /// "failover", the second leg active).
+    pub fn with_legs(mut flow: FlowSnapshot, mode: &str, legs: &[(&str, u64)]) -> FlowSnapshot {
+        let legs: Vec<_> = legs
+            .iter()
+            .map(|(input, forwarded)| {
+                json!({ "input": input, "forwarded": forwarded, "standby": 0,
+                        "kernel_drops": 0, "health": { "payload": "rtp", "silent": false,
+                        "silence_ms": 1000, "max_gap_ns": 0, "rtp": null, "ts": null } })
+            })
+            .collect();
+        flow.redundancy = serde_json::from_value(json!({
+            "mode": mode, "recovered": 25, "duplicates": 475, "lost": 2, "resets": 0,
+            "switches": 3, "active_input": 1, "late": 0, "not_rtp": 0, "legs": legs,
+        }))
+        .expect("a redundancy snapshot");
+        flow
     }
 
     /// A daemon with `flows`, read at `at_ms`.
     pub fn snapshot(at_ms: u64, flows: Vec<FlowSnapshot>) -> Snapshot {
-        Snapshot {
-            version: "0.1.0".into(),
-            mode: mcrelay_control::Mode::default(),
-            pid: 4242,
-            uptime_seconds: 3723.0,
-            taken_at_unix_ms: at_ms,
-            state: DaemonState::Running,
-            config_path: "/etc/mcrelay/mcrelay.toml".into(),
-            workers: vec![WorkerSnapshot {
-                index: 0,
-                cpu: Some(2),
-                receive_mode: "io_uring multishot".into(),
-                loop_turns: 1000,
-                completions: 2500,
-                sends_submitted: 1800,
-                pools: ["small", "standard", "jumbo"]
-                    .iter()
-                    .zip([1500, 4096, 9000])
-                    .map(|(class, bytes)| PoolClassSnapshot {
-                        class: (*class).into(),
-                        buffer_bytes: bytes,
-                        capacity: 1024,
-                        in_use: 3,
-                        high_water: 17,
-                        taken: 5000,
-                        exhausted: u64::from(*class == "jumbo") * 9,
-                    })
-                    .collect(),
+        let pools: Vec<_> = [("small", 1500), ("standard", 4096), ("jumbo", 9000)]
+            .iter()
+            .map(|(class, bytes)| {
+                json!({
+                    "class": class, "buffer_bytes": bytes, "capacity": 1024, "in_use": 3,
+                    "high_water": 17, "taken": 5000,
+                    "exhausted": if *class == "jumbo" { 9 } else { 0 },
+                })
+            })
+            .collect();
+        let mut s: Snapshot = serde_json::from_value(json!({
+            "version": "0.1.0", "pid": 4242, "uptime_seconds": 3723.0,
+            "taken_at_unix_ms": at_ms, "state": { "state": "running" },
+            "config_path": "/etc/mcrelay/mcrelay.toml",
+            "workers": [{
+                "index": 0, "cpu": 2, "receive_mode": "io_uring multishot",
+                "loop_turns": 1000, "completions": 2500, "sends_submitted": 1800,
+                "pools": pools,
             }],
-            flows,
-        }
+            "flows": [],
+        }))
+        .expect("a snapshot");
+        s.flows = flows;
+        s
     }
 }
 
@@ -716,6 +757,14 @@ mod tests {
             .iter()
             .filter(|r| r.kind == RowKind::Flow)
             .map(|r| s.flows[r.flow].name.clone())
+            .collect()
+    }
+
+    /// Each row's flow, kind and whether it is its flow's last child.
+    fn row_kinds(m: &Model) -> Vec<(usize, RowKind, bool)> {
+        m.rows()
+            .iter()
+            .map(|r| (r.flow, r.kind, r.last_child))
             .collect()
     }
 
@@ -827,13 +876,8 @@ mod tests {
     #[test]
     fn outputs_fold_under_their_flow() {
         let mut m = model_with(&[("a", 1), ("b", 1)], 2);
-        let kinds: Vec<(usize, RowKind, bool)> = m
-            .rows()
-            .iter()
-            .map(|r| (r.flow, r.kind, r.last_child))
-            .collect();
         assert_eq!(
-            kinds,
+            row_kinds(&m),
             [
                 (0, RowKind::Flow, false),
                 (0, RowKind::Output(0), false),
@@ -861,15 +905,59 @@ mod tests {
     }
 
     #[test]
-    fn selection_follows_its_flow_through_a_resort() {
+    fn legs_fold_under_their_flow_above_its_outputs_with_their_rates() {
+        use super::fixtures::with_legs;
+        let mut m = Model::new(Duration::from_secs(1));
+        let flows = |k: u64| {
+            vec![
+                with_legs(flow("r", 10 * k, 1), "merge", &[("A", 9 * k), ("B", k)]),
+                flow("s", k, 1),
+            ]
+        };
+        m.update(snapshot(1000, flows(1)));
+        assert_eq!(m.leg_rate("r", 0), None, "no rates from one snapshot");
+        m.update(snapshot(2000, flows(2)));
+        m.set_viewport(10);
+        assert_eq!(
+            row_kinds(&m),
+            [
+                (0, RowKind::Flow, false),
+                (0, RowKind::Leg(0), false),
+                (0, RowKind::Leg(1), false),
+                (0, RowKind::Output(0), true),
+                (1, RowKind::Flow, false),
+                (1, RowKind::Output(0), true),
+            ]
+        );
+        assert_eq!(m.leg_rate("r", 0), Some(9.0));
+        assert_eq!(m.leg_rate("r", 1), Some(1.0));
+        assert_eq!(m.leg_rate("s", 0), None);
+        // Selected on a leg, a refresh keeps it there; folding hides legs too.
+        keys(&mut m, &[Key::Down, Key::Down]);
+        assert_eq!(m.rows()[m.selected()].kind, RowKind::Leg(1));
+        m.update(snapshot(3000, flows(3)));
+        assert_eq!(m.rows()[m.selected()].kind, RowKind::Leg(1));
+        m.key(Key::Enter);
+        assert_eq!(m.rows().len(), 3);
+    }
+
+    #[test]
+    fn selection_follows_its_flow_when_rates_reorder_the_rows() {
         let mut m = model_with(&[("a", 1), ("b", 5), ("c", 3)], 1);
-        // Select b's output, then sort by rate: b moves to the top.
+        // Sorting selects the first row; then select c's output.
+        keys(&mut m, &[Key::End, Key::Char('r')]);
+        assert_eq!(m.selected(), 0);
         keys(&mut m, &[Key::Down, Key::Down, Key::Down]);
-        assert_eq!(m.selected_flow().unwrap().name, "b");
+        assert_eq!(m.selected_flow().unwrap().name, "c");
         assert_eq!(m.rows()[m.selected()].kind, RowKind::Output(0));
-        m.key(Key::Char('r'));
-        assert_eq!(m.selected(), 1, "b's output is now the second row");
-        assert_eq!(m.selected_flow().unwrap().name, "b");
+        // c becomes the fastest: its output is now the second row.
+        m.update(snapshot(
+            3000,
+            vec![flow("a", 3, 1), flow("b", 15, 1), flow("c", 106, 1)],
+        ));
+        assert_eq!(flow_order(&m), ["c", "b", "a"]);
+        assert_eq!(m.selected(), 1);
+        assert_eq!(m.selected_flow().unwrap().name, "c");
         // Filtered out: the selection stays in range.
         m.key(Key::Char('/'));
         typed(&mut m, "a");

@@ -1,5 +1,5 @@
-//! The live view drawn with ratatui: a header, the flow table (outputs,
-//! and legs once the snapshot has them, folded under their flow), the
+//! The live view drawn with ratatui: a header, the flow table (input legs
+//! and outputs folded under their flow), the
 //! selected flow's pane (every drop reason, its health and a rate
 //! sparkline), the worker and pool panes, and a help line. Panes give way
 //! to the flow table as the terminal shrinks, and columns as it narrows.
@@ -22,7 +22,7 @@ use super::model::{Mode, Model, Row, RowKind, SortKey, drops_total, leg_count};
 const HEADER: u16 = 2;
 const FOOTER: u16 = 1;
 /// The selected flow's pane.
-const DETAIL: u16 = 8;
+const DETAIL: u16 = 9;
 /// Borders, the column titles and five rows.
 const MIN_TABLE: u16 = 8;
 /// Most lines the worker and pool panes take.
@@ -320,7 +320,7 @@ fn row_cells(model: &Model, s: &Snapshot, row: &Row, cols: &[Col]) -> Vec<Cell<'
         .map(|&col| {
             let span = match row.kind {
                 RowKind::Flow => flow_cell(model, flow, col),
-                RowKind::Leg(i) => leg_cell(flow, i, col, tree),
+                RowKind::Leg(i) => leg_cell(model, flow, i, col, tree),
                 RowKind::Output(i) => {
                     let Some(o) = flow.outputs.get(i) else {
                         return Cell::default();
@@ -392,22 +392,93 @@ fn flow_cell(model: &Model, flow: &FlowSnapshot, col: Col) -> Span<'static> {
             flow_drops_text(flow, rates),
             flow.drops.total().saturating_add(flow.receive_errors) > 0,
         ),
-        Col::Health => alarm(
-            health_text(&flow.health),
-            flow.health.silent || flow.health.errors() > 0,
-        ),
+        Col::Health => match redundancy_summary(flow) {
+            Some((text, bad)) => alarm(text, bad),
+            None => alarm(
+                health_text(&flow.health),
+                flow.health.silent || flow.health.errors() > 0,
+            ),
+        },
     }
 }
 
-/// The cells of an input leg's row (see [`leg_count`], the hook that
-/// gives a flow its legs): the tree line and the leg's number until the
-/// snapshot carries per-leg counters.
-fn leg_cell(_flow: &FlowSnapshot, leg: usize, col: Col, tree: &str) -> Span<'static> {
+/// The cells of an input leg's row: its input, whether it is the active
+/// one (failover), the datagrams it forwards per second, its kernel drops
+/// and standby discards, and its stream health.
+fn leg_cell(model: &Model, flow: &FlowSnapshot, i: usize, col: Col, tree: &str) -> Span<'static> {
+    let Some(r) = &flow.redundancy else {
+        return Span::raw("");
+    };
+    let Some(leg) = r.legs.get(i) else {
+        return Span::raw("");
+    };
     match col {
         Col::Flow => Span::raw(format!(" {tree}")),
-        Col::Path => Span::raw(format!("◆ input leg {}", leg + 1)),
-        _ => Span::raw(""),
+        Col::State => match r.mode.as_str() {
+            "failover" if usize::try_from(r.active_input).is_ok_and(|a| a == i) => {
+                Span::styled("active", Color::Green)
+            }
+            "failover" => Span::raw("standby"),
+            mode => Span::raw(mode.to_owned()),
+        },
+        Col::Path => Span::raw(format!("← {}", leg.input)),
+        Col::Pps => Span::raw(
+            model
+                .leg_rate(&flow.name, i)
+                .map_or_else(|| "-".into(), human_rate),
+        ),
+        Col::Drops => {
+            let mut parts = Vec::new();
+            if leg.kernel_drops > 0 {
+                parts.push(format!("kernel={}", human_count(leg.kernel_drops)));
+            }
+            if leg.standby > 0 {
+                parts.push(format!("standby={}", human_count(leg.standby)));
+            }
+            let bad = leg.kernel_drops > 0;
+            alarm(
+                if parts.is_empty() {
+                    "none".into()
+                } else {
+                    parts.join(" ")
+                },
+                bad,
+            )
+        }
+        Col::Health => alarm(
+            health_text(&leg.health),
+            leg.health.silent || leg.health.errors() > 0,
+        ),
+        Col::Worker | Col::Rate | Col::Trend => Span::raw(""),
     }
+}
+
+/// What a flow's redundancy did, for its HEALTH cell and its pane.
+fn redundancy_summary(flow: &FlowSnapshot) -> Option<(String, bool)> {
+    let r = flow.redundancy.as_ref()?;
+    Some(match r.mode.as_str() {
+        "failover" => (
+            format!(
+                "failover: input {} active · {} switches · duplicates {}",
+                r.active_input,
+                human_count(r.switches),
+                human_count(r.duplicates)
+            ),
+            false,
+        ),
+        mode => (
+            format!(
+                "{mode}: recovered {} · duplicates {} · lost {} · resets {} · late {} · not rtp {}",
+                human_count(r.recovered),
+                human_count(r.duplicates),
+                human_count(r.lost),
+                human_count(r.resets),
+                human_count(r.late),
+                human_count(r.not_rtp)
+            ),
+            r.lost > 0,
+        ),
+    })
 }
 
 /// `text`, in red if `bad`.
@@ -435,8 +506,8 @@ fn trend(h: &History, width: usize) -> String {
         .collect()
 }
 
-/// The selected flow: its state and input, every ingress drop reason and
-/// each output's, its health, and a sparkline of its packet rate.
+/// The selected flow: its state and input, its health, every ingress drop
+/// reason and each output's, and a sparkline of its packet rate.
 fn detail(frame: &mut Frame<'_>, area: Rect, model: &Model) {
     let Some(flow) = model.selected_flow() else {
         frame.render_widget(Block::bordered().title(" no flow selected "), area);
@@ -466,6 +537,13 @@ fn detail(frame: &mut Frame<'_>, area: Rect, model: &Model) {
             )),
         )),
     ];
+    lines.push(alarm_line(
+        format!("health: {}", health_text(&flow.health)),
+        flow.health.silent || flow.health.errors() > 0,
+    ));
+    if let Some((text, bad)) = redundancy_summary(flow) {
+        lines.push(alarm_line(text, bad));
+    }
     let mut reasons: Vec<String> = flow
         .drops
         .by_reason()
@@ -498,7 +576,6 @@ fn detail(frame: &mut Frame<'_>, area: Rect, model: &Model) {
             o.drops() > 0 || o.not_connected.is_some(),
         ));
     }
-    lines.push(Line::from(format!("health: {}", health_text(&flow.health))));
     frame.render_widget(Paragraph::new(lines).wrap(Wrap { trim: false }), text_area);
 
     let Some(history) = model.history(&flow.name) else {
@@ -508,10 +585,14 @@ fn detail(frame: &mut Frame<'_>, area: Rect, model: &Model) {
         .latest(usize::from(spark_width.saturating_sub(2)))
         .collect();
     let span = model.interval.as_secs_f64() * samples.len() as f64;
+    let span = if span < 10.0 {
+        format!("{span:.1}")
+    } else {
+        format!("{span:.0}")
+    };
     let spark = Sparkline::default()
         .block(Block::bordered().title(format!(
-            " pkt/s, {:.0} s, peak {} ",
-            span,
+            " pkt/s, last {span} s, peak {} ",
             human_rate(samples.iter().copied().max().unwrap_or(0) as f64)
         )))
         .data(&samples)
@@ -772,7 +853,7 @@ mod tests {
                 "SILENT",
                 " flow a ",
                 "ingress drops: oversize 0 · pool_exhausted 0 · kernel 1 ·",
-                "pkt/s, 1 s, peak 100",
+                "pkt/s, last 1.0 s, peak 100",
                 " workers ",
                 "io_uring multishot",
                 " pools ",
@@ -872,6 +953,44 @@ mod tests {
         assert_shows(
             &s,
             &["daemon not answering: connecting to /run/mcrelay/control.sock: refused"],
+        );
+    }
+
+    #[test]
+    fn legs_show_under_their_flow_above_its_outputs() {
+        use super::super::model::fixtures::with_legs;
+        let mut m = Model::new(Duration::from_secs(1));
+        let flows = |k: u64| {
+            let legs = [
+                ("239.1.1.1:5000 on vRA", 9 * k),
+                ("239.1.2.1:5000 on vRB", k),
+            ];
+            vec![with_legs(flow("r", 10 * k, 1), "failover", &legs)]
+        };
+        m.update(snapshot(1000, flows(1)));
+        m.update(snapshot(2000, flows(2)));
+        let s = screen(160, 48, &mut m);
+        let at = s.iter().position(|l| l.contains("▾ r ")).unwrap();
+        assert!(s[at].contains("failover: input 1 active"), "{}", s[at]);
+        for (row, needles) in [
+            (
+                at + 1,
+                ["├─", "standby", "← 239.1.1.1:5000 on vRA", " 9.00 "],
+            ),
+            (
+                at + 2,
+                ["├─", "active", "← 239.1.2.1:5000 on vRB", " 1.00 "],
+            ),
+            (at + 3, ["└─", "", "→ 239.2.2.0:6000", " 10.0 "]),
+        ] {
+            for n in needles {
+                assert!(s[row].contains(n), "{n:?} not in {}", s[row]);
+            }
+        }
+        assert!(s[at + 1].contains("rtp gap"), "{}", s[at + 1]);
+        assert_shows(
+            &s,
+            &["failover: input 1 active · 3 switches · duplicates 475"],
         );
     }
 

@@ -7,7 +7,7 @@
 //! fan-out with group rewrite), sends a paced, numbered stream into both
 //! flows and checks every relayed datagram byte by byte at the receivers
 //! ([`traffic`]). Meanwhile it shows the daemon's live view, the frame
-//! `mcrelayctl top` draws, from the daemon's control socket once a second.
+//! `mcrelayctl top --plain` prints, from the daemon's control socket once a second.
 //! At the end it prints what was sent, relayed and received per output and
 //! the daemon's CPU time per packet ([`summary`]), stops the daemon and
 //! removes everything it created — also when interrupted by SIGINT,
@@ -376,7 +376,7 @@ fn with_topology(
     let sender = Sender::start(&topology.sender, streams, run_id, args.rate, duration)?;
     println!(
         "sending {} packets/s into each flow for {} s; the daemon's live view follows \
-         (`mcrelayctl --socket {} top` shows the same)\n",
+         (`mcrelayctl --socket {} top` shows it live)\n",
         args.rate,
         args.duration,
         socket_path.display()
@@ -494,11 +494,11 @@ fn with_topology(
 }
 
 /// One live-view frame: a line about the demo, then exactly what
-/// `mcrelayctl top` prints.
+/// `mcrelayctl top --plain` prints.
 fn show_frame(current: &Snapshot, rates: &Rates, elapsed: Duration, args: &DemoArgs, redraw: bool) {
     let mut out = std::io::stdout().lock();
     if redraw {
-        // Home the cursor and clear the screen, as `mcrelayctl top` does.
+        // Home the cursor and clear the screen.
         let _ = write!(out, "\x1b[H\x1b[2J");
     }
     let _ = write!(
