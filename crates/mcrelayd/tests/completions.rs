@@ -113,7 +113,7 @@ fn bash_completes_subcommands_and_options() {
     let ctl = mcrelayctl();
     assert_eq!(
         bash_completes(&ctl, "mcrelayctl", &["mcrelayctl", "st"]),
-        ["stats", "status"]
+        ["standby", "stats", "status"]
     );
     assert_eq!(
         bash_completes(&ctl, "mcrelayctl", &["mcrelayctl", "top", "--p"]),
