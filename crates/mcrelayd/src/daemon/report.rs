@@ -160,6 +160,10 @@ fn worker_snapshot(w: &WorkerStats) -> WorkerSnapshot {
 
 fn flow_snapshot(f: &FlowEntry, take_gaps: bool) -> FlowSnapshot {
     let c = &f.stats.input;
+    // Read before `packets_in`: the worker counts a datagram in first,
+    // so a snapshot never shows more discarded than received (relaxed
+    // counters: this relies on x86 keeping loads, and stores, in order).
+    let standby_discarded = c.standby_discarded.get();
     FlowSnapshot {
         name: f.stats.name.clone(),
         worker: f.worker,
@@ -208,7 +212,7 @@ fn flow_snapshot(f: &FlowEntry, take_gaps: bool) -> FlowSnapshot {
         interface_pauses: f.interface_pauses,
         health: crate::health::snapshot(&c.health, take_gaps),
         redundancy: redundancy_snapshot(f, take_gaps),
-        standby_discarded: c.standby_discarded.get(),
+        standby_discarded,
     }
 }
 
