@@ -1,11 +1,10 @@
-//! The io_uring driver of one worker: the loop, the commands of a reload,
-//! and the translation of the core's send requests into SQEs and of send
-//! completions back. Every relay rule is the core's ([`crate::core`]);
-//! receives and packet rings are in [`super::receive`].
+//! The io_uring driver of one worker: the loop, and the translation of the
+//! core's send requests into SQEs and of send completions back. Every relay
+//! rule is the core's ([`crate::core`]); receives and packet rings are in
+//! [`super::receive`], the commands of a reload in [`super::commands`], what
+//! it keeps per flow and leg in [`super::flow`].
 #![allow(unsafe_code)]
 
-use std::net::UdpSocket;
-use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -15,15 +14,12 @@ use io_uring::types::{SubmitArgs, Timespec};
 use io_uring::{IoUring, cqueue};
 use mcrelay_pool::{PoolConfig, PoolSet};
 
-use super::{
-    Command, Event, FlowSockets, ReceiveMode, WorkerConfig, WorkerError, WorkerStats,
-    receive_buffers,
-};
-use crate::core::{Core, FlowId, InFlight, LegId, OutputSpec, Redundancy, SendKind, SendRequest};
+use super::flow::{Flow, Leg};
+use super::{Command, Event, ReceiveMode, WorkerConfig, WorkerError, WorkerStats, receive_buffers};
+use crate::core::{Core, FlowId, InFlight, LegId, SendKind, SendRequest};
 use crate::counters::LoopCounters;
 use crate::egress::GsoMessages;
-use crate::ingress::IngressSocket;
-use crate::packet_ring::{Layout, PacketRing, WAKE_INTERVAL, Wake};
+use crate::packet_ring::WAKE_INTERVAL;
 use crate::receive_buffers::ReceiveBuffers;
 use crate::submit::{self, UserData};
 
@@ -42,158 +38,6 @@ pub(super) fn single_buffer(f: FlowId, leg: LegId) -> Option<u16> {
 /// until the completion queue is empty, submitting the sends of each).
 pub(super) const CQE_BATCH: usize = 64;
 
-/// What the driver keeps of one leg (input) of a flow: its socket, the
-/// state of its receive in the kernel, its packet ring and its health.
-pub(super) struct Leg {
-    pub(super) fd: i32,
-    /// The receive (or the packet ring's poll) is armed in the kernel.
-    pub(super) armed: bool,
-    /// The first receive error was logged.
-    pub(super) error_logged: bool,
-    /// Stream health of the leg: every datagram is shown to it before
-    /// the core, with the batch's clock reading; published once per batch
-    /// ([`Worker::publish_health`]).
-    pub(super) health: crate::health::InputHealth,
-    /// Packet ingress: the frames' filter, checked again per frame.
-    pub(super) packet: Option<mcrelay_wire::FlowMatch>,
-    /// Packet ingress: frames are left in the packet ring for the next turn.
-    pub(super) ring_pending: bool,
-    /// Packet ingress: the mapped `TPACKET_V3` packet ring (`None` only if
-    /// it could not be set up: then the leg receives nothing, logged).
-    /// Unmapped before the socket closes (field order).
-    pub(super) packet_ring: Option<PacketRing>,
-    /// Closed when the flow goes (which leaves its group), after the packet
-    /// ring no longer names its fd.
-    _ingress: IngressSocket,
-}
-
-/// What the driver keeps of a flow: its legs and its output sockets. Its
-/// relay state is the core's, at the same [`FlowId`].
-pub(super) struct Flow {
-    pub(super) name: String,
-    /// Output sockets' fds, in the core's output order.
-    pub(super) output_fds: Box<[i32]>,
-    /// Each leg, its index its [`LegId`] (1 to [`LegId::MAX_LEGS`]).
-    pub(super) legs: Box<[Leg]>,
-    /// Kept open for as long as the io_uring may name their fds.
-    _outputs: Box<[UdpSocket]>,
-}
-
-impl Flow {
-    /// Whether a leg's packet ring is walked every `WAKE_INTERVAL`.
-    pub(super) fn walks_by_interval(&self) -> bool {
-        self.legs.iter().any(Leg::walks_by_interval)
-    }
-
-    /// Split a flow's sockets into the driver's part and the core's.
-    fn new(
-        f: FlowSockets,
-        gso: bool,
-    ) -> (
-        Self,
-        Vec<OutputSpec>,
-        Arc<crate::counters::FlowCounters>,
-        Redundancy,
-    ) {
-        let specs = f
-            .outputs
-            .iter()
-            .map(|o| OutputSpec {
-                depth: o.queue_depth,
-                gso: gso && crate::sockets::supports_gso(&o.socket),
-                counters: Arc::clone(&o.counters),
-            })
-            .collect();
-        let output_fds = f.outputs.iter().map(|o| o.socket.as_raw_fd()).collect();
-        let legs = f
-            .legs
-            .into_iter()
-            .enumerate()
-            .map(|(i, ingress)| Leg::new(&f.name, i, ingress, f.health, &f.counters))
-            .collect();
-        let flow = Self {
-            name: f.name,
-            output_fds,
-            legs,
-            _outputs: f.outputs.into_iter().map(|o| o.socket).collect(),
-        };
-        (flow, specs, f.counters, f.redundancy)
-    }
-
-    /// Leg `leg`, if the flow has it.
-    pub(super) fn leg(&self, leg: LegId) -> Option<&Leg> {
-        self.legs.get(leg.index())
-    }
-
-    pub(super) fn leg_mut(&mut self, leg: LegId) -> Option<&mut Leg> {
-        self.legs.get_mut(leg.index())
-    }
-
-    /// Every leg's number.
-    pub(super) fn leg_ids(&self) -> impl Iterator<Item = LegId> + Clone + use<> {
-        (0..u8::try_from(self.legs.len()).unwrap_or(0)).map(LegId)
-    }
-}
-
-impl Leg {
-    /// Packet ingress on a frame-slot ring that is busy enough to be
-    /// walked every `WAKE_INTERVAL` rather than woken per frame.
-    pub(super) fn walks_by_interval(&self) -> bool {
-        self.packet_ring
-            .as_ref()
-            .is_some_and(|r| r.layout() == Layout::Frames && r.wake.wake() == Wake::Interval)
-    }
-
-    fn new(
-        flow: &str,
-        index: usize,
-        ingress: IngressSocket,
-        health: crate::health::HealthSettings,
-        counters: &Arc<crate::counters::FlowCounters>,
-    ) -> Self {
-        let packet_ring =
-            ingress
-                .packet_filter()
-                .and_then(|_| match PacketRing::new(ingress.fd()) {
-                    Ok(ring) => {
-                        match ring.layout() {
-                            Layout::Blocks => tracing::info!(
-                                flow,
-                                leg = index,
-                                blocks = ring.blocks(),
-                                "packet ingress on a TPACKET_V3 ring"
-                            ),
-                            Layout::Frames => tracing::info!(
-                                flow,
-                                leg = index,
-                                blocks = ring.blocks(),
-                                "packet ingress on a TPACKET_V2 ring (woken per frame when idle)"
-                            ),
-                        }
-                        Some(ring)
-                    }
-                    Err(e) => {
-                        tracing::error!(
-                            flow,
-                            leg = index,
-                            "no packet ring ({e}): this packet leg receives nothing"
-                        );
-                        None
-                    }
-                });
-        Self {
-            fd: ingress.fd(),
-            armed: false,
-            error_logged: false,
-            health: crate::health::InputHealth::for_leg(health, Arc::clone(counters), index),
-            packet: ingress.packet_filter(),
-            ring_pending: false,
-            packet_ring,
-            _ingress: ingress,
-        }
-    }
-}
-
 pub(super) struct Worker {
     // Field order is drop order: the io_uring (and with it every
     // registration and pending request) goes before the memory and sockets
@@ -205,7 +49,7 @@ pub(super) struct Worker {
     /// Indexed by [`FlowId`], as the core's flows; `None` is a free number.
     pub(super) flows: Vec<Option<Flow>>,
     pub(super) multishot: bool,
-    gso_enabled: bool,
+    pub(super) gso_enabled: bool,
     pub(super) index: usize,
     cpu: Option<usize>,
     pub(super) loop_counters: Arc<LoopCounters>,
@@ -216,8 +60,8 @@ pub(super) struct Worker {
     /// most once; room for every leg of every flow, so a push never
     /// allocates.
     pub(super) health_unpublished: Vec<(FlowId, LegId)>,
-    commands: mpsc::Receiver<Command>,
-    events: mpsc::Sender<Event>,
+    pub(super) commands: mpsc::Receiver<Command>,
+    pub(super) events: mpsc::Sender<Event>,
     /// Written by the control plane after queueing a command; its poll is
     /// armed on the ring while `wake_armed`.
     waker: super::wake::Waker,
@@ -225,7 +69,7 @@ pub(super) struct Worker {
     /// Flows to visit at the end of this turn (not every flow).
     pub(super) attention: super::attention::Attention,
     /// Flows being removed, until their last send completes.
-    removing: Vec<FlowId>,
+    pub(super) removing: Vec<FlowId>,
 }
 
 impl Worker {
@@ -346,27 +190,6 @@ impl Worker {
             "worker ready"
         );
         Ok(w)
-    }
-
-    /// Give a flow a number in the core and here; its name back when
-    /// `limit` flows exist already.
-    fn place(&mut self, f: FlowSockets, limit: usize) -> Result<FlowId, String> {
-        let (flow, specs, counters, redundancy) = Flow::new(f, self.gso_enabled);
-        let legs = u8::try_from(flow.legs.len()).unwrap_or(u8::MAX);
-        let Some(id) = self.core.add_flow(specs, counters, legs, redundancy, limit) else {
-            return Err(flow.name);
-        };
-        if self.flows.len() <= id.index() {
-            self.flows.resize_with(id.index() + 1, || None);
-        }
-        self.flows[id.index()] = Some(flow);
-        let room = self.flows.len() * usize::from(LegId::MAX_LEGS);
-        self.health_unpublished
-            .reserve(room.saturating_sub(self.health_unpublished.len()));
-        self.attention.reserve(self.flows.len());
-        self.removing
-            .reserve(self.flows.len().saturating_sub(self.removing.len()));
-        Ok(id)
     }
 
     /// Publish the stream health of every leg that received since the
@@ -622,129 +445,6 @@ impl Worker {
         if self.core.is_paused(f) || flow.legs.iter().any(leg_needs) {
             self.attention.notice(f);
         }
-    }
-
-    /// Apply the commands the control plane queued (a reload).
-    fn take_commands(&mut self) {
-        while let Ok(command) = self.commands.try_recv() {
-            match command {
-                Command::AddFlow(f) => self.add_flow(*f),
-                Command::RemoveFlow(name) => self.remove_flow(name),
-                Command::SetStandby(standby) => self.set_standby(standby),
-            }
-        }
-    }
-
-    fn add_flow(&mut self, f: FlowSockets) {
-        let worker = self.index;
-        if f.outputs.len() > usize::from(u16::MAX) {
-            return self.report(Event::FlowRefused {
-                worker,
-                flow: f.name,
-                reason: format!("more than {} outputs", u16::MAX),
-            });
-        }
-        // Single receives name their buffer by flow number and leg.
-        let limit = if self.multishot {
-            FlowId::LIMIT - 1
-        } else {
-            self.receive_buffers.len() / usize::from(LegId::MAX_LEGS)
-        };
-        let outputs = f.outputs.len();
-        let legs = f.legs.len();
-        if legs == 0 || legs > usize::from(LegId::MAX_LEGS) {
-            return self.report(Event::FlowRefused {
-                worker,
-                flow: f.name,
-                reason: format!("{legs} inputs; a flow has 1 to {}", LegId::MAX_LEGS),
-            });
-        }
-        match self.place(f, limit) {
-            Ok(id) => {
-                self.arm_receives(id);
-                self.notice_if_needed(id);
-                let name = self.flows[id.index()]
-                    .as_ref()
-                    .map(|f| f.name.clone())
-                    .unwrap_or_default();
-                tracing::info!(worker, flow = %name, legs, outputs, "flow added");
-                self.report(Event::FlowAdded { worker, flow: name });
-            }
-            Err(name) => self.report(Event::FlowRefused {
-                worker,
-                flow: name,
-                reason: format!("worker {worker} already has {limit} flows"),
-            }),
-        }
-    }
-
-    fn remove_flow(&mut self, name: String) {
-        let found = self.ids().find(|&f| {
-            !self.core.is_removing(f)
-                && self.flows[f.index()]
-                    .as_ref()
-                    .is_some_and(|fl| fl.name == name)
-        });
-        match found {
-            Some(f) => {
-                self.core.remove_flow(f);
-                self.cancel_receives(f);
-                // Room reserved when the flow was placed.
-                self.removing.push(f);
-            }
-            None => self.report(Event::FlowUnknown {
-                worker: self.index,
-                flow: name,
-            }),
-        }
-    }
-
-    /// Drop the flows whose remove has finished: nothing of theirs is left
-    /// in the kernel, so their sockets can close.
-    fn finish_removals(&mut self) {
-        let mut i = 0;
-        while let Some(&f) = self.removing.get(i) {
-            let done = self.flows[f.index()]
-                .as_ref()
-                .is_some_and(|fl| fl.legs.iter().all(|l| !l.armed))
-                && self.core.is_removing(f)
-                && self.core.is_quiet(f);
-            if !done {
-                i += 1;
-                continue;
-            }
-            self.removing.swap_remove(i);
-            if let Some(flow) = self.flows[f.index()].take() {
-                self.core.forget(f);
-                tracing::info!(worker = self.index, flow = %flow.name, "flow removed");
-                self.report(Event::FlowRemoved {
-                    worker: self.index,
-                    flow: flow.name,
-                });
-            }
-        }
-    }
-
-    /// Flip warm standby ([`crate::core::standby`]): the flows' sockets
-    /// and receives stay as they are.
-    fn set_standby(&mut self, standby: bool) {
-        if self.core.is_standby() != standby {
-            self.core.set_standby(standby);
-            tracing::info!(
-                worker = self.index,
-                mode = if standby { "standby" } else { "active" },
-                "mode changed"
-            );
-        }
-        self.report(Event::ModeSet {
-            worker: self.index,
-            standby,
-        });
-    }
-
-    fn report(&self, event: Event) {
-        // The control plane may have stopped listening; the worker goes on.
-        let _ = self.events.send(event);
     }
 
     /// Requests still pending at exit may make the kernel read pool buffers

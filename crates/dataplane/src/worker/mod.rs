@@ -24,7 +24,9 @@
 //! ring frames into the core's "datagram received".
 
 mod attention;
+mod commands;
 mod driver;
+mod flow;
 mod receive;
 mod wake;
 

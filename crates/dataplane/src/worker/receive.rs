@@ -10,7 +10,8 @@ use io_uring::cqueue;
 use io_uring::opcode;
 use io_uring::types::{CancelBuilder, Fd};
 
-use super::driver::{CQE_BATCH, Leg, Worker, single_buffer};
+use super::driver::{CQE_BATCH, Worker, single_buffer};
+use super::flow::Leg;
 use crate::core::{FlowId, LegId, Received};
 use crate::packet_ring::{Layout, PacketRing, Wake};
 use crate::receive_buffers::BUFFER_LEN;

@@ -19,6 +19,7 @@
 //! holds what readers see, [`error`] the typed errors.
 
 mod error;
+mod interfaces;
 mod mode;
 mod placement;
 mod plan;
@@ -40,10 +41,11 @@ use mcrelay_pool::PoolConfig;
 
 use self::error::FlowCommandError;
 pub use self::error::StartError;
+use self::interfaces::blocked;
 use self::placement::{Placement, start_order, worker_cpus};
 pub use self::report::{Shared, SharedHandle, lock};
-use self::report::{entry_mut, log_output, new_entry, note_outputs, print_final, share};
-use crate::links::{self, Blocked, LinkTable};
+use self::report::{entry_mut, new_entry, note_outputs, print_final, share};
+use crate::links::LinkTable;
 use crate::outputs::Unconnected;
 use crate::sockets::Opener;
 
@@ -76,43 +78,6 @@ struct Managed {
     retry: Option<(Instant, Duration)>,
     /// Its outputs not connected yet, while it runs.
     unconnected: Vec<Unconnected>,
-}
-
-/// Why `flow` can't run with the interfaces in `links`; `None` if it can,
-/// or if interfaces are not watched. `running`: whether it runs now.
-///
-/// Every output's interface must be up. Of the legs (inputs), one up is
-/// enough: a flow with several legs keeps running on the others while
-/// one leg's interface is down or gone (its sockets stay open and the
-/// leg receives again when the interface is back), and it starts while
-/// one is down, as long as every leg's interface exists (its sockets
-/// can't be opened otherwise).
-fn blocked(links: Option<&LinkTable>, flow: &Flow, running: bool) -> Option<FlowState> {
-    let links = links?;
-    let state = |b: Blocked| match b {
-        Blocked::Down(interface) => FlowState::InterfaceDown { interface },
-        Blocked::Missing(interface) => FlowState::WaitingForInterface { interface },
-    };
-    let outputs = flow.outputs.iter().map(|o| o.interface.as_str());
-    if let Some(b) = links::blocked(links, outputs) {
-        return Some(state(b));
-    }
-    let legs: Vec<Option<Blocked>> = flow
-        .inputs
-        .iter()
-        .map(|i| links::blocked(links, [i.interface.as_str()]))
-        .collect();
-    if legs.iter().all(Option::is_some) {
-        return legs.into_iter().flatten().next().map(state);
-    }
-    if !running {
-        return legs
-            .into_iter()
-            .flatten()
-            .find(|b| matches!(b, Blocked::Missing(_)))
-            .map(state);
-    }
-    None
 }
 
 /// `opened` writing into `stats` (the flow's counters since it was
@@ -378,117 +343,6 @@ impl Daemon {
         };
     }
 
-    /// Netlink reported a change of the interfaces: pause the flows that
-    /// lost one, resume those whose interfaces are all back.
-    pub fn links_changed(&mut self, table: LinkTable) {
-        self.links = Some(table);
-        self.reconcile();
-    }
-
-    /// Bring every flow in line with its interfaces: a running flow with
-    /// an interface down or missing is paused (counted, logged once); a
-    /// stopped flow whose interfaces are all up is started (a failed start
-    /// is retried with a growing delay). Other flows are not touched.
-    pub fn reconcile(&mut self) {
-        self.retry_outputs();
-        for i in 0..self.flows.len() {
-            let m = &self.flows[i];
-            match (m.running, blocked(self.links.as_ref(), &m.flow, m.running)) {
-                (true, None) => {}
-                (true, Some(state)) => self.pause(i, state),
-                (false, Some(state)) => {
-                    self.flows[i].retry = None;
-                    let name = self.flows[i].flow.name.clone();
-                    if self.set_flow_state(&name, state.clone()) {
-                        tracing::warn!(flow = %name, "{state}");
-                    }
-                }
-                (false, None) => {
-                    if m.retry.is_some_and(|(at, _)| Instant::now() < at) {
-                        continue;
-                    }
-                    self.resume(i);
-                }
-            }
-        }
-        self.refresh_state();
-    }
-
-    /// Try again to connect the outputs of running flows that aren't.
-    fn retry_outputs(&mut self) {
-        for m in self.flows.iter_mut().filter(|m| !m.unconnected.is_empty()) {
-            let results = crate::outputs::retry(&mut m.unconnected);
-            let mut shared = lock(&self.shared);
-            if let Some(e) = entry_mut(&mut shared, &m.flow.name) {
-                for (index, result) in results {
-                    log_output(e, index, result);
-                }
-            }
-        }
-    }
-
-    /// Set flow `name`'s published state; whether it changed.
-    fn set_flow_state(&self, name: &str, state: FlowState) -> bool {
-        let mut shared = lock(&self.shared);
-        match entry_mut(&mut shared, name) {
-            Some(e) if e.state != state => {
-                e.state = state;
-                true
-            }
-            _ => false,
-        }
-    }
-
-    /// Take running flow `i` off its worker because of `state`.
-    fn pause(&mut self, i: usize, state: FlowState) {
-        let (name, worker) = (self.flows[i].flow.name.clone(), self.flows[i].worker);
-        if let Err(e) = self.remove_from_worker(&name, worker) {
-            tracing::error!(flow = %name, "pausing: {}", crate::chain::Chain(&e));
-        }
-        self.flows[i].running = false;
-        self.flows[i].retry = None;
-        self.flows[i].unconnected.clear();
-        let mut shared = lock(&self.shared);
-        if let Some(e) = entry_mut(&mut shared, &name) {
-            e.close_ingress();
-            e.interface_pauses += 1;
-            e.state = state.clone();
-        }
-        tracing::warn!(flow = %name, "{state}; the flow resumes when the interface is up");
-    }
-
-    /// Start stopped flow `i`; on failure, publish why (logged when the
-    /// reason changes) and schedule a retry.
-    fn resume(&mut self, i: usize) {
-        let name = self.flows[i].flow.name.clone();
-        match self.start_on_worker(i) {
-            Ok(before) => {
-                self.flows[i].retry = None;
-                if before.is_running() {
-                    tracing::info!(flow = %name, "started");
-                } else {
-                    tracing::info!(flow = %name, "relaying again (was {before})");
-                }
-            }
-            Err(e) => {
-                let delay = self.flows[i]
-                    .retry
-                    .map_or(RETRY_FIRST, |(_, d)| (d * 2).min(RETRY_MAX));
-                self.flows[i].retry = Some((Instant::now() + delay, delay));
-                let state = FlowState::OpenFailed {
-                    error: crate::chain::Chain(&e).to_string(),
-                };
-                if self.set_flow_state(&name, state) {
-                    tracing::error!(
-                        flow = %name,
-                        "not started: {}; retrying in {delay:?}, then less often",
-                        crate::chain::Chain(&e)
-                    );
-                }
-            }
-        }
-    }
-
     /// Open flow `i`'s sockets and hand them to its worker, with the
     /// flow's counters. The state it had before.
     fn start_on_worker(&mut self, i: usize) -> Result<FlowState, FlowCommandError> {
@@ -602,71 +456,4 @@ fn clone_ingress(opened: &FlowSockets) -> std::io::Result<mcrelay_dataplane::soc
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::links::{InterfaceState, LinkMessage, LinkTable};
-
-    /// Interfaces in `states` (absent ones are missing).
-    fn table(states: &[(&str, InterfaceState)]) -> LinkTable {
-        let mut t = LinkTable::default();
-        for (index, (name, state)) in (1..).zip(states) {
-            let up = u32::try_from(libc::IFF_UP | libc::IFF_RUNNING).unwrap_or(0);
-            if *state != InterfaceState::Missing {
-                t.apply(&LinkMessage {
-                    deleted: false,
-                    family: 0,
-                    index,
-                    flags: if *state == InterfaceState::Up { up } else { 0 },
-                    name: Some((*name).to_owned()),
-                    operstate: None,
-                });
-            }
-        }
-        t
-    }
-
-    #[test]
-    fn one_leg_up_is_enough_every_output_must_be() {
-        use InterfaceState::{Down, Missing, Up};
-        let f = placement::tests::flow_with_legs("legs", 2); // eth0, eth1 -> eth9
-        let blocked =
-            |states: &[(&str, InterfaceState)], running| blocked(Some(&table(states)), &f, running);
-        let all_up = [("eth0", Up), ("eth1", Up), ("eth9", Up)];
-        assert_eq!(blocked(&all_up, false), None);
-        // One leg down: the flow runs on, and starts.
-        let a_down = [("eth0", Down), ("eth1", Up), ("eth9", Up)];
-        assert_eq!(blocked(&a_down, true), None);
-        assert_eq!(blocked(&a_down, false), None);
-        // One leg gone: running on the other; not started (its sockets
-        // can't be opened).
-        let a_gone = [("eth0", Missing), ("eth1", Up), ("eth9", Up)];
-        assert_eq!(blocked(&a_gone, true), None);
-        assert_eq!(
-            blocked(&a_gone, false),
-            Some(FlowState::WaitingForInterface {
-                interface: "eth0".into()
-            })
-        );
-        // Every leg down: paused, naming the first.
-        let both = [("eth0", Down), ("eth1", Missing), ("eth9", Up)];
-        assert_eq!(
-            blocked(&both, true),
-            Some(FlowState::InterfaceDown {
-                interface: "eth0".into()
-            })
-        );
-        // An output down: paused whatever the legs.
-        let out = [("eth0", Up), ("eth1", Up), ("eth9", Down)];
-        assert_eq!(
-            blocked(&out, true),
-            Some(FlowState::InterfaceDown {
-                interface: "eth9".into()
-            })
-        );
-        // A one-input flow: its input down pauses it, as before.
-        let single = placement::tests::flow("one", 1, None); // eth0 -> eth1
-        let down = table(&[("eth0", Down), ("eth1", Up)]);
-        assert!(super::blocked(Some(&down), &single, true).is_some());
-        assert_eq!(super::blocked(None, &f, false), None, "not watched");
-    }
-}
+mod tests;

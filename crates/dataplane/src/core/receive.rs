@@ -1,0 +1,282 @@
+//! Admission: a datagram in on a flow's leg, its redundancy rule, and
+//! the loop turn that serves what the rules have due.
+
+use mcrelay_pool::MAX_PAYLOAD;
+
+use super::redundancy::Mode;
+use super::redundancy::failover::Pass;
+use super::redundancy::merge::Verdict;
+use super::{Core, Flow, FlowId, LegId, Parts, Received};
+
+impl Core {
+    /// [`Core::receive_on`] for a flow's first leg at time 0 (a
+    /// `Single` flow reads no clock).
+    #[inline]
+    pub fn receive(&mut self, flow: FlowId, payload: &[u8]) -> Received {
+        self.receive_on(flow, LegId(0), payload, 0)
+    }
+
+    /// Admission, the packet path: count, apply the flow's redundancy rule
+    /// (which may drop the datagram, counted, before it takes a buffer),
+    /// classify, take a pool buffer, copy `payload` into it once, and
+    /// queue it on every output of `flow` that has room (or, merging with
+    /// a delay, hold it until its turn). `leg` is the input it came from,
+    /// `now_ns` the driver's clock.
+    #[inline]
+    pub fn receive_on(
+        &mut self,
+        flow: FlowId,
+        leg: LegId,
+        payload: &[u8],
+        now_ns: u64,
+    ) -> Received {
+        let Some(f) = self.flows.get_mut(flow.index()).and_then(Option::as_mut) else {
+            return Received::Dropped;
+        };
+        // The one-leg relay nearly every flow is: one branch on the rule,
+        // then admission and queueing as before redundancy existed (no
+        // ticket, no timer, no second look at the outputs, nothing of
+        // the other rules' state live in its registers).
+        if !matches!(f.mode, Mode::Single) {
+            return self.receive_redundant(flow, leg, payload, now_ns);
+        }
+        if let Err(dropped) = f.count_in(leg, payload.len(), self.standby) {
+            return dropped;
+        }
+        let mut parts = Parts {
+            pool: &mut self.pool,
+            in_flight: &mut self.in_flight,
+            reserve: &mut self.reserve,
+            dirty: &mut self.dirty,
+        };
+        let (buf, uses) =
+            match parts.admit(&f.outputs, &f.counters, &mut f.held, &mut f.paused, payload) {
+                Ok(admitted) => admitted,
+                Err(dropped) => return dropped,
+            };
+        // `legs` is at most the counters' length.
+        if let Some(c) = f.counters.redundancy.forwarded.get(leg.index()) {
+            c.inc();
+        }
+        parts.enqueue_uses(flow, &mut f.outputs, &mut f.held, buf, uses);
+        Received::Queued
+    }
+
+    /// [`Core::receive_on`] for a merge or failover flow. Inlined: out of
+    /// line (`#[inline(never)]` or `#[cold]`) merge and failover cost
+    /// ~100 instructions more per delivered packet
+    /// (`benches/redundancy_instructions.rs`).
+    #[inline(always)]
+    fn receive_redundant(
+        &mut self,
+        flow: FlowId,
+        leg: LegId,
+        payload: &[u8],
+        now_ns: u64,
+    ) -> Received {
+        let Some(f) = self.flows.get_mut(flow.index()).and_then(Option::as_mut) else {
+            return Received::Dropped;
+        };
+        if let Err(dropped) = f.count_in(leg, payload.len(), self.standby) {
+            return dropped;
+        }
+        let red = &f.counters.redundancy;
+        // Looked up once admitted (`legs` is at most the counters' length).
+        let forwarded = || red.forwarded.get(leg.index());
+        let counters = &*f.counters;
+        let Flow {
+            outputs,
+            paused,
+            held,
+            mode,
+            ready,
+            ..
+        } = f;
+        let fo_or_merge = mode;
+        let mut parts = Parts {
+            pool: &mut self.pool,
+            in_flight: &mut self.in_flight,
+            reserve: &mut self.reserve,
+            dirty: &mut self.dirty,
+        };
+        // The rule's verdict, before any buffer is taken.
+        let ticket = match fo_or_merge {
+            Mode::Single => return Received::Dropped,
+            Mode::Failover(fo) => {
+                match fo.admit(leg, payload, now_ns, red) {
+                    Pass::Forward(seq) => {
+                        // The active leg's silence (or a revert) is next;
+                        // a standby datagram changes neither.
+                        if let Some(deadline) = fo.deadline(now_ns) {
+                            self.timers.arm(flow, deadline);
+                        }
+                        Ticket::Failover(seq)
+                    }
+                    Pass::Standby => match red.standby.get(leg.index()) {
+                        Some(c) => return drop(c),
+                        None => return Received::Dropped,
+                    },
+                    Pass::Duplicate => return drop(&red.duplicates),
+                    Pass::Late => return drop(&red.late),
+                    Pass::NotRtp => return drop(&red.not_rtp),
+                }
+            }
+            Mode::Merge(m) => {
+                let Some(h) = mcrelay_wire::rtp::parse(payload) else {
+                    return drop(&red.not_rtp);
+                };
+                let verdict = m.classify(leg, h.sequence, h.ssrc, now_ns, red, &mut |buf| {
+                    parts.enqueue(flow, outputs, held, buf);
+                });
+                if let Some(deadline) = m.deadline() {
+                    self.timers.arm(flow, deadline);
+                }
+                match verdict {
+                    Verdict::New(ext) => Ticket::Merge(ext),
+                    Verdict::Duplicate => return drop(&red.duplicates),
+                    Verdict::Late => return drop(&red.late),
+                }
+            }
+        };
+        let (buf, uses) = match parts.admit(outputs, counters, held, paused, payload) {
+            Ok(admitted) => admitted,
+            Err(dropped) => return dropped,
+        };
+        if let Some(c) = forwarded() {
+            c.inc();
+        }
+        let buf = match (ticket, fo_or_merge) {
+            (Ticket::Failover(seq), Mode::Failover(fo)) => {
+                fo.sent(seq, red);
+                Some(buf)
+            }
+            (Ticket::Merge(ext), Mode::Merge(m)) => {
+                let buf = m.commit(ext, buf);
+                if m.delays() {
+                    if let Some(buf) = buf {
+                        parts.enqueue(flow, outputs, held, buf);
+                    }
+                    if parts.release_ready(flow, m, outputs, held, now_ns) && !*ready {
+                        *ready = true;
+                        self.ready.push(flow);
+                    }
+                    // Its turn may have opened windows to close.
+                    if let Some(deadline) = m.deadline() {
+                        self.timers.arm(flow, deadline);
+                    }
+                    None
+                } else {
+                    buf
+                }
+            }
+            _ => Some(buf),
+        };
+        if let Some(buf) = buf {
+            // Nothing was queued since admission counted the outputs with
+            // room.
+            parts.enqueue_uses(flow, outputs, held, buf, uses);
+        }
+        Received::Queued
+    }
+
+    /// A loop turn at `now_ns`: what the redundancy rules have due —
+    /// held packets whose turn came (also those stopped by full queues
+    /// last turn), numbers missing for the merge delay skipped, merge
+    /// windows accounted, the failover rule. O(flows with something
+    /// due). Call it before flushing.
+    pub fn tick(&mut self, now_ns: u64) {
+        let mut due = std::mem::take(&mut self.due);
+        due.clear();
+        self.timers.expire(now_ns, &mut due);
+        due.append(&mut self.ready);
+        for &flow in &due {
+            self.serve(flow, now_ns);
+        }
+        due.clear();
+        self.due = due;
+    }
+
+    /// When the driver should tick next at the latest (its wait's
+    /// timeout): now when held packets are ready, the next timer slot when
+    /// a timer is armed, `None` when nothing is pending.
+    pub fn next_tick_ns(&self) -> Option<u64> {
+        if !self.ready.is_empty() {
+            return Some(0);
+        }
+        self.timers.next_ns()
+    }
+
+    fn serve(&mut self, flow: FlowId, now_ns: u64) {
+        let Some(f) = self.flows.get_mut(flow.index()).and_then(Option::as_mut) else {
+            return;
+        };
+        let red = &f.counters.redundancy;
+        f.ready = false;
+        let deadline = match &mut f.mode {
+            Mode::Single => None,
+            Mode::Failover(fo) => {
+                fo.evaluate(now_ns, red);
+                fo.deadline(now_ns)
+            }
+            Mode::Merge(m) => {
+                let mut parts = Parts {
+                    pool: &mut self.pool,
+                    in_flight: &mut self.in_flight,
+                    reserve: &mut self.reserve,
+                    dirty: &mut self.dirty,
+                };
+                if parts.release_ready(flow, m, &mut f.outputs, &mut f.held, now_ns) {
+                    f.ready = true;
+                    self.ready.push(flow);
+                }
+                m.finalise(now_ns, red);
+                m.deadline()
+            }
+        };
+        if let Some(deadline) = deadline {
+            self.timers.arm(flow, deadline);
+        }
+    }
+}
+
+/// What a flow's redundancy rule let through, to complete once the
+/// datagram has a buffer.
+#[derive(Debug, Clone, Copy)]
+enum Ticket {
+    /// With the number to mark as sent.
+    Failover(Option<(u16, u32)>),
+    /// Its extended sequence number.
+    Merge(u64),
+}
+
+/// Count a datagram a redundancy rule dropped.
+fn drop(counter: &crate::counters::Counter) -> Received {
+    counter.inc();
+    Received::Dropped
+}
+
+impl Flow {
+    /// Count a datagram in on `leg`; why it is dropped (counted) before
+    /// its rule sees it: a leg the flow does not have, a standby worker
+    /// (discarded, not dropped), or too large.
+    #[inline(always)]
+    fn count_in(&self, leg: LegId, len: usize, standby: bool) -> Result<(), Received> {
+        self.counters.packets_in.inc();
+        self.counters.bytes_in.add(len as u64);
+        if leg.0 >= self.legs {
+            self.counters.redundancy.unknown_leg.inc();
+            return Err(Received::Dropped);
+        }
+        if standby {
+            // Warm standby (`core::standby`): counted and discarded before
+            // admission, so nothing is sent.
+            self.counters.standby_discarded.inc();
+            return Err(Received::Standby);
+        }
+        if len > MAX_PAYLOAD {
+            self.counters.drops.oversize.inc();
+            return Err(Received::Dropped);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,158 @@
+//! Flows and their interfaces: a flow whose interface goes down is
+//! paused, and started again once every interface it needs is back.
+
+use std::time::Instant;
+
+use super::report::{entry_mut, log_output};
+use super::{Daemon, Flow, FlowState, RETRY_FIRST, RETRY_MAX, lock};
+use crate::links::{self, Blocked, LinkTable};
+
+/// Why `flow` can't run with the interfaces in `links`; `None` if it can,
+/// or if interfaces are not watched. `running`: whether it runs now.
+///
+/// Every output's interface must be up. Of the legs (inputs), one up is
+/// enough: a flow with several legs keeps running on the others while
+/// one leg's interface is down or gone (its sockets stay open and the
+/// leg receives again when the interface is back), and it starts while
+/// one is down, as long as every leg's interface exists (its sockets
+/// can't be opened otherwise).
+pub(super) fn blocked(links: Option<&LinkTable>, flow: &Flow, running: bool) -> Option<FlowState> {
+    let links = links?;
+    let state = |b: Blocked| match b {
+        Blocked::Down(interface) => FlowState::InterfaceDown { interface },
+        Blocked::Missing(interface) => FlowState::WaitingForInterface { interface },
+    };
+    let outputs = flow.outputs.iter().map(|o| o.interface.as_str());
+    if let Some(b) = links::blocked(links, outputs) {
+        return Some(state(b));
+    }
+    let legs: Vec<Option<Blocked>> = flow
+        .inputs
+        .iter()
+        .map(|i| links::blocked(links, [i.interface.as_str()]))
+        .collect();
+    if legs.iter().all(Option::is_some) {
+        return legs.into_iter().flatten().next().map(state);
+    }
+    if !running {
+        return legs
+            .into_iter()
+            .flatten()
+            .find(|b| matches!(b, Blocked::Missing(_)))
+            .map(state);
+    }
+    None
+}
+
+impl Daemon {
+    /// Netlink reported a change of the interfaces: pause the flows that
+    /// lost one, resume those whose interfaces are all back.
+    pub fn links_changed(&mut self, table: LinkTable) {
+        self.links = Some(table);
+        self.reconcile();
+    }
+
+    /// Bring every flow in line with its interfaces: a running flow with
+    /// an interface down or missing is paused (counted, logged once); a
+    /// stopped flow whose interfaces are all up is started (a failed start
+    /// is retried with a growing delay). Other flows are not touched.
+    pub fn reconcile(&mut self) {
+        self.retry_outputs();
+        for i in 0..self.flows.len() {
+            let m = &self.flows[i];
+            match (m.running, blocked(self.links.as_ref(), &m.flow, m.running)) {
+                (true, None) => {}
+                (true, Some(state)) => self.pause(i, state),
+                (false, Some(state)) => {
+                    self.flows[i].retry = None;
+                    let name = self.flows[i].flow.name.clone();
+                    if self.set_flow_state(&name, state.clone()) {
+                        tracing::warn!(flow = %name, "{state}");
+                    }
+                }
+                (false, None) => {
+                    if m.retry.is_some_and(|(at, _)| Instant::now() < at) {
+                        continue;
+                    }
+                    self.resume(i);
+                }
+            }
+        }
+        self.refresh_state();
+    }
+
+    /// Try again to connect the outputs of running flows that aren't.
+    pub(super) fn retry_outputs(&mut self) {
+        for m in self.flows.iter_mut().filter(|m| !m.unconnected.is_empty()) {
+            let results = crate::outputs::retry(&mut m.unconnected);
+            let mut shared = lock(&self.shared);
+            if let Some(e) = entry_mut(&mut shared, &m.flow.name) {
+                for (index, result) in results {
+                    log_output(e, index, result);
+                }
+            }
+        }
+    }
+
+    /// Set flow `name`'s published state; whether it changed.
+    pub(super) fn set_flow_state(&self, name: &str, state: FlowState) -> bool {
+        let mut shared = lock(&self.shared);
+        match entry_mut(&mut shared, name) {
+            Some(e) if e.state != state => {
+                e.state = state;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Take running flow `i` off its worker because of `state`.
+    pub(super) fn pause(&mut self, i: usize, state: FlowState) {
+        let (name, worker) = (self.flows[i].flow.name.clone(), self.flows[i].worker);
+        if let Err(e) = self.remove_from_worker(&name, worker) {
+            tracing::error!(flow = %name, "pausing: {}", crate::chain::Chain(&e));
+        }
+        self.flows[i].running = false;
+        self.flows[i].retry = None;
+        self.flows[i].unconnected.clear();
+        let mut shared = lock(&self.shared);
+        if let Some(e) = entry_mut(&mut shared, &name) {
+            e.close_ingress();
+            e.interface_pauses += 1;
+            e.state = state.clone();
+        }
+        tracing::warn!(flow = %name, "{state}; the flow resumes when the interface is up");
+    }
+
+    /// Start stopped flow `i`; on failure, publish why (logged when the
+    /// reason changes) and schedule a retry.
+    pub(super) fn resume(&mut self, i: usize) {
+        let name = self.flows[i].flow.name.clone();
+        match self.start_on_worker(i) {
+            Ok(before) => {
+                self.flows[i].retry = None;
+                if before.is_running() {
+                    tracing::info!(flow = %name, "started");
+                } else {
+                    tracing::info!(flow = %name, "relaying again (was {before})");
+                }
+            }
+            Err(e) => {
+                let delay = self.flows[i]
+                    .retry
+                    .map_or(RETRY_FIRST, |(_, d)| (d * 2).min(RETRY_MAX));
+                self.flows[i].retry = Some((Instant::now() + delay, delay));
+                let state = FlowState::OpenFailed {
+                    error: crate::chain::Chain(&e).to_string(),
+                };
+                if self.set_flow_state(&name, state) {
+                    tracing::error!(
+                        flow = %name,
+                        "not started: {}; retrying in {delay:?}, then less often",
+                        crate::chain::Chain(&e)
+                    );
+                }
+            }
+        }
+    }
+}
