@@ -10,13 +10,12 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddrV4, TcpStream, UdpSocket};
+use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Topology, ctl, in_netns};
+use common::{Topology, ctl, in_netns, scrape_in, stats_json};
 use mcrelay_wire::{rtp, ts};
 
 const METRICS: &str = "10.10.1.2:9464";
@@ -42,9 +41,7 @@ fn send_from_a(t: &Topology, group: Ipv4Addr, datagrams: Vec<Vec<u8>>) {
 }
 
 fn stats(socket: &Path) -> serde_json::Value {
-    let (code, out) = ctl(socket, &["stats", "--json"]);
-    assert_eq!(code, 0, "{out}");
-    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+    stats_json(socket)
 }
 
 fn flow<'a>(s: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
@@ -69,14 +66,7 @@ fn wait_for_packets(socket: &Path, name: &str, packets: u64) -> serde_json::Valu
 
 /// `/metrics` of the daemon in R, fetched from inside R.
 fn metrics(t: &Topology) -> String {
-    in_netns(&t.r, || {
-        let mut c = TcpStream::connect(METRICS).expect("connect to metrics");
-        c.write_all(b"GET /metrics HTTP/1.0\r\n\r\n")
-            .expect("request");
-        let mut body = String::new();
-        c.read_to_string(&mut body).expect("response");
-        body
-    })
+    scrape_in(&t.r, METRICS)
 }
 
 /// The value of `name{flow="flow",input="input"}` in `text`.

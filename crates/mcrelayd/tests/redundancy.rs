@@ -17,13 +17,11 @@
 mod common;
 
 use std::fs;
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Instant;
 
-use common::{Relay, Topology, ctl, in_netns, loadgen, signal, wait_until};
+use common::{Relay, Topology, ctl, loadgen, scrape_in, signal, wait_until};
 use serde_json::Value;
 
 /// Datagrams a second of every stream here: a sequence number is a
@@ -259,14 +257,7 @@ fn redundancy(s: &Value) -> &Value {
 
 /// `/metrics` of the daemon, fetched from inside R.
 fn metrics(t: &Topology) -> String {
-    in_netns(&t.r, || {
-        let mut c = TcpStream::connect(METRICS).expect("connect to metrics");
-        c.write_all(b"GET /metrics HTTP/1.0\r\n\r\n")
-            .expect("request");
-        let mut body = String::new();
-        c.read_to_string(&mut body).expect("response");
-        body
-    })
+    scrape_in(&t.r, METRICS)
 }
 
 /// The value of family `name` for flow f (summed over any further

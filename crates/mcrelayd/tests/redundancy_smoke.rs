@@ -28,7 +28,7 @@ use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{DEADLINE, Topology, ctl, sh};
+use common::{DEADLINE, Topology, ctl, sh, stats_json};
 use mcrelay_wire::rtp;
 
 /// Datagrams in the stream.
@@ -158,9 +158,7 @@ fn sender(local: Ipv4Addr) -> UdpSocket {
 }
 
 fn stats(socket: &Path) -> serde_json::Value {
-    let (code, out) = ctl(socket, &["stats", "--json"]);
-    assert_eq!(code, 0, "{out}");
-    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+    stats_json(socket)
 }
 
 fn merged(s: &serde_json::Value) -> &serde_json::Value {

@@ -578,6 +578,27 @@ pub fn snapshot(socket: &Path) -> mcrelay_control::Snapshot {
     serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}: {json}"))
 }
 
+/// `mcrelayctl stats --json`, parsed.
+pub fn stats_json(socket: &Path) -> serde_json::Value {
+    let (code, out) = ctl(socket, &["stats", "--json"]);
+    assert_eq!(code, 0, "{out}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+/// `GET /metrics` from the daemon's endpoint `addr`, fetched from inside
+/// namespace `ns` (where it listens): the whole response.
+pub fn scrape_in(ns: &str, addr: &'static str) -> String {
+    use std::io::Write;
+    in_netns(ns, move || {
+        let mut c = std::net::TcpStream::connect(addr).expect("connect to metrics");
+        c.write_all(b"GET /metrics HTTP/1.0\r\n\r\n")
+            .expect("request");
+        let mut body = String::new();
+        c.read_to_string(&mut body).expect("response");
+        body
+    })
+}
+
 /// Wait until flow `name` has received at least `n` datagrams: traffic
 /// is under way.
 pub fn wait_for_packets_in(socket: &Path, name: &str, n: u64) {
