@@ -15,7 +15,9 @@ use mcrelay_wire::FlowMatch;
 use mcrelay_wire::bpf::{Instruction, flow_filter};
 use socket2::{Domain, Protocol, Socket, Type};
 
-use crate::sockets::{Ingress, join_group, set_receive_buffer, setsockopt};
+use mcrelay_sys::sockopt::set as setsockopt;
+
+use crate::sockets::{Ingress, join_group, set_receive_buffer};
 
 /// `PACKET_IGNORE_OUTGOING` (linux/if_packet.h, Linux 4.20+).
 const PACKET_IGNORE_OUTGOING: libc::c_int = 23;

@@ -9,7 +9,7 @@
 
 use std::io;
 use std::mem::size_of;
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::fd::{AsFd, AsRawFd};
 
 use nix::sys::socket::{setsockopt, sockopt};
@@ -192,6 +192,22 @@ pub fn join_any_source_group(socket: &impl AsFd, group: IpAddr, ifindex: u32) ->
     set(socket, mcast_level(group), libc::MCAST_JOIN_GROUP, &req)
 }
 
+/// Send IPv4 multicast out of interface `ifindex` (0: none named), or
+/// out of the interface holding `local` (unspecified: none named):
+/// `IP_MULTICAST_IF` with an `ip_mreqn`, which, unlike socket2's
+/// `set_multicast_if_v4`, can name the interface by index.
+pub fn multicast_if_v4(socket: &impl AsFd, ifindex: u32, local: Ipv4Addr) -> io::Result<()> {
+    let req = libc::ip_mreqn {
+        imr_multiaddr: libc::in_addr { s_addr: 0 },
+        imr_address: libc::in_addr {
+            s_addr: u32::from(local).to_be(),
+        },
+        imr_ifindex: libc::c_int::try_from(ifindex)
+            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?,
+    };
+    set(socket, libc::IPPROTO_IP, libc::IP_MULTICAST_IF, &req)
+}
+
 /// A `SocketAddrV4` / `SocketAddrV6` back from a storage (tests).
 #[cfg(test)]
 fn from_storage(storage: &libc::sockaddr_storage) -> Option<SocketAddr> {
@@ -212,7 +228,7 @@ fn from_storage(storage: &libc::sockaddr_storage) -> Option<SocketAddr> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::net::{Ipv4Addr, Ipv6Addr, UdpSocket};
+    use std::net::{Ipv6Addr, UdpSocket};
 
     #[test]
     fn storage_holds_the_address_with_port_zero() {
@@ -243,6 +259,18 @@ mod tests {
         // The same join twice is refused by the kernel: proof it was made.
         let e = join_any_source_group(&t, group, lo).expect_err("joined already");
         assert_eq!(e.raw_os_error(), Some(libc::EADDRINUSE));
+    }
+
+    #[test]
+    fn multicast_goes_out_of_the_interface_named() {
+        let lo = crate::net::interface_index("lo").expect("lo");
+        let s = UdpSocket::bind("127.0.0.1:0").expect("bind");
+        multicast_if_v4(&s, lo, Ipv4Addr::UNSPECIFIED).expect("by index");
+        multicast_if_v4(&s, 0, Ipv4Addr::LOCALHOST).expect("by address");
+        let e = multicast_if_v4(&s, u32::MAX, Ipv4Addr::UNSPECIFIED).expect_err("too big");
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        let e = multicast_if_v4(&s, 0, Ipv4Addr::new(192, 0, 2, 1)).expect_err("not ours");
+        assert_eq!(e.raw_os_error(), Some(libc::EADDRNOTAVAIL));
     }
 
     #[test]
