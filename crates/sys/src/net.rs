@@ -1,6 +1,7 @@
 //! Network interfaces by name.
 
 use std::io;
+use std::net::{IpAddr, SocketAddr};
 
 /// The index of a network interface, or a clear error when it is missing
 /// (`NotFound`, naming the interface) or its name can't be one (`NUL`).
@@ -22,6 +23,27 @@ pub fn interface_index(name: &str) -> io::Result<u32> {
     })
 }
 
+/// The index of the interface that has address `addr` (`getifaddrs`).
+pub fn index_of_address(addr: IpAddr) -> io::Result<u32> {
+    let wanted = SocketAddr::new(addr, 0);
+    let name = nix::ifaddrs::getifaddrs()?
+        .find(|ifa| {
+            ifa.address.as_ref().is_some_and(|a| {
+                let ip = a.as_sockaddr_in().map(|v4| IpAddr::V4(v4.ip()));
+                let ip = ip.or_else(|| a.as_sockaddr_in6().map(|v6| IpAddr::V6(v6.ip())));
+                ip.map(|ip| SocketAddr::new(ip, 0)) == Some(wanted)
+            })
+        })
+        .map(|ifa| ifa.interface_name)
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("no interface has address {addr}"),
+            )
+        })?;
+    Ok(nix::net::if_::if_nametoindex(name.as_str())?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -36,6 +58,12 @@ mod tests {
                 .contains("\"mcrelay-no-such0\" does not exist"),
             "{e}"
         );
+        assert_eq!(
+            index_of_address(IpAddr::from([127, 0, 0, 1])).ok(),
+            Some(interface_index("lo").expect("lo"))
+        );
+        let e = index_of_address(IpAddr::from([192, 0, 2, 123])).expect_err("nobody's");
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
         let e = interface_index("a\0b").expect_err("nul");
         assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
     }
