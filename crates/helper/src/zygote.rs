@@ -20,12 +20,15 @@
 #![allow(unsafe_code)]
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::process::Child;
 use std::time::Duration;
 
+use mcrelay_sys::prctl;
+use nix::errno::Errno;
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use tracing::{info, warn};
 
 use crate::client::{DEFAULT_TIMEOUT, HelperClient};
@@ -33,7 +36,7 @@ use crate::fdpass::{pair, recv_with_fds, send_with_fds};
 use crate::privileges::{
     HELPER_CAPABILITIES, keep_only_capabilities, raise_kept_capabilities, spawn_connected,
 };
-use crate::server::{ServeError, prctl, sanitize_process, serve, take_connection};
+use crate::server::{ServeError, sanitize_process, serve, take_connection};
 
 /// The one request.
 const FORK: &[u8] = b"FORK";
@@ -136,21 +139,18 @@ impl Zygote {
 /// Pending data does not count: only a hang-up does.
 pub fn hung_up(conn: BorrowedFd<'_>, timeout: Option<Duration>) -> io::Result<bool> {
     let millis = timeout.map_or(-1, |t| i32::try_from(t.as_millis()).unwrap_or(i32::MAX));
-    let mut pfd = libc::pollfd {
-        fd: conn.as_raw_fd(),
-        events: libc::POLLRDHUP,
-        revents: 0,
-    };
+    let timeout = PollTimeout::try_from(millis).unwrap_or(PollTimeout::NONE);
+    // nix names no POLLRDHUP (Linux-only); its bit passes through as is.
+    let rdhup = PollFlags::from_bits_retain(libc::POLLRDHUP);
+    let mut fds = [PollFd::new(conn, rdhup)];
     loop {
-        // SAFETY: `pfd` is one live pollfd, the count passed; `conn` is
-        // borrowed, so the fd stays open during the call.
-        let rc = unsafe { libc::poll(&raw mut pfd, 1, millis) };
-        if rc >= 0 {
-            return Ok(pfd.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0);
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
+        match poll(&mut fds, timeout) {
+            Ok(_) => {
+                let hangup = rdhup | PollFlags::POLLHUP | PollFlags::POLLERR;
+                return Ok(fds[0].revents().is_some_and(|r| r.intersects(hangup)));
+            }
+            Err(Errno::EINTR) => {}
+            Err(e) => return Err(e.into()),
         }
     }
 }
@@ -211,7 +211,7 @@ pub unsafe fn run_zygote(
     }
     let kept = keep_only_capabilities(HELPER_CAPABILITIES, user).map_err(ServeError::Sanitize)?;
     // A change of uid resets dumpability: make sure again.
-    prctl(libc::PR_SET_DUMPABLE, 0).map_err(ServeError::Sanitize)?;
+    prctl::set_dumpable(false).map_err(ServeError::Sanitize)?;
     // SAFETY: forwarded from this function's contract.
     let conn = unsafe { take_connection(connection_fd) }?;
     info!(
@@ -277,10 +277,7 @@ fn zygote_loop(conn: UnixStream) -> io::Result<Role> {
 /// In a freshly forked helper: die with the zygote (the parent-death signal
 /// is not inherited across fork), and make the kept capabilities effective.
 fn become_helper(zygote: u32) -> io::Result<()> {
-    prctl(
-        libc::PR_SET_PDEATHSIG,
-        libc::c_ulong::try_from(libc::SIGTERM).unwrap_or(15),
-    )?;
+    prctl::terminate_with_parent()?;
     // The signal only covers a zygote that dies from now on.
     if std::os::unix::process::parent_id() != zygote {
         return Err(io::Error::other(
@@ -288,5 +285,5 @@ fn become_helper(zygote: u32) -> io::Result<()> {
         ));
     }
     raise_kept_capabilities()?;
-    prctl(libc::PR_SET_DUMPABLE, 0)
+    prctl::set_dumpable(false)
 }
