@@ -26,6 +26,7 @@ mod prometheus;
 mod protocol;
 mod rates;
 mod render;
+pub mod roff;
 mod server;
 mod snapshot;
 

@@ -312,20 +312,15 @@ fn write_man_page(cmd: &clap::Command, out: &mut impl Write) -> std::io::Result<
         writeln!(out, ".SS \"mcrelayctl {}\"", sub.get_name())?;
         for arg in args {
             let long = arg.get_long().unwrap_or_default();
-            writeln!(out, ".TP\n\\fB\\-\\-{}\\fR", roff_escape(long))?;
+            writeln!(
+                out,
+                ".TP\n\\fB\\-\\-{}\\fR",
+                mcrelay_control::roff::escape(long)
+            )?;
             if let Some(help) = arg.get_help() {
-                writeln!(out, "{}", roff_escape(&help.to_string()))?;
+                writeln!(out, "{}", mcrelay_control::roff::escape(&help.to_string()))?;
             }
         }
     }
     Ok(())
-}
-
-/// Escapes text for a roff body line.
-fn roff_escape(text: &str) -> String {
-    let text = text.replace('\\', "\\e").replace('-', "\\-");
-    match text.starts_with(['.', '\'']) {
-        true => format!("\\&{text}"),
-        false => text,
-    }
 }
