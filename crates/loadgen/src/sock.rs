@@ -13,6 +13,7 @@ use std::ops::Range;
 use std::os::fd::AsRawFd;
 
 use mcrelay_sys::sockopt;
+use nix::time::{ClockId, clock_gettime};
 use socket2::{Domain, Protocol, Socket, Type};
 
 /// Most datagrams per `sendmmsg` / `recvmmsg` (the kernel's `UIO_MAXIOV`).
@@ -465,31 +466,20 @@ pub fn enable_rx_timestamps(s: &UdpSocket) -> io::Result<()> {
 
 /// `clock`'s time in ns (`clock_gettime`; the vDSO for the two clocks
 /// below), 0 if the clock can't be read.
-fn clock_ns(clock: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a writable timespec the call fills; it keeps no
-    // pointer.
-    let rc = unsafe { libc::clock_gettime(clock, &raw mut ts) };
-    if rc == 0 {
-        timespec_ns(&ts).unwrap_or(0)
-    } else {
-        0
-    }
+fn clock_ns(clock: ClockId) -> u64 {
+    clock_gettime(clock).map_or(0, |ts| timespec_ns(ts.as_ref()).unwrap_or(0))
 }
 
 /// `CLOCK_MONOTONIC` in ns: one clock for every network namespace of the
 /// host, so a sender's stamp and a receiver's reading compare directly.
 pub fn monotonic_ns() -> u64 {
-    clock_ns(libc::CLOCK_MONOTONIC)
+    clock_ns(ClockId::CLOCK_MONOTONIC)
 }
 
 /// `CLOCK_REALTIME` in ns since the epoch (what kernel receive timestamps
 /// use).
 pub fn realtime_ns() -> u64 {
-    clock_ns(libc::CLOCK_REALTIME)
+    clock_ns(ClockId::CLOCK_REALTIME)
 }
 
 /// Datagrams the kernel dropped for this socket (receive buffer full),
@@ -501,9 +491,7 @@ pub fn socket_drops(s: &UdpSocket) -> Option<u32> {
 
 /// Ask for 1 ns timer slack so short sleeps wake on time (best effort).
 pub fn tight_timer_slack() {
-    // SAFETY: PR_SET_TIMERSLACK takes one unsigned long and touches no
-    // memory of ours.
-    let _ = unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
+    let _ = nix::sys::prctl::set_timerslack(1);
 }
 
 #[cfg(test)]
