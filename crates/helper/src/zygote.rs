@@ -20,15 +20,13 @@
 #![allow(unsafe_code)]
 
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::process::Child;
 use std::time::Duration;
 
 use mcrelay_sys::prctl;
-use nix::errno::Errno;
-use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use tracing::{info, warn};
 
 use crate::client::{DEFAULT_TIMEOUT, HelperClient};
@@ -139,18 +137,23 @@ impl Zygote {
 /// Pending data does not count: only a hang-up does.
 pub fn hung_up(conn: BorrowedFd<'_>, timeout: Option<Duration>) -> io::Result<bool> {
     let millis = timeout.map_or(-1, |t| i32::try_from(t.as_millis()).unwrap_or(i32::MAX));
-    let timeout = PollTimeout::try_from(millis).unwrap_or(PollTimeout::NONE);
-    // nix names no POLLRDHUP (Linux-only); its bit passes through as is.
-    let rdhup = PollFlags::from_bits_retain(libc::POLLRDHUP);
-    let mut fds = [PollFd::new(conn, rdhup)];
+    // A raw poll: nix's `PollFd::revents` drops every flag it has no name
+    // for, and it names no POLLRDHUP, so a hang-up would read as nothing.
+    let mut pfd = libc::pollfd {
+        fd: conn.as_raw_fd(),
+        events: libc::POLLRDHUP,
+        revents: 0,
+    };
     loop {
-        match poll(&mut fds, timeout) {
-            Ok(_) => {
-                let hangup = rdhup | PollFlags::POLLHUP | PollFlags::POLLERR;
-                return Ok(fds[0].revents().is_some_and(|r| r.intersects(hangup)));
-            }
-            Err(Errno::EINTR) => {}
-            Err(e) => return Err(e.into()),
+        // SAFETY: `pfd` is one live pollfd, the count passed; `conn` is
+        // borrowed, so the fd stays open during the call.
+        let rc = unsafe { libc::poll(&raw mut pfd, 1, millis) };
+        if rc >= 0 {
+            return Ok(pfd.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
         }
     }
 }

@@ -17,7 +17,10 @@ use nix::sys::socket::{setsockopt, sockopt};
 /// `setsockopt` with a plain-data value, for options nix has no type for.
 ///
 /// `T` must be the C layout the kernel expects for `(level, name)`
-/// (`#[repr(C)]` libc structs, integers); the kernel only reads it.
+/// (`#[repr(C)]` libc structs, integers); the kernel only reads it. If `T`
+/// holds a pointer (a `sock_fprog`), the kernel reads through it too —
+/// only reads, checked by the kernel, so a wrong one fails with `EFAULT`
+/// instead of touching memory.
 pub fn set<T: Copy>(
     socket: &impl AsFd,
     level: libc::c_int,
