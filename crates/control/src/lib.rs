@@ -8,14 +8,17 @@
 //! counters) into a [`Snapshot`]; this crate turns requests into replies
 //! ([`answer_line`]), snapshots into tables ([`render_flows`]) and into
 //! metrics ([`render_metrics`], or OpenMetrics through [`render_metrics_as`]). `mcrelayctl` uses the same types to encode
-//! requests and decode replies. The crate opens no sockets, reads no clock
-//! and does no I/O, so every piece is unit-tested without a daemon; the
-//! socket loop feeds received bytes through a fixed-size [`LineReader`].
+//! requests and decode replies, through the one control-socket client both
+//! share ([`client::ask`]). Apart from that client the crate opens no
+//! sockets, reads no clock and does no I/O, so every piece is unit-tested
+//! without a daemon; the socket loop feeds received bytes through a
+//! fixed-size [`LineReader`].
 //!
 //! Everything that parses bytes from the socket ([`LineReader`],
 //! [`parse_request`]) is fuzzed through [`fuzz_request`].
 #![deny(unsafe_code)]
 
+pub mod client;
 mod framing;
 mod fuzz;
 mod mode;
@@ -23,6 +26,7 @@ mod prometheus;
 mod protocol;
 mod rates;
 mod render;
+pub mod roff;
 mod server;
 mod snapshot;
 

@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use mcrelay_wire::tpacket::BLOCK_STATUS;
 
-use crate::sockets::setsockopt;
+use mcrelay_sys::sockopt::set as setsockopt;
 
 /// Bytes per block: room for ~90 full-size 1316-byte frames, and for any
 /// jumbo frame.

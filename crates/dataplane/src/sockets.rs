@@ -1,72 +1,11 @@
 //! What the data plane asks of sockets it was given (it never opens one:
 //! the privileged helper, `mcrelay-helper`, does): whether an output takes
 //! UDP GSO, and how many datagrams the kernel dropped on an ingress socket.
-#![allow(unsafe_code)]
+//! The calls themselves live in `mcrelay-sys`.
 
-use std::io;
-use std::mem::size_of;
-use std::net::UdpSocket;
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 
-/// `setsockopt` with a plain-data value.
-pub(crate) fn setsockopt<T>(
-    socket: &impl AsRawFd,
-    level: libc::c_int,
-    name: libc::c_int,
-    value: &T,
-) -> io::Result<()> {
-    let len = libc::socklen_t::try_from(size_of::<T>())
-        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    // SAFETY: `value` points to a live, initialised `T` of `len` bytes for
-    // the duration of the call; the kernel only reads it.
-    let rc = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            level,
-            name,
-            (value as *const T).cast(),
-            len,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-/// Whether the kernel takes UDP GSO (`UDP_SEGMENT`) on this socket: setting
-/// the socket's default segment size to 0 (no segmentation) succeeds exactly
-/// when the option exists. Probed once per output, before the flow starts.
-pub fn supports_gso(socket: &UdpSocket) -> bool {
-    setsockopt(socket, libc::SOL_UDP, libc::UDP_SEGMENT, &0 as &libc::c_int).is_ok()
-}
-
-/// `SO_MEMINFO` (asm-generic value, as on x86-64 and aarch64; libc doesn't
-/// export it).
-const SO_MEMINFO: libc::c_int = 55;
-
-/// Datagrams the kernel dropped on this socket because its receive buffer
-/// was full (`SK_MEMINFO_DROPS` from `SO_MEMINFO`); `None` if the kernel
-/// doesn't say.
-pub fn receive_drops(socket: &impl AsRawFd) -> Option<u64> {
-    let mut info = [0u32; 9];
-    let mut len = libc::socklen_t::try_from(size_of_val(&info)).ok()?;
-    // SAFETY: `info` is a writable buffer of `len` bytes and `len` a valid
-    // in/out length; the kernel writes at most `len` bytes.
-    let rc = unsafe {
-        libc::getsockopt(
-            socket.as_raw_fd(),
-            libc::SOL_SOCKET,
-            SO_MEMINFO,
-            info.as_mut_ptr().cast(),
-            &raw mut len,
-        )
-    };
-    let drops = usize::try_from(libc::SK_MEMINFO_DROPS).ok()?;
-    let filled = usize::try_from(len).ok()? / size_of::<u32>();
-    (rc == 0 && drops < filled).then(|| u64::from(info[drops]))
-}
+pub use mcrelay_sys::sockopt::{receive_drops, supports_gso};
 
 /// The kernel's drop count for one flow's ingress, read by the control
 /// plane from a duplicate of the ingress socket while the worker uses the
@@ -117,28 +56,23 @@ impl KernelDrops {
 
 /// `tp_drops` of `PACKET_STATISTICS` since the last read, or `None` for a
 /// socket that isn't AF_PACKET.
-fn packet_statistics_drops(socket: &impl AsRawFd) -> Option<u64> {
+fn packet_statistics_drops(socket: &impl AsFd) -> Option<u64> {
     // `struct tpacket_stats_v3`: tp_packets, tp_drops, tp_freeze_q_cnt (the
     // first two are `struct tpacket_stats` for older ring versions).
     let mut stats = [0u32; 3];
-    let mut len = libc::socklen_t::try_from(size_of_val(&stats)).ok()?;
-    // SAFETY: `stats` is a writable buffer of `len` bytes and `len` a valid
-    // in/out length; the kernel writes at most `len` bytes.
-    let rc = unsafe {
-        libc::getsockopt(
-            socket.as_raw_fd(),
-            libc::SOL_PACKET,
-            libc::PACKET_STATISTICS,
-            stats.as_mut_ptr().cast(),
-            &raw mut len,
-        )
-    };
-    (rc == 0).then(|| u64::from(stats[1]))
+    let (result, _) = mcrelay_sys::sockopt::get_u32s(
+        socket,
+        libc::SOL_PACKET,
+        libc::PACKET_STATISTICS,
+        &mut stats,
+    );
+    result.ok().map(|()| u64::from(stats[1]))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::UdpSocket;
 
     #[test]
     fn a_fresh_socket_has_dropped_nothing() {

@@ -12,13 +12,21 @@
 //!
 //! At most [`MAX_FDS_PER_MESSAGE`] (the kernel's `SCM_MAX_FD`, 253) fds fit
 //! in one message; the protocol splits larger sets over several messages.
+//!
+//! Sending goes through nix (`sendmsg` with `ControlMessage::ScmRights`).
+//! Receiving stays a raw `recvmsg`: nix refuses to walk the control data
+//! of a message flagged `MSG_CTRUNC`, but the fds the kernel installed
+//! before it ran out of room (or fd-table slots) must still be taken and
+//! closed, so this module walks the headers itself.
 #![allow(unsafe_code)]
 
-use std::io;
+use std::io::{self, IoSlice};
 use std::mem::size_of;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 
+use nix::errno::Errno;
+use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
 use socket2::{Domain, Socket, Type};
 
 /// Most fds one message can carry (`SCM_MAX_FD` in the kernel).
@@ -72,63 +80,29 @@ pub fn send_with_fds(stream: &UnixStream, bytes: &[u8], fds: &[BorrowedFd<'_>]) 
             ),
         ));
     }
-    let mut iov = libc::iovec {
-        iov_base: bytes.as_ptr().cast_mut().cast(),
-        iov_len: bytes.len(),
-    };
-    let mut control = cmsg_buffer(cmsg_space(fds.len()));
-    // SAFETY: `msghdr` is plain data for which all-zero is valid.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &raw mut iov;
-    msg.msg_iovlen = 1;
-    if !fds.is_empty() {
-        msg.msg_control = control.as_mut_ptr().cast();
-        msg.msg_controllen = cmsg_space(fds.len()) as _;
-        // SAFETY: `msg_control` points to `msg_controllen` writable,
-        // zeroed, cmsghdr-aligned bytes, which hold at least one header.
-        let cmsg = unsafe { libc::CMSG_FIRSTHDR(&raw const msg) };
-        if cmsg.is_null() {
-            return Err(io::Error::other("control buffer too small for a cmsghdr"));
-        }
-        let data_len = u32::try_from(fds.len() * size_of::<RawFd>())
-            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-        // SAFETY: CMSG_LEN is pure arithmetic on its argument.
-        let cmsg_len = unsafe { libc::CMSG_LEN(data_len) };
-        // SAFETY: `cmsghdr` is plain data for which all-zero is valid.
-        let mut header: libc::cmsghdr = unsafe { std::mem::zeroed() };
-        header.cmsg_level = libc::SOL_SOCKET;
-        header.cmsg_type = libc::SCM_RIGHTS;
-        header.cmsg_len = cmsg_len as _;
-        // SAFETY: `cmsg` points to the first, properly aligned header in
-        // our buffer, which `CMSG_SPACE(data_len)` made large enough.
-        unsafe { cmsg.write(header) };
-        // SAFETY: `cmsg` is the valid header written above.
-        let data = unsafe { libc::CMSG_DATA(cmsg) }.cast::<RawFd>();
-        for (i, fd) in fds.iter().enumerate() {
-            // SAFETY: the data area after the header holds `fds.len()`
-            // ints (CMSG_SPACE above); `i < fds.len()`. It may not be
-            // aligned for `int` in theory, hence `write_unaligned`.
-            unsafe { data.wrapping_add(i).write_unaligned(fd.as_raw_fd()) };
-        }
-    }
+    let raw: Vec<RawFd> = fds.iter().map(AsRawFd::as_raw_fd).collect();
+    let rights = [ControlMessage::ScmRights(&raw)];
+    // No control message at all when there are no fds.
+    let cmsgs = if raw.is_empty() { &[][..] } else { &rights[..] };
+    let iov = [IoSlice::new(bytes)];
     loop {
-        // SAFETY: `msg` points to a live iovec over `bytes` (only read) and
-        // a live control buffer of `msg_controllen` bytes; the fds in it
-        // are borrowed and so open for the duration of the call.
-        let n = unsafe { libc::sendmsg(stream.as_raw_fd(), &raw const msg, libc::MSG_NOSIGNAL) };
-        if let Ok(n) = usize::try_from(n) {
-            return if n == bytes.len() {
-                Ok(())
-            } else {
-                Err(io::Error::new(
+        // The fds are borrowed, so open for the duration of the call.
+        match sendmsg::<()>(
+            stream.as_raw_fd(),
+            &iov,
+            cmsgs,
+            MsgFlags::MSG_NOSIGNAL,
+            None,
+        ) {
+            Ok(n) if n == bytes.len() => return Ok(()),
+            Ok(n) => {
+                return Err(io::Error::new(
                     io::ErrorKind::WriteZero,
                     format!("sent {n} of {} bytes of one record", bytes.len()),
-                ))
-            };
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
+                ));
+            }
+            Err(Errno::EINTR) => {}
+            Err(e) => return Err(e.into()),
         }
     }
 }

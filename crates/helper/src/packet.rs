@@ -3,19 +3,24 @@
 //! kernel's IP layer — so before the reverse-path filter drops a source on
 //! an unroutable subnet — restricted by a BPF filter to the flow's own
 //! datagrams, plus a plain UDP socket that only holds the group membership.
+//!
+//! The one `unsafe` left is binding to a `sockaddr_ll`, which neither nix
+//! nor socket2 builds from an interface index.
 #![allow(unsafe_code)]
 
 use std::io;
 use std::mem::size_of;
 use std::net::{IpAddr, UdpSocket};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 
 use mcrelay_config::Input;
 use mcrelay_wire::FlowMatch;
 use mcrelay_wire::bpf::{Instruction, flow_filter};
 use socket2::{Domain, Protocol, Socket, Type};
 
-use crate::sockets::{Ingress, join_group, set_receive_buffer, setsockopt};
+use mcrelay_sys::sockopt::set as setsockopt;
+
+use crate::sockets::{Ingress, join_group, set_receive_buffer};
 
 /// `PACKET_IGNORE_OUTGOING` (linux/if_packet.h, Linux 4.20+).
 const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
@@ -34,14 +39,9 @@ pub fn flow_match(input: &Input) -> FlowMatch {
 /// ignored, receive buffer as configured, bound to the input interface.
 /// For a multicast input, also a UDP socket joined to the group there.
 pub fn open_packet_ingress(input: &Input, ifindex: u32) -> io::Result<Ingress> {
-    // Protocol 0: the socket receives nothing until it is bound.
-    // SAFETY: plain socket(2) call; the result is checked below.
-    let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` is a new descriptor that nothing else owns.
-    let socket = Socket::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    // Protocol 0 (none): the socket receives nothing until it is bound.
+    // socket2 adds SOCK_CLOEXEC.
+    let socket = Socket::new(Domain::PACKET, Type::RAW, None)?;
     attach_filter(&socket, &flow_filter(&flow_match(input)))?;
     // The unprivileged daemon gets this socket: it must not be able to
     // replace the filter with one that reads the whole interface.

@@ -15,13 +15,14 @@
 //! otherwise, rather than leave another thread privileged.
 #![allow(unsafe_code)]
 
-use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
+use mcrelay_sys::prctl;
+use nix::unistd::{self, Gid, Uid};
 use tracing::debug;
 
 use crate::client::HelperClient;
@@ -126,68 +127,41 @@ pub struct User {
 /// Look `name` up in the user database (`getpwnam_r`: `/etc/passwd`,
 /// or whatever NSS is configured with).
 pub fn lookup_user(name: &str) -> io::Result<User> {
-    let c_name = CString::new(name).map_err(|_| {
-        io::Error::new(
+    if name.as_bytes().contains(&0) {
+        return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             format!("user name {name:?} contains NUL"),
-        )
-    })?;
-    let mut buf_len = 1024usize;
-    loop {
-        let mut buf = vec![0u8; buf_len];
-        // SAFETY: `passwd` is plain data for which all-zero is valid.
-        let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
-        let mut result: *mut libc::passwd = std::ptr::null_mut();
-        // SAFETY: every pointer is to a live local of the right type; `buf`
-        // is writable for `buf.len()` bytes and outlives the use of `pwd`,
-        // whose string fields point into it.
-        let rc = unsafe {
-            libc::getpwnam_r(
-                c_name.as_ptr(),
-                &raw mut pwd,
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-                &raw mut result,
-            )
-        };
-        if rc == libc::ERANGE && buf_len < (1 << 20) {
-            buf_len *= 4;
-            continue;
-        }
-        if rc != 0 {
-            let e = io::Error::from_raw_os_error(rc);
-            return Err(io::Error::new(
+        ));
+    }
+    // nix grows getpwnam_r's buffer on ERANGE, as this did by hand.
+    match nix::unistd::User::from_name(name) {
+        Ok(Some(found)) => Ok(User {
+            name: found.name,
+            uid: found.uid.as_raw(),
+            gid: found.gid.as_raw(),
+        }),
+        Ok(None) => Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!(
+                "user {name:?} does not exist; create it or set daemon.user to an existing user"
+            ),
+        )),
+        Err(errno) => {
+            let e = io::Error::from(errno);
+            Err(io::Error::new(
                 e.kind(),
                 format!("cannot look up user {name:?}: {e}"),
-            ));
+            ))
         }
-        if result.is_null() {
-            return Err(io::Error::new(
-                io::ErrorKind::NotFound,
-                format!(
-                    "user {name:?} does not exist; create it or set daemon.user to an existing user"
-                ),
-            ));
-        }
-        // SAFETY: on success `pw_name` points to a NUL-terminated string in
-        // `buf`, which is still alive.
-        let found = unsafe { CStr::from_ptr(pwd.pw_name) };
-        return Ok(User {
-            name: found.to_string_lossy().into_owned(),
-            uid: pwd.pw_uid,
-            gid: pwd.pw_gid,
-        });
     }
 }
 
-/// `rc == 0` or the last OS error, labelled with the call.
-fn check(rc: libc::c_int, call: &str) -> io::Result<()> {
-    if rc == 0 {
-        Ok(())
-    } else {
-        let e = io::Error::last_os_error();
-        Err(io::Error::new(e.kind(), format!("{call}: {e}")))
-    }
+/// A nix result as an `io::Result`, its error labelled with the call.
+fn check(result: nix::Result<()>, call: &str) -> io::Result<()> {
+    result.map_err(|errno| {
+        let e = io::Error::from(errno);
+        io::Error::new(e.kind(), format!("{call}: {e}"))
+    })
 }
 
 /// Become `user` for good: supplementary groups = its primary group only,
@@ -214,15 +188,12 @@ pub fn drop_to_user(user: &str) -> io::Result<()> {
     if before.uid == [u.uid; 4] && before.gid == [u.gid; 4] {
         return Ok(());
     }
-    let gid: libc::gid_t = u.gid;
-    // SAFETY: `&gid` points to one gid_t, the count passed.
-    check(unsafe { libc::setgroups(1, &raw const gid) }, "setgroups")?;
-    // SAFETY: setresgid takes plain ids and touches no memory of ours.
-    check(unsafe { libc::setresgid(gid, gid, gid) }, "setresgid")?;
-    // SAFETY: as above.
-    check(unsafe { libc::setresuid(u.uid, u.uid, u.uid) }, "setresuid")?;
-    // SAFETY: a plain syscall; it must fail now.
-    if unsafe { libc::setuid(0) } == 0 {
+    let (uid, gid) = (Uid::from_raw(u.uid), Gid::from_raw(u.gid));
+    check(unistd::setgroups(&[gid]), "setgroups")?;
+    check(unistd::setresgid(gid, gid, gid), "setresgid")?;
+    check(unistd::setresuid(uid, uid, uid), "setresuid")?;
+    // It must fail now.
+    if unistd::setuid(Uid::from_raw(0)).is_ok() {
         return Err(io::Error::other(format!(
             "after switching to user {user:?} the process could become root again; refusing to continue"
         )));
@@ -244,13 +215,6 @@ fn last_capability() -> u32 {
         .ok()
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(63)
-}
-
-fn prctl(option: libc::c_int, arg2: libc::c_ulong, arg3: libc::c_ulong) -> libc::c_int {
-    // SAFETY: the options used in this module (PR_CAP_AMBIENT,
-    // PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS) take integer arguments only and
-    // touch no memory of ours.
-    unsafe { libc::prctl(option, arg2, arg3, 0 as libc::c_ulong, 0 as libc::c_ulong) }
 }
 
 /// `struct __user_cap_header_struct`.
@@ -293,9 +257,7 @@ pub fn drop_all_capabilities() -> io::Result<()> {
             "drop_all_capabilities must run while the process is single-threaded (capabilities are per thread); it has {threads} threads"
         )));
     }
-    let clear_all = libc::c_ulong::try_from(libc::PR_CAP_AMBIENT_CLEAR_ALL).unwrap_or(4);
-    if prctl(libc::PR_CAP_AMBIENT, clear_all, 0) != 0 {
-        let e = io::Error::last_os_error();
+    if let Err(e) = prctl::clear_ambient_capabilities() {
         // EINVAL: a kernel before 4.3, which has no ambient set.
         if e.raw_os_error() != Some(libc::EINVAL) {
             return Err(io::Error::new(
@@ -329,8 +291,7 @@ fn trim_bounding_set(keep: u64) -> io::Result<()> {
         if cap < 64 && keep & (1u64 << cap) != 0 {
             continue;
         }
-        if prctl(libc::PR_CAPBSET_DROP, libc::c_ulong::from(cap), 0) != 0 {
-            let e = io::Error::last_os_error();
+        if let Err(e) = prctl::drop_from_bounding_set(cap) {
             match e.raw_os_error() {
                 Some(libc::EINVAL) => break, // past the last capability
                 Some(libc::EPERM) => {
@@ -377,14 +338,8 @@ fn capset(effective: u64, permitted: u64, inheritable: u64) -> io::Result<()> {
 }
 
 fn set_no_new_privs() -> io::Result<()> {
-    if prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0) != 0 {
-        let e = io::Error::last_os_error();
-        return Err(io::Error::new(
-            e.kind(),
-            format!("PR_SET_NO_NEW_PRIVS: {e}"),
-        ));
-    }
-    Ok(())
+    prctl::set_no_new_privs()
+        .map_err(|e| io::Error::new(e.kind(), format!("PR_SET_NO_NEW_PRIVS: {e}")))
 }
 
 /// `CAP_NET_BIND_SERVICE`, `CAP_NET_ADMIN` and `CAP_NET_RAW`: what the
@@ -421,15 +376,13 @@ pub fn keep_only_capabilities(keep: u64, user: Option<&str>) -> io::Result<ProcS
     let could_trim = before.cap_eff & CAP_SETPCAP != 0;
     trim_bounding_set(keep)?;
     if let Some(user) = user {
-        if prctl(libc::PR_SET_KEEPCAPS, 1, 0) != 0 {
-            let e = io::Error::last_os_error();
-            return Err(io::Error::new(e.kind(), format!("PR_SET_KEEPCAPS: {e}")));
-        }
+        let keepcaps = |keep| {
+            prctl::set_keepcaps(keep)
+                .map_err(|e| io::Error::new(e.kind(), format!("PR_SET_KEEPCAPS: {e}")))
+        };
+        keepcaps(true)?;
         drop_to_user(user)?;
-        if prctl(libc::PR_SET_KEEPCAPS, 0, 0) != 0 {
-            let e = io::Error::last_os_error();
-            return Err(io::Error::new(e.kind(), format!("PR_SET_KEEPCAPS: {e}")));
-        }
+        keepcaps(false)?;
     }
     let kept = keep & before.cap_prm;
     capset(0, kept, kept & before.cap_inh)?;
@@ -510,21 +463,8 @@ pub(crate) fn spawn_connected(
                 return Err(io::Error::last_os_error());
             }
         }
-        let sigterm = libc::c_ulong::try_from(libc::SIGTERM).unwrap_or(15);
-        // SAFETY: prctl is a plain, async-signal-safe syscall here.
-        let rc = unsafe {
-            libc::prctl(
-                libc::PR_SET_PDEATHSIG,
-                sigterm,
-                0 as libc::c_ulong,
-                0 as libc::c_ulong,
-                0 as libc::c_ulong,
-            )
-        };
-        if rc < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+        // A plain prctl syscall through nix: async-signal-safe.
+        prctl::terminate_with_parent()
     };
     let mut command = Command::new(exe);
     command.args(args).stdin(Stdio::null());

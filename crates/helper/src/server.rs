@@ -11,6 +11,7 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 
 use mcrelay_config::ConfigErrors;
+use mcrelay_sys::prctl;
 use tracing::{info, warn};
 
 use crate::fdpass::{MAX_FDS_PER_MESSAGE, recv_with_fds, send_with_fds};
@@ -265,25 +266,6 @@ fn close_inherited_fds(keep: RawFd) -> io::Result<()> {
     }
 }
 
-pub(crate) fn prctl(option: libc::c_int, arg: libc::c_ulong) -> io::Result<()> {
-    // SAFETY: the options used here (PR_SET_DUMPABLE, PR_SET_PDEATHSIG)
-    // take one integer argument and touch no memory of ours.
-    let rc = unsafe {
-        libc::prctl(
-            option,
-            arg,
-            0 as libc::c_ulong,
-            0 as libc::c_ulong,
-            0 as libc::c_ulong,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
 /// The first thing the helper process does: drop what it inherited.
 ///
 /// 1. checks that the process is single-threaded (an error otherwise);
@@ -321,12 +303,8 @@ pub unsafe fn sanitize_process(connection_fd: RawFd) -> io::Result<()> {
         // nothing reads or writes the environment concurrently.
         unsafe { std::env::remove_var(key) };
     }
-    prctl(libc::PR_SET_DUMPABLE, 0)?;
-    prctl(
-        libc::PR_SET_PDEATHSIG,
-        libc::c_ulong::try_from(libc::SIGTERM).unwrap_or(15),
-    )?;
-    Ok(())
+    prctl::set_dumpable(false)?;
+    prctl::terminate_with_parent()
 }
 
 /// The helper process's entry point, after argument parsing: sanitize the

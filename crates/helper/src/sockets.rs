@@ -2,15 +2,15 @@
 //! packet path): the ingress socket that joins the group, and one connected
 //! egress socket per output. Moved here from the data plane: these calls run
 //! in the privileged helper, which passes the sockets to the daemon.
-#![allow(unsafe_code)]
 
-use std::ffi::CString;
 use std::io;
-use std::mem::size_of;
-use std::net::{IpAddr, SocketAddr, UdpSocket};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::os::fd::OwnedFd;
 
 use mcrelay_config::{Input, Output};
+use mcrelay_sys::sockopt::{
+    force_receive_buffer, force_send_buffer, join_source_group, multicast_if_v4,
+};
 use socket2::{Domain, Protocol, Socket, Type};
 
 /// `SO_SNDBUF` requested for egress sockets.
@@ -30,27 +30,7 @@ pub struct Ingress {
     pub membership: Option<UdpSocket>,
 }
 
-/// The index of a network interface, or a clear error when it is missing.
-pub fn interface_index(name: &str) -> io::Result<u32> {
-    let c = CString::new(name).map_err(|_| {
-        io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("interface name {name:?} contains NUL"),
-        )
-    })?;
-    // SAFETY: `c` is a valid NUL-terminated string that outlives the call.
-    let index = unsafe { libc::if_nametoindex(c.as_ptr()) };
-    if index == 0 {
-        return Err(io::Error::new(
-            io::ErrorKind::NotFound,
-            format!(
-                "interface {name:?} does not exist: {}",
-                io::Error::last_os_error()
-            ),
-        ));
-    }
-    Ok(index)
-}
+pub use mcrelay_sys::net::interface_index;
 
 fn domain(addr: IpAddr) -> Domain {
     if addr.is_ipv4() {
@@ -60,92 +40,10 @@ fn domain(addr: IpAddr) -> Domain {
     }
 }
 
-/// `setsockopt` with a plain-data value.
-pub(crate) fn setsockopt<T>(
-    socket: &Socket,
-    level: libc::c_int,
-    name: libc::c_int,
-    value: &T,
-) -> io::Result<()> {
-    let len = libc::socklen_t::try_from(size_of::<T>())
-        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    // SAFETY: `value` points to a live, initialised `T` of `len` bytes for
-    // the duration of the call; the kernel only reads it.
-    let rc = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            level,
-            name,
-            (value as *const T).cast(),
-            len,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-fn sockaddr_storage(addr: IpAddr) -> libc::sockaddr_storage {
-    let sa = socket2::SockAddr::from(SocketAddr::new(addr, 0));
-    // SAFETY: `sockaddr_storage` is plain data for which all-zero is valid.
-    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let n = (sa.len() as usize).min(size_of::<libc::sockaddr_storage>());
-    // SAFETY: `sa.as_ptr()` points to `sa.len()` initialised bytes, the
-    // destination has room for `n <= size_of::<sockaddr_storage>()` bytes,
-    // and the two don't overlap.
-    unsafe {
-        std::ptr::copy_nonoverlapping(sa.as_ptr().cast::<u8>(), (&raw mut storage).cast::<u8>(), n)
-    };
-    storage
-}
-
-/// Join `group` from `source` on interface `ifindex` (IPv4 or IPv6):
-/// `MCAST_JOIN_SOURCE_GROUP`, which, unlike `IP_ADD_SOURCE_MEMBERSHIP`,
-/// names the interface by index.
-fn join_source_group(
-    socket: &Socket,
-    group: IpAddr,
-    source: IpAddr,
-    ifindex: u32,
-) -> io::Result<()> {
-    let req = libc::group_source_req {
-        gsr_interface: ifindex,
-        gsr_group: sockaddr_storage(group),
-        gsr_source: sockaddr_storage(source),
-    };
-    let level = if group.is_ipv4() {
-        libc::IPPROTO_IP
-    } else {
-        libc::IPPROTO_IPV6
-    };
-    setsockopt(socket, level, libc::MCAST_JOIN_SOURCE_GROUP, &req)
-}
-
-/// Request a receive buffer of `bytes`: `SO_RCVBUFFORCE` first, which with
-/// `CAP_NET_ADMIN` is not clamped to `net.core.rmem_max`; on `EPERM` (no
-/// `CAP_NET_ADMIN`) plain `SO_RCVBUF`, which the kernel clamps.
+/// Request a receive buffer of `bytes`: `SO_RCVBUFFORCE`, not clamped to
+/// `net.core.rmem_max`, with `CAP_NET_ADMIN`; else plain `SO_RCVBUF`.
 pub(crate) fn set_receive_buffer(socket: &Socket, bytes: u32) -> io::Result<()> {
-    let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
-    match setsockopt(socket, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &value) {
-        Ok(()) => Ok(()),
-        Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
-            socket.set_recv_buffer_size(usize::try_from(bytes).unwrap_or(usize::MAX))
-        }
-        Err(e) => Err(e),
-    }
-}
-
-/// Request a send buffer of `bytes`, the same way: `SO_SNDBUFFORCE` with
-/// `CAP_NET_ADMIN`, else `SO_SNDBUF` (clamped to `net.core.wmem_max`).
-fn set_send_buffer(socket: &Socket, bytes: usize) -> io::Result<()> {
-    let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
-    match setsockopt(socket, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, &value) {
-        Ok(()) => Ok(()),
-        Err(e) if e.raw_os_error() == Some(libc::EPERM) => socket.set_send_buffer_size(bytes),
-        Err(e) => Err(e),
-    }
+    force_receive_buffer(socket, usize::try_from(bytes).unwrap_or(usize::MAX))
 }
 
 /// Open, bind and join the ingress socket of a flow.
@@ -250,17 +148,11 @@ pub fn open_egress_or_pending(
     // output's queue depth (counted) rather than on socket memory. This
     // also keeps sends in order: a send the socket can't take at once is
     // retried by io_uring when there is room, and later ones could pass it.
-    let _ = set_send_buffer(&socket, EGRESS_SEND_BUFFER_BYTES);
+    let _ = force_send_buffer(&socket, EGRESS_SEND_BUFFER_BYTES);
     let ttl = u32::from(output.ttl);
     match output.address {
         IpAddr::V4(addr) if addr.is_multicast() => {
-            let req = libc::ip_mreqn {
-                imr_multiaddr: libc::in_addr { s_addr: 0 },
-                imr_address: libc::in_addr { s_addr: 0 },
-                imr_ifindex: libc::c_int::try_from(ifindex)
-                    .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?,
-            };
-            setsockopt(&socket, libc::IPPROTO_IP, libc::IP_MULTICAST_IF, &req)?;
+            multicast_if_v4(&socket, ifindex, Ipv4Addr::UNSPECIFIED)?;
             socket.set_multicast_ttl_v4(ttl)?;
             socket.set_multicast_loop_v4(false)?;
         }

@@ -26,6 +26,7 @@ use std::path::Path;
 use std::process::Child;
 use std::time::Duration;
 
+use mcrelay_sys::prctl;
 use tracing::{info, warn};
 
 use crate::client::{DEFAULT_TIMEOUT, HelperClient};
@@ -33,7 +34,7 @@ use crate::fdpass::{pair, recv_with_fds, send_with_fds};
 use crate::privileges::{
     HELPER_CAPABILITIES, keep_only_capabilities, raise_kept_capabilities, spawn_connected,
 };
-use crate::server::{ServeError, prctl, sanitize_process, serve, take_connection};
+use crate::server::{ServeError, sanitize_process, serve, take_connection};
 
 /// The one request.
 const FORK: &[u8] = b"FORK";
@@ -136,6 +137,8 @@ impl Zygote {
 /// Pending data does not count: only a hang-up does.
 pub fn hung_up(conn: BorrowedFd<'_>, timeout: Option<Duration>) -> io::Result<bool> {
     let millis = timeout.map_or(-1, |t| i32::try_from(t.as_millis()).unwrap_or(i32::MAX));
+    // A raw poll: nix's `PollFd::revents` drops every flag it has no name
+    // for, and it names no POLLRDHUP, so a hang-up would read as nothing.
     let mut pfd = libc::pollfd {
         fd: conn.as_raw_fd(),
         events: libc::POLLRDHUP,
@@ -211,7 +214,7 @@ pub unsafe fn run_zygote(
     }
     let kept = keep_only_capabilities(HELPER_CAPABILITIES, user).map_err(ServeError::Sanitize)?;
     // A change of uid resets dumpability: make sure again.
-    prctl(libc::PR_SET_DUMPABLE, 0).map_err(ServeError::Sanitize)?;
+    prctl::set_dumpable(false).map_err(ServeError::Sanitize)?;
     // SAFETY: forwarded from this function's contract.
     let conn = unsafe { take_connection(connection_fd) }?;
     info!(
@@ -277,10 +280,7 @@ fn zygote_loop(conn: UnixStream) -> io::Result<Role> {
 /// In a freshly forked helper: die with the zygote (the parent-death signal
 /// is not inherited across fork), and make the kept capabilities effective.
 fn become_helper(zygote: u32) -> io::Result<()> {
-    prctl(
-        libc::PR_SET_PDEATHSIG,
-        libc::c_ulong::try_from(libc::SIGTERM).unwrap_or(15),
-    )?;
+    prctl::terminate_with_parent()?;
     // The signal only covers a zygote that dies from now on.
     if std::os::unix::process::parent_id() != zygote {
         return Err(io::Error::other(
@@ -288,5 +288,5 @@ fn become_helper(zygote: u32) -> io::Result<()> {
         ));
     }
     raise_kept_capabilities()?;
-    prctl(libc::PR_SET_DUMPABLE, 0)
+    prctl::set_dumpable(false)
 }

@@ -12,6 +12,8 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::ops::Range;
 use std::os::fd::AsRawFd;
 
+use mcrelay_sys::sockopt;
+use nix::time::{ClockId, clock_gettime};
 use socket2::{Domain, Protocol, Socket, Type};
 
 /// Most datagrams per `sendmmsg` / `recvmmsg` (the kernel's `UIO_MAXIOV`).
@@ -52,103 +54,13 @@ impl Iface {
     }
 }
 
-/// `if_nametoindex`.
-pub fn interface_index(name: &str) -> io::Result<u32> {
-    let c =
-        std::ffi::CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    // SAFETY: `c` is a NUL-terminated string that outlives the call.
-    let i = unsafe { libc::if_nametoindex(c.as_ptr()) };
-    if i == 0 {
-        Err(io::Error::new(
-            io::ErrorKind::NotFound,
-            format!("no interface {name:?}"),
-        ))
-    } else {
-        Ok(i)
-    }
-}
-
-/// The index of the interface that has address `addr` (`getifaddrs`).
-pub fn index_of_address(addr: IpAddr) -> io::Result<u32> {
-    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: `list` is a valid out-pointer; freed below with freeifaddrs.
-    if unsafe { libc::getifaddrs(&raw mut list) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let mut name = None;
-    let mut cur = list;
-    while !cur.is_null() {
-        // SAFETY: `cur` is a non-null node of the list getifaddrs returned,
-        // which stays allocated until freeifaddrs.
-        let ifa = unsafe { &*cur };
-        if !ifa.ifa_addr.is_null() && sockaddr_ip(ifa.ifa_addr) == Some(addr) {
-            // SAFETY: `ifa_name` is a NUL-terminated string owned by the list.
-            name = Some(unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }.to_owned());
-            break;
-        }
-        cur = ifa.ifa_next;
-    }
-    // SAFETY: `list` came from getifaddrs and is freed exactly once; no
-    // reference into it survives (the name was copied).
-    unsafe { libc::freeifaddrs(list) };
-    let name = name.ok_or_else(|| {
-        io::Error::new(
-            io::ErrorKind::NotFound,
-            format!("no interface has address {addr}"),
-        )
-    })?;
-    // SAFETY: `name` is NUL-terminated and outlives the call.
-    match unsafe { libc::if_nametoindex(name.as_ptr()) } {
-        0 => Err(io::Error::last_os_error()),
-        i => Ok(i),
-    }
-}
-
-/// The IP address of a `sockaddr` of family `AF_INET` / `AF_INET6`.
-fn sockaddr_ip(sa: *const libc::sockaddr) -> Option<IpAddr> {
-    // SAFETY: the caller passes a non-null sockaddr from getifaddrs; every
-    // sockaddr starts with its family.
-    let family = libc::c_int::from(unsafe { (*sa).sa_family });
-    match family {
-        libc::AF_INET => {
-            // SAFETY: family AF_INET means the storage is a sockaddr_in;
-            // read unaligned to make no alignment assumption.
-            let v4 = unsafe { sa.cast::<libc::sockaddr_in>().read_unaligned() };
-            Some(IpAddr::from(u32::from_be(v4.sin_addr.s_addr).to_be_bytes()))
-        }
-        libc::AF_INET6 => {
-            // SAFETY: family AF_INET6 means the storage is a sockaddr_in6.
-            let v6 = unsafe { sa.cast::<libc::sockaddr_in6>().read_unaligned() };
-            Some(IpAddr::from(v6.sin6_addr.s6_addr))
-        }
-        _ => None,
-    }
-}
-
-fn setsockopt<T>(s: &Socket, level: libc::c_int, name: libc::c_int, v: &T) -> io::Result<()> {
-    let len = libc::socklen_t::try_from(size_of::<T>())
-        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    // SAFETY: `v` is a live, initialised `T` of `len` bytes; the kernel only
-    // reads it during the call.
-    let rc = unsafe { libc::setsockopt(s.as_raw_fd(), level, name, (v as *const T).cast(), len) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
+pub use mcrelay_sys::net::{index_of_address, interface_index};
 
 fn domain(a: IpAddr) -> Domain {
     if a.is_ipv4() {
         Domain::IPV4
     } else {
         Domain::IPV6
-    }
-}
-
-fn in_addr(a: Ipv4Addr) -> libc::in_addr {
-    libc::in_addr {
-        s_addr: u32::from_ne_bytes(a.octets()),
     }
 }
 
@@ -160,10 +72,6 @@ fn v4_of(a: IpAddr) -> io::Result<Ipv4Addr> {
             format!("{a} is not an IPv4 address"),
         )),
     }
-}
-
-fn c_int(v: u32) -> io::Result<libc::c_int> {
-    libc::c_int::try_from(v).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
 }
 
 /// How a sender is set up.
@@ -191,21 +99,10 @@ pub fn sender(o: &SenderOptions) -> io::Result<UdpSocket> {
     let _ = s.set_send_buffer_size(4 << 20);
     match o.dest.ip() {
         IpAddr::V4(_) => {
-            let req = match o.iface {
-                Iface::Any => None,
-                Iface::Index(i) => Some(libc::ip_mreqn {
-                    imr_multiaddr: in_addr(Ipv4Addr::UNSPECIFIED),
-                    imr_address: in_addr(Ipv4Addr::UNSPECIFIED),
-                    imr_ifindex: c_int(i)?,
-                }),
-                Iface::Addr(a) => Some(libc::ip_mreqn {
-                    imr_multiaddr: in_addr(Ipv4Addr::UNSPECIFIED),
-                    imr_address: in_addr(v4_of(a)?),
-                    imr_ifindex: 0,
-                }),
-            };
-            if let Some(req) = req {
-                setsockopt(&s, libc::IPPROTO_IP, libc::IP_MULTICAST_IF, &req)?;
+            match o.iface {
+                Iface::Any => {}
+                Iface::Index(i) => sockopt::multicast_if_v4(&s, i, Ipv4Addr::UNSPECIFIED)?,
+                Iface::Addr(a) => sockopt::multicast_if_v4(&s, 0, v4_of(a)?)?,
             }
             s.set_multicast_ttl_v4(o.ttl)?;
             s.set_ttl_v4(o.ttl)?;
@@ -243,11 +140,8 @@ pub struct ReceiverOptions {
 /// `SO_RCVBUF`, which the kernel caps at `net.core.rmem_max`); best
 /// effort: returns the size the kernel granted (0 if unreadable).
 pub fn request_receive_buffer(s: &impl std::os::fd::AsFd, bytes: usize) -> usize {
+    let _ = sockopt::force_receive_buffer(s, bytes);
     let s = socket2::SockRef::from(s);
-    let force = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
-    if setsockopt(&s, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &force).is_err() {
-        let _ = s.set_recv_buffer_size(bytes);
-    }
     s.recv_buffer_size().unwrap_or(0)
 }
 
@@ -261,6 +155,7 @@ pub fn receiver(o: &ReceiverOptions) -> io::Result<(UdpSocket, usize)> {
     }
     request_receive_buffer(&s, RCVBUF);
     let on: libc::c_int = 1;
+    let setsockopt = sockopt::set::<libc::c_int>;
     if ip.is_ipv4() {
         if ip.is_multicast() {
             s.set_multicast_all_v4(false)?;
@@ -297,66 +192,20 @@ pub fn join(s: &Socket, group: IpAddr, source: Option<IpAddr>, iface: Iface) -> 
                 _ => Ipv4Addr::UNSPECIFIED,
             };
             match source {
-                Some(src) => {
-                    let req = libc::ip_mreq_source {
-                        imr_multiaddr: in_addr(g),
-                        imr_interface: in_addr(local),
-                        imr_sourceaddr: in_addr(v4_of(src)?),
-                    };
-                    setsockopt(s, libc::IPPROTO_IP, libc::IP_ADD_SOURCE_MEMBERSHIP, &req)
-                }
+                Some(src) => s.join_ssm_v4(&v4_of(src)?, &g, &local),
                 None => {
-                    let req = libc::ip_mreqn {
-                        imr_multiaddr: in_addr(g),
-                        imr_address: in_addr(local),
-                        imr_ifindex: 0,
-                    };
-                    setsockopt(s, libc::IPPROTO_IP, libc::IP_ADD_MEMBERSHIP, &req)
+                    s.join_multicast_v4_n(&g, &socket2::InterfaceIndexOrAddress::Address(local))
                 }
             }
         }
         _ => {
-            let level = if group.is_ipv4() {
-                libc::IPPROTO_IP
-            } else {
-                libc::IPPROTO_IPV6
-            };
             let ifindex = iface.index()?;
             match source {
-                Some(src) => {
-                    let req = libc::group_source_req {
-                        gsr_interface: ifindex,
-                        gsr_group: storage(group),
-                        gsr_source: storage(src),
-                    };
-                    setsockopt(s, level, libc::MCAST_JOIN_SOURCE_GROUP, &req)
-                }
-                None => {
-                    let req = libc::group_req {
-                        gr_interface: ifindex,
-                        gr_group: storage(group),
-                    };
-                    setsockopt(s, level, libc::MCAST_JOIN_GROUP, &req)
-                }
+                Some(src) => sockopt::join_source_group(s, group, src, ifindex),
+                None => sockopt::join_any_source_group(s, group, ifindex),
             }
         }
     }
-}
-
-/// `a` (port 0) as a `sockaddr_storage`.
-fn storage(a: IpAddr) -> libc::sockaddr_storage {
-    let sa = socket2::SockAddr::from(SocketAddr::new(a, 0));
-    // SAFETY: all-zero is a valid `sockaddr_storage`.
-    let mut st: libc::sockaddr_storage = unsafe { zeroed() };
-    let n = usize::try_from(sa.len())
-        .unwrap_or(0)
-        .min(size_of::<libc::sockaddr_storage>());
-    // SAFETY: `sa` holds `sa.len()` initialised bytes, `st` has room for
-    // `n` ≤ its size, and the two do not overlap.
-    unsafe {
-        std::ptr::copy_nonoverlapping(sa.as_ptr().cast::<u8>(), (&raw mut st).cast::<u8>(), n);
-    }
-    st
 }
 
 /// `len` zeroed C structs.
@@ -612,72 +461,37 @@ fn timespec_ns(ts: &libc::timespec) -> Option<u64> {
 /// [`RecvBatch`] built with control messages on).
 pub fn enable_rx_timestamps(s: &UdpSocket) -> io::Result<()> {
     let on: libc::c_int = 1;
-    setsockopt(
-        &socket2::SockRef::from(s),
-        libc::SOL_SOCKET,
-        libc::SO_TIMESTAMPNS,
-        &on,
-    )
+    sockopt::set(s, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, &on)
 }
 
 /// `clock`'s time in ns (`clock_gettime`; the vDSO for the two clocks
 /// below), 0 if the clock can't be read.
-fn clock_ns(clock: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a writable timespec the call fills; it keeps no
-    // pointer.
-    let rc = unsafe { libc::clock_gettime(clock, &raw mut ts) };
-    if rc == 0 {
-        timespec_ns(&ts).unwrap_or(0)
-    } else {
-        0
-    }
+fn clock_ns(clock: ClockId) -> u64 {
+    clock_gettime(clock).map_or(0, |ts| timespec_ns(ts.as_ref()).unwrap_or(0))
 }
 
 /// `CLOCK_MONOTONIC` in ns: one clock for every network namespace of the
 /// host, so a sender's stamp and a receiver's reading compare directly.
 pub fn monotonic_ns() -> u64 {
-    clock_ns(libc::CLOCK_MONOTONIC)
+    clock_ns(ClockId::CLOCK_MONOTONIC)
 }
 
 /// `CLOCK_REALTIME` in ns since the epoch (what kernel receive timestamps
 /// use).
 pub fn realtime_ns() -> u64 {
-    clock_ns(libc::CLOCK_REALTIME)
+    clock_ns(ClockId::CLOCK_REALTIME)
 }
-
-/// `SO_MEMINFO` (asm-generic value, as on x86-64 and aarch64).
-const SO_MEMINFO: libc::c_int = 55;
 
 /// Datagrams the kernel dropped for this socket (receive buffer full),
 /// from `SO_MEMINFO`; `None` if the kernel does not say.
 pub fn socket_drops(s: &UdpSocket) -> Option<u32> {
-    let mut info = [0u32; 9];
-    let mut len = libc::socklen_t::try_from(size_of::<[u32; 9]>()).ok()?;
-    // SAFETY: `info` is a writable buffer of `len` bytes and `len` a valid
-    // in/out length; the kernel writes at most `len` bytes.
-    let rc = unsafe {
-        libc::getsockopt(
-            s.as_raw_fd(),
-            libc::SOL_SOCKET,
-            SO_MEMINFO,
-            info.as_mut_ptr().cast(),
-            &raw mut len,
-        )
-    };
-    let drops = usize::try_from(libc::SK_MEMINFO_DROPS).ok()?;
-    let filled = usize::try_from(len).ok()? / size_of::<u32>();
-    (rc == 0 && drops < filled).then(|| info[drops])
+    // The kernel's counter is 32 bits wide.
+    sockopt::receive_drops(s).and_then(|d| u32::try_from(d).ok())
 }
 
 /// Ask for 1 ns timer slack so short sleeps wake on time (best effort).
 pub fn tight_timer_slack() {
-    // SAFETY: PR_SET_TIMERSLACK takes one unsigned long and touches no
-    // memory of ours.
-    let _ = unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
+    let _ = nix::sys::prctl::set_timerslack(1);
 }
 
 #[cfg(test)]

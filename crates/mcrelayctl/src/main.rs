@@ -16,8 +16,7 @@
 //! mcrelayctl active        # relay again (keepalived's notify script calls both)
 //! ```
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::net::UnixStream;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -29,8 +28,7 @@ use clap::{Parser, Subcommand};
 mod mode;
 
 use mcrelay_control::{
-    Rates, ReloadOutcome, Request, Snapshot, encode_request, parse_response, render_flows,
-    render_stats, render_status,
+    Rates, ReloadOutcome, Request, Snapshot, render_flows, render_stats, render_status,
 };
 
 mod select;
@@ -39,10 +37,6 @@ use select::Selection;
 
 /// Default `daemon.control_socket`.
 const DEFAULT_SOCKET: &str = "/run/mcrelay/control.sock";
-
-/// Replies larger than this are refused (a snapshot of thousands of flows
-/// is a few MB).
-const MAX_REPLY_BYTES: u64 = 64 << 20;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -291,27 +285,11 @@ struct Client<'a> {
 impl Client<'_> {
     /// Send one request and decode its reply.
     fn ask<T: serde::de::DeserializeOwned>(&self, request: Request) -> anyhow::Result<T> {
-        let mut conn = UnixStream::connect(self.socket).with_context(|| {
-            format!(
-                "connecting to {} (is mcrelayd running, and are you root or in the mcrelay group?)",
-                self.socket.display()
-            )
-        })?;
-        conn.set_read_timeout(Some(self.timeout))?;
-        conn.set_write_timeout(Some(self.timeout))?;
-        // A daemon that refuses us answers before we finish writing, then
-        // closes: its answer matters more than our write error.
-        let sent = conn.write_all(encode_request(&request).as_bytes());
-        let mut line = Vec::new();
-        let read = BufReader::new(conn)
-            .take(MAX_REPLY_BYTES)
-            .read_until(b'\n', &mut line);
-        if line.is_empty() {
-            sent.context("sending the request")?;
-            read.context("reading the reply")?;
-            bail!("the daemon closed the connection without answering");
-        }
-        Ok(parse_response(&line)?.into_result()?)
+        Ok(mcrelay_control::client::ask(
+            self.socket,
+            &request,
+            self.timeout,
+        )?)
     }
 }
 
@@ -334,20 +312,15 @@ fn write_man_page(cmd: &clap::Command, out: &mut impl Write) -> std::io::Result<
         writeln!(out, ".SS \"mcrelayctl {}\"", sub.get_name())?;
         for arg in args {
             let long = arg.get_long().unwrap_or_default();
-            writeln!(out, ".TP\n\\fB\\-\\-{}\\fR", roff_escape(long))?;
+            writeln!(
+                out,
+                ".TP\n\\fB\\-\\-{}\\fR",
+                mcrelay_control::roff::escape(long)
+            )?;
             if let Some(help) = arg.get_help() {
-                writeln!(out, "{}", roff_escape(&help.to_string()))?;
+                writeln!(out, "{}", mcrelay_control::roff::escape(&help.to_string()))?;
             }
         }
     }
     Ok(())
-}
-
-/// Escapes text for a roff body line.
-fn roff_escape(text: &str) -> String {
-    let text = text.replace('\\', "\\e").replace('-', "\\-");
-    match text.starts_with(['.', '\'']) {
-        true => format!("\\&{text}"),
-        false => text,
-    }
 }

@@ -10,12 +10,12 @@
 //! don't fit under it is refused — at start, on reload and by `mcrelayd
 //! check` — with the numbers and the limit to raise, instead of flows
 //! failing one by one with `EMFILE` and the control socket locked out.
-#![allow(unsafe_code)]
 
 use std::io;
 use std::path::Path;
 
 use mcrelay_config::Config;
+use nix::sys::resource::{Resource, getrlimit, setrlimit};
 
 /// Descriptors the process holds whatever the flows: stdio, the helper
 /// link, the control and metrics listeners, netlink, the signal pipe and
@@ -108,15 +108,7 @@ pub fn check(path: &Path, config: &Config, limit: u64) -> Result<Budget, OverBud
 
 /// The soft and hard `RLIMIT_NOFILE`.
 pub fn limits() -> io::Result<(u64, u64)> {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: `limit` is a writable rlimit the kernel fills in.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut limit) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok((limit.rlim_cur, limit.rlim_max))
+    Ok(getrlimit(Resource::RLIMIT_NOFILE)?)
 }
 
 /// Raise the soft `RLIMIT_NOFILE` to the hard limit (systemd starts a
@@ -128,14 +120,7 @@ pub fn raise_limit() -> io::Result<u64> {
     if soft >= hard {
         return Ok(soft);
     }
-    let limit = libc::rlimit {
-        rlim_cur: hard,
-        rlim_max: hard,
-    };
-    // SAFETY: `limit` is a valid rlimit the kernel only reads.
-    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raw const limit) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    setrlimit(Resource::RLIMIT_NOFILE, hard, hard)?;
     Ok(hard)
 }
 

@@ -1,6 +1,5 @@
 //! Sealing the daemon once it has dropped its privileges: no other process
 //! of the service user may reach into it ([`seal`]).
-#![allow(unsafe_code)]
 
 use std::io;
 
@@ -9,8 +8,10 @@ use std::io;
 pub enum SealError {
     #[error("prctl(PR_SET_DUMPABLE, 0): {0}")]
     Set(#[source] io::Error),
-    #[error("the process is still dumpable after PR_SET_DUMPABLE 0 (PR_GET_DUMPABLE says {0})")]
-    StillDumpable(libc::c_int),
+    #[error("prctl(PR_GET_DUMPABLE): {0}")]
+    Get(#[source] io::Error),
+    #[error("the process is still dumpable after PR_SET_DUMPABLE 0 (PR_GET_DUMPABLE says so)")]
+    StillDumpable,
 }
 
 /// Make the process non-dumpable: no core dump, and — the point — no
@@ -23,16 +24,9 @@ pub enum SealError {
 /// socket and its link to the privileged helper. Call after every drop of
 /// privileges.
 pub fn seal() -> Result<(), SealError> {
-    // SAFETY: PR_SET_DUMPABLE takes one integer argument and touches no
-    // memory of ours.
-    let rc = unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0 as libc::c_ulong) };
-    if rc != 0 {
-        return Err(SealError::Set(io::Error::last_os_error()));
-    }
-    // SAFETY: PR_GET_DUMPABLE takes no argument and returns the flag.
-    let now = unsafe { libc::prctl(libc::PR_GET_DUMPABLE) };
-    if now != 0 {
-        return Err(SealError::StillDumpable(now));
+    mcrelay_sys::prctl::set_dumpable(false).map_err(SealError::Set)?;
+    if mcrelay_sys::prctl::dumpable().map_err(SealError::Get)? {
+        return Err(SealError::StillDumpable);
     }
     Ok(())
 }

@@ -28,17 +28,6 @@ pub fn config_page(out: &mut impl Write) -> io::Result<()> {
     writeln!(out, "mcrelayd(8), mcrelayctl(8)")
 }
 
-/// Escape text for roff: backslashes, and a leading `.` or `'` that would
-/// read as a request.
-fn escape(text: &str) -> String {
-    let t = text.replace('\\', "\\e").replace('-', "\\-");
-    if t.starts_with('.') || t.starts_with('\'') {
-        format!("\\&{t}")
-    } else {
-        t
-    }
-}
-
 /// `[text](target)` becomes `text`.
 fn strip_links(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
@@ -74,7 +63,7 @@ fn inline(text: &str) -> String {
         } else {
             part.replace("**", "")
         };
-        out.push_str(&escape(&part));
+        out.push_str(&mcrelay_control::roff::escape(&part));
     }
     if code {
         out.push_str("\\fR");
@@ -91,7 +80,7 @@ fn markdown_to_roff(md: &str, out: &mut impl Write) -> io::Result<()> {
             continue;
         }
         if in_code {
-            writeln!(out, "{}", escape(line))?;
+            writeln!(out, "{}", mcrelay_control::roff::escape(line))?;
         } else if let Some(h) = line.strip_prefix("# ") {
             // The page has its own NAME; the document title becomes the
             // description heading.

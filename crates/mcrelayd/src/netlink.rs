@@ -7,12 +7,16 @@
 //! buffer overflows, `recv` fails with `ENOBUFS` and changes were lost.
 //! The watcher then reads every link again (an `RTM_GETLINK` dump), so the
 //! table it publishes can't stay stale.
-#![allow(unsafe_code)]
 
 use std::io;
-use std::mem::size_of;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::Duration;
+
+use nix::errno::Errno;
+use nix::sys::socket::{
+    AddressFamily, MsgFlags, NetlinkAddr, SockFlag, SockProtocol, SockType, bind, recv, send,
+    socket,
+};
 
 use crate::links::{LinkTable, Message, dump_request, messages};
 
@@ -45,35 +49,15 @@ impl LinkWatch {
     }
 
     fn open_with_buffer(receive_buffer: usize) -> io::Result<Self> {
-        // SAFETY: socket() takes three integers and returns a new fd or -1;
-        // it touches no memory of ours.
-        let raw = unsafe {
-            libc::socket(
-                libc::AF_NETLINK,
-                libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-                libc::NETLINK_ROUTE,
-            )
-        };
-        if raw < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `raw` is a fresh fd returned just above; nothing else
-        // owns it.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let fd = socket(
+            AddressFamily::Netlink,
+            SockType::Raw,
+            SockFlag::SOCK_CLOEXEC,
+            SockProtocol::NetlinkRoute,
+        )?;
         // Best effort: a smaller buffer only makes overruns likelier.
         let _ = socket2::SockRef::from(&fd).set_recv_buffer_size(receive_buffer);
-        // SAFETY: `sockaddr_nl` is plain data for which all-zero is valid.
-        let mut addr: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
-        addr.nl_family = u16::try_from(libc::AF_NETLINK).unwrap_or(16);
-        addr.nl_groups = RTMGRP_LINK;
-        let len = libc::socklen_t::try_from(size_of::<libc::sockaddr_nl>())
-            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-        // SAFETY: `addr` is an initialised `sockaddr_nl` of `len` bytes that
-        // lives across the call; the kernel only reads it.
-        let rc = unsafe { libc::bind(fd.as_raw_fd(), (&raw const addr).cast(), len) };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        bind(fd.as_raw_fd(), &NetlinkAddr::new(0, RTMGRP_LINK))?;
         Ok(Self {
             fd,
             seq: 0,
@@ -85,51 +69,25 @@ impl LinkWatch {
     /// truncation both come back as `ENOBUFS`.
     fn recv(&mut self) -> io::Result<usize> {
         loop {
-            // SAFETY: `buf` is a writable buffer of `buf.len()` bytes that
-            // outlives the call; with MSG_TRUNC the kernel still writes at
-            // most that many and returns the datagram's real length.
-            let n = unsafe {
-                libc::recv(
-                    self.fd.as_raw_fd(),
-                    self.buf.as_mut_ptr().cast(),
-                    self.buf.len(),
-                    libc::MSG_TRUNC,
-                )
-            };
-            match usize::try_from(n) {
+            // With MSG_TRUNC the kernel returns the datagram's real length.
+            match recv(self.fd.as_raw_fd(), &mut self.buf, MsgFlags::MSG_TRUNC) {
                 Ok(n) if n > self.buf.len() => {
                     return Err(io::Error::from_raw_os_error(libc::ENOBUFS));
                 }
                 Ok(n) => return Ok(n),
-                Err(_) => {
-                    let e = io::Error::last_os_error();
-                    if e.kind() != io::ErrorKind::Interrupted {
-                        return Err(e);
-                    }
-                }
+                Err(Errno::EINTR) => {}
+                Err(e) => return Err(e.into()),
             }
         }
     }
 
     fn send(&self, message: &[u8]) -> io::Result<()> {
         loop {
-            // SAFETY: `message` is a readable buffer of `message.len()`
-            // bytes that outlives the call. An unconnected netlink socket
-            // sends to the kernel.
-            let n = unsafe {
-                libc::send(
-                    self.fd.as_raw_fd(),
-                    message.as_ptr().cast(),
-                    message.len(),
-                    0,
-                )
-            };
-            if n >= 0 {
-                return Ok(());
-            }
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(e);
+            // An unconnected netlink socket sends to the kernel.
+            match send(self.fd.as_raw_fd(), message, MsgFlags::empty()) {
+                Ok(_) => return Ok(()),
+                Err(Errno::EINTR) => {}
+                Err(e) => return Err(e.into()),
             }
         }
     }
@@ -255,10 +213,8 @@ mod tests {
         // A thread of its own in a network namespace of its own: the
         // host's interfaces are never touched. `ip` inherits it.
         std::thread::spawn(|| {
-            // SAFETY: unshare takes a flag and changes only this thread's
-            // namespace membership.
-            let rc = unsafe { libc::unshare(libc::CLONE_NEWNET) };
-            assert_eq!(rc, 0, "unshare: {}", io::Error::last_os_error());
+            let rc = nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET);
+            assert_eq!(rc, Ok(()), "unshare");
             let w = LinkWatch::open_with_buffer(0).expect("socket");
             let mut first = LinkWatch::open().expect("socket").dump().expect("dump");
             let (tx, rx) = std::sync::mpsc::channel();

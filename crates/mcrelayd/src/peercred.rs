@@ -1,12 +1,13 @@
 //! `SO_PEERCRED` and `SO_PEERGROUPS`: who is on the other end of a control
 //! connection (std's `UnixStream::peer_cred` is not stable yet, and has no
-//! supplementary groups).
-#![allow(unsafe_code)]
+//! supplementary groups). The first through nix; the second, which nix has
+//! no option for, through `mcrelay_sys::sockopt::get_u32s`.
 
 use std::io;
 use std::mem::size_of;
-use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
+
+use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
 
 /// The peer's process credentials as the kernel recorded them at connect.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -17,62 +18,36 @@ pub struct PeerCred {
 }
 
 pub fn peer_cred(conn: &UnixStream) -> io::Result<PeerCred> {
-    let mut cred = libc::ucred {
-        pid: 0,
-        uid: 0,
-        gid: 0,
-    };
-    let mut len = libc::socklen_t::try_from(size_of::<libc::ucred>())
-        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    // SAFETY: `cred` is a writable `ucred` of `len` bytes and `len` a valid
-    // in/out length; the kernel writes at most `len` bytes.
-    let rc = unsafe {
-        libc::getsockopt(
-            conn.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            (&raw mut cred).cast(),
-            &raw mut len,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let cred = getsockopt(conn, PeerCredentials)?;
     Ok(PeerCred {
-        pid: cred.pid,
-        uid: cred.uid,
-        gid: cred.gid,
+        pid: cred.pid(),
+        uid: cred.uid(),
+        gid: cred.gid(),
     })
 }
 
 /// The peer's supplementary groups as the kernel recorded them at connect
 /// (`SO_PEERGROUPS`, Linux 4.13).
 pub fn peer_groups(conn: &UnixStream) -> io::Result<Vec<u32>> {
+    // gid_t is u32 on Linux.
+    const _: () = assert!(size_of::<libc::gid_t>() == size_of::<u32>());
     // NGROUPS_MAX is 65536; start small and grow to what the kernel asks.
-    let mut groups: Vec<libc::gid_t> = vec![0; 64];
+    let mut groups: Vec<u32> = vec![0; 64];
     loop {
-        let bytes = groups.len() * size_of::<libc::gid_t>();
-        let mut len = libc::socklen_t::try_from(bytes)
-            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-        // SAFETY: `groups` is a writable buffer of `len` bytes and `len` a
-        // valid in/out length; the kernel writes at most `len` bytes, or
-        // fails with ERANGE and sets `len` to the size it needs.
-        let rc = unsafe {
-            libc::getsockopt(
-                conn.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_PEERGROUPS,
-                groups.as_mut_ptr().cast(),
-                &raw mut len,
-            )
+        let (result, len) = mcrelay_sys::sockopt::get_u32s(
+            conn,
+            libc::SOL_SOCKET,
+            libc::SO_PEERGROUPS,
+            &mut groups,
+        );
+        let e = match result {
+            Ok(()) => {
+                groups.truncate(len / size_of::<u32>());
+                return Ok(groups);
+            }
+            Err(e) => e,
         };
-        let len = usize::try_from(len).unwrap_or(0);
-        if rc == 0 {
-            groups.truncate(len / size_of::<libc::gid_t>());
-            return Ok(groups);
-        }
-        let e = io::Error::last_os_error();
-        let wanted = len.div_ceil(size_of::<libc::gid_t>());
+        let wanted = len.div_ceil(size_of::<u32>());
         if e.raw_os_error() != Some(libc::ERANGE) || wanted <= groups.len() || wanted > 65536 {
             return Err(e);
         }

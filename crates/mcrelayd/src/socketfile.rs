@@ -7,14 +7,16 @@
 //! checked to be a socket (`O_PATH|O_NOFOLLOW`, `fstat`,
 //! `fchownat(AT_EMPTY_PATH)`). A directory that a user other than root, the
 //! daemon or the service user could write is refused.
-#![allow(unsafe_code)]
 
 use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
+
+use nix::fcntl::AtFlags;
+use nix::sys::stat::{Mode, umask};
+use nix::unistd::{Gid, Uid, fchownat};
 
 /// What went wrong preparing or binding the control socket.
 #[derive(Debug, thiserror::Error)]
@@ -54,23 +56,15 @@ fn open_path(path: &Path, directory: bool) -> io::Result<File> {
 
 /// Change the owner of exactly the inode `file` refers to.
 fn chown_fd(file: &File, uid: u32, gid: u32) -> io::Result<()> {
-    // SAFETY: the path is a NUL-terminated empty string literal and the fd
-    // is open for the duration of the call; with AT_EMPTY_PATH the kernel
-    // acts on the fd's inode and reads no other memory of ours.
-    let rc = unsafe {
-        libc::fchownat(
-            file.as_raw_fd(),
-            c"".as_ptr(),
-            uid,
-            gid,
-            libc::AT_EMPTY_PATH,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    // With AT_EMPTY_PATH and an empty path the kernel acts on the fd's
+    // inode.
+    Ok(fchownat(
+        file,
+        "",
+        Some(Uid::from_raw(uid)),
+        Some(Gid::from_raw(gid)),
+        AtFlags::AT_EMPTY_PATH,
+    )?)
 }
 
 /// Who may own the socket's directory: root, this process's effective
@@ -163,19 +157,18 @@ pub fn bind(
 
 /// The process umask, set for as long as this lives (start-up runs this
 /// while single-threaded, so no other thread creates files meanwhile).
-struct Umask(libc::mode_t);
+struct Umask(Mode);
 
 impl Umask {
     fn set(mask: libc::mode_t) -> Self {
-        // SAFETY: umask takes a plain mode and cannot fail.
-        Self(unsafe { libc::umask(mask) })
+        Self(umask(Mode::from_bits_truncate(mask)))
     }
 }
 
 impl Drop for Umask {
     fn drop(&mut self) {
-        // SAFETY: as above; restores the previous mask.
-        unsafe { libc::umask(self.0) };
+        // Restores the previous mask.
+        umask(self.0);
     }
 }
 

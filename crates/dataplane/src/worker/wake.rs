@@ -5,33 +5,25 @@
 //! next 100 ms tick, which delayed a flow added to an idle daemon by up to
 //! 100 ms (its first datagrams then arrived in a burst) and made every
 //! paused flow's resume wait for a tick.
-#![allow(unsafe_code)]
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 
 use io_uring::opcode;
 use io_uring::types::Fd;
+use nix::sys::eventfd::{EfdFlags, EventFd};
 
 /// The writing end, shared by the control plane's handle (cheap to clone).
 #[derive(Debug, Clone)]
 pub(super) struct Waker {
-    fd: Arc<OwnedFd>,
+    fd: Arc<EventFd>,
 }
 
 impl Waker {
     /// A fresh non-blocking eventfd.
     pub(super) fn new() -> io::Result<Self> {
-        // SAFETY: eventfd takes two integers and returns a new fd or -1; it
-        // touches no memory of ours.
-        let raw = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if raw < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `raw` is the fresh fd returned just above; nothing else
-        // owns it.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let fd = EventFd::from_value_and_flags(0, EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)?;
         Ok(Self { fd: Arc::new(fd) })
     }
 
@@ -39,18 +31,13 @@ impl Waker {
     /// Best effort: the only failure is a counter at its maximum, which
     /// means a wake-up is pending anyway; the worker's tick is the backstop.
     pub(super) fn wake(&self) {
-        let one: u64 = 1;
-        // SAFETY: writes the 8 bytes of `one`, which lives across the call,
-        // to our own eventfd.
-        let _ = unsafe { libc::write(self.fd.as_raw_fd(), (&raw const one).cast(), 8) };
+        let _ = self.fd.write(1);
     }
 
     /// Reset the counter after a wake-up was seen (the poll stays armed).
     pub(super) fn drain(&self) {
-        let mut value: u64 = 0;
-        // SAFETY: reads at most 8 bytes into `value`, which lives across the
-        // call; non-blocking, so an empty counter returns EAGAIN at once.
-        let _ = unsafe { libc::read(self.fd.as_raw_fd(), (&raw mut value).cast(), 8) };
+        // Non-blocking, so an empty counter returns EAGAIN at once.
+        let _ = self.fd.read();
     }
 
     pub(super) fn raw_fd(&self) -> RawFd {
@@ -73,14 +60,10 @@ mod tests {
     use super::*;
 
     fn readable(w: &Waker) -> bool {
-        let mut p = libc::pollfd {
-            fd: w.raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd, living across the call; no wait.
-        let n = unsafe { libc::poll(&raw mut p, 1, 0) };
-        n == 1
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        use std::os::fd::AsFd;
+        let mut p = [PollFd::new(w.fd.as_fd(), PollFlags::POLLIN)];
+        poll(&mut p, PollTimeout::ZERO) == Ok(1)
     }
 
     #[test]

@@ -20,9 +20,10 @@ pub enum DemoError {
     /// `--duration` is not a representable duration.
     #[error("bad --duration: {0}")]
     Duration(#[source] std::time::TryFromFloatSecsError),
-    /// The control socket answered something unexpected, or an error.
+    /// The control socket could not be asked, answered something
+    /// unexpected, or an error.
     #[error(transparent)]
-    Control(#[from] mcrelay_control::ProtocolError),
+    Control(#[from] mcrelay_control::client::AskError),
     /// SIGINT, SIGTERM or SIGHUP while the daemon was starting.
     #[error("interrupted while mcrelayd was starting")]
     Interrupted,

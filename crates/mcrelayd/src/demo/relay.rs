@@ -2,8 +2,7 @@
 //! namespace (stopped on drop), asked over its control socket, and its CPU
 //! time read from `/proc`.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::net::UnixStream;
+use std::io::Read;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -11,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use super::error::{DemoError, IoContext};
-use mcrelay_control::{Request, Snapshot, encode_request, parse_response};
+use mcrelay_control::{Request, Snapshot};
 
 use super::netns::Topology;
 use super::{POLL, START_TIMEOUT, sys};
@@ -166,26 +165,16 @@ fn parse_stat_ticks(stat: &str) -> Option<u64> {
     Some(utime + stime)
 }
 
-/// Replies larger than this are refused.
-const MAX_REPLY_BYTES: u64 = 64 << 20;
-
 /// One request on the daemon's control socket, its decoded reply.
 pub(super) fn ask<T: serde::de::DeserializeOwned>(
     socket: &Path,
     request: Request,
 ) -> Result<T, DemoError> {
-    let mut conn =
-        UnixStream::connect(socket).ctx(|| format!("connecting to {}", socket.display()))?;
-    conn.set_read_timeout(Some(Duration::from_secs(5)))?;
-    conn.set_write_timeout(Some(Duration::from_secs(5)))?;
-    conn.write_all(encode_request(&request).as_bytes())
-        .ctx(|| "sending a control request".into())?;
-    let mut line = Vec::new();
-    BufReader::new(conn)
-        .take(MAX_REPLY_BYTES)
-        .read_until(b'\n', &mut line)
-        .ctx(|| "reading the control reply".into())?;
-    Ok(parse_response(&line)?.into_result()?)
+    Ok(mcrelay_control::client::ask(
+        socket,
+        &request,
+        Duration::from_secs(5),
+    )?)
 }
 
 #[cfg(test)]
