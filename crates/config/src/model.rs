@@ -293,6 +293,12 @@ impl fmt::Display for IngressKind {
 }
 
 impl Flow {
+    /// The shard (of [`Flow::spread`]) that sends to output `output`:
+    /// `output mod spread`.
+    pub fn shard_of(&self, output: usize) -> usize {
+        output % self.spread.max(1)
+    }
+
     /// The first (for failover: the primary) leg.
     ///
     /// # Panics
