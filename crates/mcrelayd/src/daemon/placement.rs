@@ -71,6 +71,19 @@ fn cores_within(
     }
 }
 
+/// Whether every flow's `spread` fits on `workers` workers: a reload that
+/// asks for more is refused whole, before anything is touched.
+pub fn spread_fits(config: &Config, workers: usize) -> Result<(), PlacementError> {
+    match config.flows.iter().find(|f| f.spread > workers) {
+        Some(f) => Err(PlacementError::SpreadOverWorkers {
+            flow: f.name.clone(),
+            spread: f.spread,
+            workers,
+        }),
+        None => Ok(()),
+    }
+}
+
 /// `flows` in the order start places them: those with a `core` first, then
 /// the others, each group in its given order.
 pub fn start_order(flows: &[Flow]) -> impl Iterator<Item = &Flow> {
@@ -357,6 +370,22 @@ pub(super) mod tests {
         assert!(
             text.contains("\"wide\": spread 3 needs 3 workers, but there are 2"),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn spread_fits_checks_every_flow_against_the_worker_count() {
+        let text = "[[flow]]\nname = \"a\"\nspread = 2\n\
+                    input = { interface = \"eth0\", address = \"239.1.1.1\", port = 5000 }\n\
+                    outputs = [{ interface = \"eth1\", address = \"239.2.2.2\", port = 6000 }, \
+                    { interface = \"eth1\", address = \"239.2.2.2\", port = 6001 }]\n";
+        let config = mcrelay_config::parse(text, "t").unwrap_or_else(|e| panic!("{e}"));
+        assert!(spread_fits(&config, 2).is_ok());
+        let e = spread_fits(&config, 1).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("\"a\": spread 2 needs 2 workers, but there are 1"),
+            "{e}"
         );
     }
 

@@ -100,6 +100,13 @@ impl Daemon {
                 ..ReloadOutcome::default()
             };
         }
+        if let Err(e) = super::placement::spread_fits(&new, self.workers.len()) {
+            tracing::error!("reload rejected; the running configuration stays: {e}");
+            return ReloadOutcome {
+                errors: vec![e.to_string()],
+                ..ReloadOutcome::default()
+            };
+        }
         if let Err(e) =
             plan::refuse_emptying(&self.config.flows, &new.flows, allow_empty, &self.path)
         {
