@@ -163,6 +163,26 @@ fn a_spread_flow_relays_every_datagram_to_every_output_once_in_order() {
     let f = snapshot(&socket).flow("wide").cloned().expect("flow wide");
     assert_eq!(f.packets_in, 2000, "fresh counters after the change: {f:?}");
 
+    // An output interface down pauses the flow (every shard leaves its
+    // worker), up resumes it (every shard back, on the same workers).
+    let running = |want: bool| {
+        wait_until(&format!("flow wide running: {want}"), || {
+            let f = snapshot(&socket).flow("wide").cloned().expect("flow wide");
+            if f.state.is_running() == want {
+                Ok(f)
+            } else {
+                Err(format!("{f:?}"))
+            }
+        })
+    };
+    let placed = f.workers.clone();
+    t.ip(&t.r, &["link", "set", "vRB", "down"]);
+    running(false);
+    t.ip(&t.r, &["link", "set", "vRB", "up"]);
+    let f = running(true);
+    assert_eq!(f.workers, placed, "resumed on the same workers");
+    every_output_gets_everything(&t, 7, 1000, || relay.log());
+
     // Back to one worker: one shard, on one worker.
     fs::write(&path, config(&socket, "[0, 1]", 7, 1)).expect("config");
     let (code, said) = ctl(&socket, &["reload"]);
