@@ -243,7 +243,7 @@ impl Daemon {
             }
         };
         let mut entry = entry;
-        let old_workers = std::mem::take(&mut self.flows[i].workers);
+        let old_workers = self.flows[i].workers.clone();
         let name = new.name.clone();
         for &w in &old_workers {
             let old = self.workers.get(w).ok_or(FlowCommandError::NoSuchWorker)?;
