@@ -355,7 +355,9 @@ impl Daemon {
         {
             if let Err(e) = self.add_to_worker(&name, w, shard) {
                 // No shard without the others: take back those added.
-                let _ = self.remove_shards(&name, &self.flows[i].workers[..k]);
+                if let Err(undo) = self.remove_shards(&name, &self.flows[i].workers[..k]) {
+                    tracing::error!(flow = %name, "taking back its other shards: {}", crate::chain::Chain(&undo));
+                }
                 return Err(e);
             }
         }

@@ -300,7 +300,9 @@ impl Daemon {
         if added.len() < workers.len() {
             // No shard without the others: take back those added; the flow
             // waits for a retry like any failed start.
-            let _ = self.remove_shards(&name, &added);
+            if let Err(undo) = self.remove_shards(&name, &added) {
+                tracing::error!(flow = %name, "taking back its other shards: {}", crate::chain::Chain(&undo));
+            }
             return Err(refused
                 .unwrap_or(FlowCommandError::NotTakingCommands {
                     worker: workers.get(sent).copied().unwrap_or(0),
