@@ -18,6 +18,8 @@ pub const DEFAULT_OUTPUT_QUEUE_DEPTH: u32 = 256;
 pub const MAX_OUTPUT_QUEUE_DEPTH: u32 = 65_536;
 /// Largest allowed `receive_buffer_bytes` (`SO_RCVBUF` is a C `int`).
 pub const MAX_RECEIVE_BUFFER_BYTES: u32 = 0x7fff_ffff;
+/// Most workers one flow may be spread over (`spread`).
+pub const MAX_SPREAD: usize = 256;
 /// Default TTL / hop limit of multicast outputs (the kernel's default).
 pub const DEFAULT_MULTICAST_TTL: u8 = 1;
 /// Default TTL / hop limit of unicast outputs (the kernel's default).
@@ -251,6 +253,11 @@ pub struct Flow {
     pub outputs: Vec<Output>,
     /// Pin this flow to one worker core.
     pub core: Option<usize>,
+    /// How many workers serve its outputs (1 to [`MAX_SPREAD`], at most
+    /// its outputs; more than 1 only without `core`): each joins the input
+    /// on its own socket and sends to outputs `k`, `k + spread`, ... (shard
+    /// `k`).
+    pub spread: usize,
     /// What its datagrams carry and how their health is judged.
     pub health: Health,
 }
@@ -286,6 +293,12 @@ impl fmt::Display for IngressKind {
 }
 
 impl Flow {
+    /// The shard (of [`Flow::spread`]) that sends to output `output`:
+    /// `output mod spread`.
+    pub fn shard_of(&self, output: usize) -> usize {
+        output % self.spread.max(1)
+    }
+
     /// The first (for failover: the primary) leg.
     ///
     /// # Panics
@@ -561,8 +574,8 @@ impl FlowTable {
     /// What changes going from `self` (running) to `newer` (just loaded).
     ///
     /// Flows are matched by id (that is, by name). A flow present in both
-    /// whose inputs (its legs, in order), redundancy, outputs, core or
-    /// health settings differ is `changed`; the data plane
+    /// whose inputs (its legs, in order), redundancy, outputs, core, spread
+    /// or health settings differ is `changed`; the data plane
     /// restarts it, while `unchanged` flows keep running untouched. Each list
     /// is in name order.
     pub fn diff(&self, newer: &FlowTable) -> FlowDiff {
@@ -640,6 +653,7 @@ mod tests {
                 queue_depth: DEFAULT_OUTPUT_QUEUE_DEPTH,
             }],
             core: None,
+            spread: 1,
             health: Health::default(),
         }
     }

@@ -17,6 +17,7 @@ use crate::error::{ConfigError, ConfigErrors};
 use crate::model::*;
 
 mod legs;
+mod spread;
 
 /// Largest CPU number accepted in `daemon.cores` and a flow's `core`
 /// (Linux supports at most 8192 CPUs).
@@ -38,6 +39,7 @@ const FLOW_KEYS: &[&str] = &[
     "inputs",
     "outputs",
     "core",
+    "spread",
     "payload",
     "silence_ms",
     "rtp_clock_hz",
@@ -578,6 +580,8 @@ impl<'t> Walker<'t> {
             }
         }
 
+        let spread = self.spread(t, p, outputs.len(), t.contains_key("core"));
+        ok &= spread.is_some();
         let health = self.health(t, p);
         ok &= health.is_some();
         let redundancy = self.redundancy(
@@ -588,8 +592,8 @@ impl<'t> Walker<'t> {
             health.map(|h| h.payload),
         );
 
-        if let (true, Some((name, _)), Some(inputs), Some(health), Some(redundancy)) =
-            (ok, &parts.name, inputs, health, redundancy)
+        if let (true, Some((name, _)), Some(inputs), Some(health), Some(redundancy), Some(spread)) =
+            (ok, &parts.name, inputs, health, redundancy, spread)
         {
             parts.flow = Some(Flow {
                 id: FlowId::from_name(name),
@@ -598,6 +602,7 @@ impl<'t> Walker<'t> {
                 redundancy,
                 outputs,
                 core,
+                spread,
                 health,
             });
         }
@@ -1211,7 +1216,7 @@ outputs = [{ interface = "eth1", address = "239.2.2.2", port = 6000, ttl = 255, 
                 "t.toml:3:1: unknown key \"usr\" in daemon (expected one of: user, control_socket, cores, metrics_listen, log_level, mode)",
                 "t.toml:5:1: unknown key \"tiny\" in pools (expected one of: small, standard, jumbo)",
                 "t.toml:9:70: flow \"x\": unknown key \"tll\" in outputs[0] (expected one of: interface, address, port, ttl, source_address, queue_depth)",
-                "t.toml:10:1: flow \"x\": unknown key \"core_\" (expected one of: name, input, inputs, outputs, core, payload, silence_ms, rtp_clock_hz, redundancy, merge_delay_ms, merge_window_ms, failover_after_ms, revert_after_s)",
+                "t.toml:10:1: flow \"x\": unknown key \"core_\" (expected one of: name, input, inputs, outputs, core, spread, payload, silence_ms, rtp_clock_hz, redundancy, merge_delay_ms, merge_window_ms, failover_after_ms, revert_after_s)",
             ]
         );
     }

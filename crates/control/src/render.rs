@@ -155,7 +155,7 @@ pub fn render_flows(s: &Snapshot, rates: Option<&Rates>) -> String {
             flow.name.clone(),
             flow_state_text(s, flow),
             flow.input.clone(),
-            flow.worker.to_string(),
+            flow.worker_text(),
             human_count(flow.packets_in),
             human_bytes(flow.bytes_in),
             fr.map_or_else(dash, |r| human_rate(r.packets_per_second)),

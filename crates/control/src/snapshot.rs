@@ -85,8 +85,13 @@ pub struct PoolClassSnapshot {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FlowSnapshot {
     pub name: String,
-    /// Index of the worker that owns it.
+    /// Index of the worker that owns it (of a spread flow: shard 0's).
     pub worker: usize,
+    /// A flow with `spread` > 1: every worker serving a share of its
+    /// outputs, shard `k` (outputs `k`, `k + spread`, ...) on the `k`th.
+    /// Empty, and absent from JSON, for a flow on one worker.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workers: Vec<usize>,
     /// The input, e.g. "239.1.1.1:5000 on vRA".
     pub input: String,
     pub packets_in: u64,
@@ -125,6 +130,17 @@ pub struct FlowSnapshot {
     /// discarded on purpose, not a drop.
     #[serde(default)]
     pub standby_discarded: u64,
+}
+
+impl FlowSnapshot {
+    /// Its worker, or a spread flow's workers: "1" or "1,0".
+    pub fn worker_text(&self) -> String {
+        if self.workers.is_empty() {
+            return self.worker.to_string();
+        }
+        let all: Vec<String> = self.workers.iter().map(ToString::to_string).collect();
+        all.join(",")
+    }
 }
 
 /// What a flow with several inputs (legs) did with them
@@ -512,6 +528,7 @@ pub(crate) fn sample() -> Snapshot {
         flows: vec![FlowSnapshot {
             name: "video-a".into(),
             worker: 0,
+            workers: Vec::new(),
             input: "239.1.1.1:5000 on vRA".into(),
             packets_in: 812,
             bytes_in: 1_048_576,

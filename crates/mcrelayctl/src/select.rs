@@ -199,6 +199,7 @@ mod tests {
         FlowSnapshot {
             name: name.into(),
             worker: 0,
+            workers: Vec::new(),
             input: "239.1.1.1:5000 on eth0".into(),
             packets_in: 0,
             bytes_in: 0,

@@ -1,7 +1,8 @@
 //! File descriptors, budgeted up front. Each flow holds, per input (leg),
 //! its ingress socket, a duplicate of it (the kernel drop counter's watch)
 //! and, for a packet leg on a group, the socket holding its membership;
-//! and one socket per output; the process also needs a fixed set (stdio, the helper link, the
+//! and one socket per output (a flow with `spread = N` holds its legs'
+//! N times: each shard has its own); the process also needs a fixed set (stdio, the helper link, the
 //! control and metrics listeners, netlink, the signal pipe, one io_uring
 //! per worker) and a reserve that is never spent on flows: a config read
 //! on reload, [`crate::control::MAX_CLIENTS`] control clients and
@@ -33,7 +34,7 @@ const RESERVE: u64 =
 pub struct Budget {
     pub flows: usize,
     /// Descriptors the flows hold: 2 per leg (3 for a packet leg on a
-    /// group) + outputs each.
+    /// group) per shard + outputs each.
     pub flow_fds: u64,
     /// Everything else, including the reserve.
     pub base_fds: u64,
@@ -57,7 +58,8 @@ impl Budget {
                             && i.address.is_multicast();
                         2 + u64::from(membership)
                     })
-                    .sum();
+                    .sum::<u64>()
+                    .saturating_mul(u64::try_from(f.spread).unwrap_or(u64::MAX));
                 legs.saturating_add(u64::try_from(f.outputs.len()).unwrap_or(u64::MAX))
             })
             .fold(0u64, u64::saturating_add);
@@ -200,6 +202,17 @@ mod tests {
         let config = mcrelay_config::parse(text, "t.toml").unwrap_or_else(|e| panic!("{e}"));
         // 2 + 3 (packet, group) + 2 (packet, unicast) + 1 output.
         assert_eq!(Budget::of(&config).flow_fds, 8);
+    }
+
+    #[test]
+    fn each_shard_of_a_spread_flow_holds_its_own_legs() {
+        let text = "[[flow]]\nname = \"s\"\nspread = 2\n\
+                    input = { interface = \"a\", address = \"239.1.1.1\", port = 5000 }\n\
+                    outputs = [{ interface = \"d\", address = \"239.2.2.2\", port = 5000 }, \
+                    { interface = \"d\", address = \"239.2.2.2\", port = 5001 }]\n";
+        let config = mcrelay_config::parse(text, "t.toml").unwrap_or_else(|e| panic!("{e}"));
+        // 2 shards x 2 (socket and its watch) + 2 outputs.
+        assert_eq!(Budget::of(&config).flow_fds, 6);
     }
 
     #[test]

@@ -375,7 +375,7 @@ fn flow_cell(model: &Model, flow: &FlowSnapshot, col: Col) -> Span<'static> {
             Span::styled(text, color)
         }
         Col::Path => Span::raw(flow.input.clone()),
-        Col::Worker => Span::raw(flow.worker.to_string()),
+        Col::Worker => Span::raw(flow.worker_text()),
         Col::Pps => {
             Span::raw(rates.map_or_else(|| "-".into(), |r| human_rate(r.packets_per_second)))
         }
@@ -524,7 +524,10 @@ fn detail(frame: &mut Frame<'_>, area: Rect, model: &Model) {
     let mut lines = vec![
         Line::from(format!(
             "{} · worker {} · input {} · interface pauses {}",
-            flow.state, flow.worker, flow.input, flow.interface_pauses
+            flow.state,
+            flow.worker_text(),
+            flow.input,
+            flow.interface_pauses
         )),
         Line::from(format!(
             "received {} packets, {}{}",

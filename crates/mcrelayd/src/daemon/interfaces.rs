@@ -108,8 +108,8 @@ impl Daemon {
 
     /// Take running flow `i` off its worker because of `state`.
     pub(super) fn pause(&mut self, i: usize, state: FlowState) {
-        let (name, worker) = (self.flows[i].flow.name.clone(), self.flows[i].worker);
-        if let Err(e) = self.remove_from_worker(&name, worker) {
+        let name = self.flows[i].flow.name.clone();
+        if let Err(e) = self.remove_shards(&name, &self.flows[i].workers) {
             tracing::error!(flow = %name, "pausing: {}", crate::chain::Chain(&e));
         }
         self.flows[i].running = false;

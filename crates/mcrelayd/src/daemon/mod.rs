@@ -25,6 +25,7 @@ mod placement;
 mod plan;
 mod reload;
 mod report;
+mod shards;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,7 +34,6 @@ use std::time::{Duration, Instant};
 
 use mcrelay_config::{Config, Flow};
 use mcrelay_control::{DaemonState, FlowState};
-use mcrelay_dataplane::counters::FlowStats;
 use mcrelay_dataplane::{
     Command, Event, FlowSockets, ReceiveMode, WorkerConfig, WorkerError, WorkerHandle,
 };
@@ -69,8 +69,9 @@ pub struct RunOptions {
 #[derive(Debug)]
 struct Managed {
     flow: Flow,
-    /// Its worker, chosen once: a paused flow resumes on the same one.
-    worker: usize,
+    /// Its workers (shard `k` on the `k`th; one without `spread`), chosen
+    /// once: a paused flow resumes on the same ones.
+    workers: Vec<usize>,
     /// On its worker now.
     running: bool,
     /// After a failed start: not before this instant, and the delay after
@@ -78,16 +79,6 @@ struct Managed {
     retry: Option<(Instant, Duration)>,
     /// Its outputs not connected yet, while it runs.
     unconnected: Vec<Unconnected>,
-}
-
-/// `opened` writing into `stats` (the flow's counters since it was
-/// configured) instead of the fresh ones it came with.
-fn with_counters(mut opened: FlowSockets, stats: &FlowStats) -> FlowSockets {
-    opened.counters = Arc::clone(&stats.input);
-    for (o, (_, c)) in opened.outputs.iter_mut().zip(&stats.outputs) {
-        o.counters = Arc::clone(c);
-    }
-    opened
 }
 
 /// The running daemon, owned by the main thread.
@@ -142,16 +133,18 @@ impl Daemon {
         let mut managed = Vec::with_capacity(config.flows.len());
         let mut placement = Placement::new(&cpus);
         for flow in start_order(config.flows.as_slice()) {
-            let w = placement.place(flow)?;
-            let mut entry = new_entry(flow, w);
+            let ws = placement.place(flow)?;
+            let mut entry = new_entry(flow, &ws);
             let mut unconnected = Vec::new();
             let running = match blocked(links.as_ref(), flow, false) {
                 None => {
-                    let (opened, pending) = opener.open(flow).map_err(StartError::Open)?;
-                    let opened = with_counters(opened, &entry.stats);
-                    entry.ingress = Some(clone_ingress(&opened).map_err(StartError::Ingress)?);
-                    unconnected = note_outputs(&mut entry, pending);
-                    per_worker[w].push(opened);
+                    let opened =
+                        shards::open(&mut opener, flow, &entry.stats, &entry.shard_inputs)?;
+                    entry.ingress = Some(opened.ingress);
+                    unconnected = note_outputs(&mut entry, opened.pending);
+                    for (shard, &w) in opened.shards.into_iter().zip(&ws) {
+                        per_worker[w].push(shard);
+                    }
                     true
                 }
                 Some(state) => {
@@ -163,7 +156,7 @@ impl Daemon {
             entries.push(entry);
             managed.push(Managed {
                 flow: flow.clone(),
-                worker: w,
+                workers: ws,
                 running,
                 retry: None,
                 unconnected,
@@ -343,37 +336,70 @@ impl Daemon {
         };
     }
 
-    /// Open flow `i`'s sockets and hand them to its worker, with the
-    /// flow's counters. The state it had before.
+    /// Open flow `i`'s sockets and hand each shard to its worker, with
+    /// the flow's counters. The state it had before.
     fn start_on_worker(&mut self, i: usize) -> Result<FlowState, FlowCommandError> {
-        let (flow, w) = (&self.flows[i].flow, self.flows[i].worker);
-        let stats = {
+        let flow = &self.flows[i].flow;
+        let (stats, more) = {
             let mut shared = lock(&self.shared);
             let e = entry_mut(&mut shared, &flow.name).ok_or(FlowCommandError::NotPublished)?;
-            share(&e.stats)
+            (share(&e.stats), e.shard_inputs.clone())
         };
-        let (opened, pending) = self.opener.open(flow).map_err(FlowCommandError::Open)?;
-        let opened = with_counters(opened, &stats);
-        let ingress = clone_ingress(&opened).map_err(FlowCommandError::Ingress)?;
+        let opened = shards::open(&mut self.opener, flow, &stats, &more)?;
+        let name = flow.name.clone();
+        for (k, (shard, &w)) in opened
+            .shards
+            .into_iter()
+            .zip(&self.flows[i].workers)
+            .enumerate()
+        {
+            if let Err(e) = self.add_to_worker(&name, w, shard) {
+                // No shard without the others: take back those added.
+                if let Err(undo) = self.remove_shards(&name, &self.flows[i].workers[..k]) {
+                    tracing::error!(flow = %name, "taking back its other shards: {}", crate::chain::Chain(&undo));
+                }
+                return Err(e);
+            }
+        }
+        self.flows[i].running = true;
+        let mut shared = lock(&self.shared);
+        let e = entry_mut(&mut shared, &name).ok_or(FlowCommandError::NotPublished)?;
+        e.ingress = Some(opened.ingress);
+        self.flows[i].unconnected = note_outputs(e, opened.pending);
+        Ok(std::mem::replace(&mut e.state, FlowState::Running))
+    }
+
+    /// Hand `shard` of flow `name` to worker `w` and wait for its answer.
+    fn add_to_worker(
+        &self,
+        name: &str,
+        w: usize,
+        shard: FlowSockets,
+    ) -> Result<(), FlowCommandError> {
         let handle = self.workers.get(w).ok_or(FlowCommandError::NoSuchWorker)?;
-        if handle.command(Command::AddFlow(Box::new(opened))).is_err() {
+        if handle.command(Command::AddFlow(Box::new(shard))).is_err() {
             return Err(FlowCommandError::NotTakingCommands { worker: w });
         }
-        let name = flow.name.clone();
-        match self.await_event(&name)? {
-            Event::FlowAdded { .. } => {
-                self.flows[i].running = true;
-                let mut shared = lock(&self.shared);
-                let e = entry_mut(&mut shared, &name).ok_or(FlowCommandError::NotPublished)?;
-                e.ingress = Some(ingress);
-                self.flows[i].unconnected = note_outputs(e, pending);
-                Ok(std::mem::replace(&mut e.state, FlowState::Running))
-            }
+        match self.await_event(name)? {
+            Event::FlowAdded { .. } => Ok(()),
             other => Err(FlowCommandError::Refused {
                 worker: w,
                 answer: format!("{other:?}"),
             }),
         }
+    }
+
+    /// Remove flow `name` from each of `workers`; the first error, after
+    /// trying every one.
+    fn remove_shards(&self, name: &str, workers: &[usize]) -> Result<(), FlowCommandError> {
+        let mut first = Ok(());
+        for &w in workers {
+            let result = self.remove_from_worker(name, w);
+            if first.is_ok() {
+                first = result;
+            }
+        }
+        first
     }
 
     /// Remove flow `name` from `worker` and wait until its sockets are
@@ -443,16 +469,6 @@ impl Daemon {
             None => Ok(()),
         }
     }
-}
-
-/// A watch on the kernel's drops at each leg's ingress socket.
-fn clone_ingress(opened: &FlowSockets) -> std::io::Result<mcrelay_dataplane::sockets::KernelDrops> {
-    let fds = opened
-        .legs
-        .iter()
-        .map(|l| l.try_clone_fd())
-        .collect::<std::io::Result<Vec<_>>>()?;
-    Ok(mcrelay_dataplane::sockets::KernelDrops::legs(fds))
 }
 
 #[cfg(test)]

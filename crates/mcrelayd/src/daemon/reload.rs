@@ -13,14 +13,14 @@ use super::plan::{self, ReloadPlan};
 use super::report::new_entry;
 use super::{Daemon, Managed, lock};
 
-/// A changed flow's replacement, ready to hand to its worker: its new
-/// sockets (opened and joined), outputs not connected yet, its new
-/// readers' entry, its worker and its index in `Daemon::flows`.
+/// A changed flow's replacement, ready to hand to its workers: its new
+/// sockets per shard (opened and joined), outputs not connected yet, its
+/// new readers' entry, its workers and its index in `Daemon::flows`.
 struct Prepared {
-    opened: mcrelay_dataplane::FlowSockets,
+    shards: Vec<mcrelay_dataplane::FlowSockets>,
     pending: Vec<(crate::outputs::Unconnected, std::io::Error)>,
     entry: super::report::FlowEntry,
-    worker: usize,
+    workers: Vec<usize>,
     index: usize,
 }
 
@@ -95,6 +95,13 @@ impl Daemon {
         }
         if let Err(e) = crate::kernel_limits::at_load(&self.path, &new) {
             tracing::error!("reload rejected; the running configuration stays:\n{e}");
+            return ReloadOutcome {
+                errors: vec![e.to_string()],
+                ..ReloadOutcome::default()
+            };
+        }
+        if let Err(e) = super::placement::spread_fits(&new, self.workers.len()) {
+            tracing::error!("reload rejected; the running configuration stays: {e}");
             return ReloadOutcome {
                 errors: vec![e.to_string()],
                 ..ReloadOutcome::default()
@@ -207,18 +214,21 @@ impl Daemon {
     /// that adds or removes a leg loses nothing on the legs that stay.
     /// What arrives between the new sockets' join and the old flow's
     /// removal (about one loop turn) is in both and may leave twice.
-    /// The flow keeps its worker unless its `core` changed; it starts
-    /// with fresh counters, as a changed flow does. If the new sockets
+    /// The flow keeps its workers unless its `core` or `spread` changed;
+    /// it starts with fresh counters, as a changed flow does. A spread
+    /// flow is replaced the same way on each of its workers: all old
+    /// shards are removed and all new ones added before it counts as
+    /// replaced. If the new sockets
     /// can't be opened, the flow is stopped and configured anew like any
     /// changed flow (the reconciler retries it) and the error is returned
     /// for the reload to report; if the worker refuses the new one, the
     /// flow waits for a retry like any failed start.
     fn replace_flow(&mut self, new: &Flow) -> Result<(), ReplaceError> {
         let Prepared {
-            opened,
+            shards,
             pending,
             entry,
-            worker,
+            workers,
             index: i,
         } = match self.prepare_replacement(new) {
             Ok(prepared) => prepared,
@@ -233,19 +243,18 @@ impl Daemon {
             }
         };
         let mut entry = entry;
-        let old_worker = self.flows[i].worker;
+        let old_workers = self.flows[i].workers.clone();
         let name = new.name.clone();
-        let old = self
-            .workers
-            .get(old_worker)
-            .ok_or(FlowCommandError::NoSuchWorker)?;
-        if old.command(Command::RemoveFlow(name.clone())).is_err() {
-            return Err(FlowCommandError::NotTakingCommands { worker: old_worker }.into());
+        for &w in &old_workers {
+            let old = self.workers.get(w).ok_or(FlowCommandError::NoSuchWorker)?;
+            if old.command(Command::RemoveFlow(name.clone())).is_err() {
+                return Err(FlowCommandError::NotTakingCommands { worker: w }.into());
+            }
         }
         // The old flow is going: from here the flow is the new one.
         self.flows[i] = Managed {
             flow: new.clone(),
-            worker,
+            workers: workers.clone(),
             running: false,
             retry: None,
             unconnected: Vec::new(),
@@ -254,35 +263,52 @@ impl Daemon {
             let mut shared = lock(&self.shared);
             if let Some(e) = shared.flows.iter_mut().find(|e| e.stats.name == name) {
                 e.close_ingress();
-                *e = new_entry(new, worker);
+                *e = new_entry(new, &workers);
                 e.state = FlowState::OpenFailed {
                     error: "being replaced by a reload".to_owned(),
                 };
             }
         }
-        let handle = self
-            .workers
-            .get(worker)
-            .ok_or(FlowCommandError::NoSuchWorker)?;
-        if handle.command(Command::AddFlow(Box::new(opened))).is_err() {
-            return Err(FlowCommandError::NotTakingCommands { worker }.into());
+        let mut sent = 0_usize;
+        for (shard, &w) in shards.into_iter().zip(&workers) {
+            let handle = self.workers.get(w).ok_or(FlowCommandError::NoSuchWorker)?;
+            if handle.command(Command::AddFlow(Box::new(shard))).is_err() {
+                break;
+            }
+            sent += 1;
         }
-        let (mut added, mut removed) = (None, false);
-        while added.is_none() || !removed {
+        // Every answer, so none is left for a later command to misread.
+        let (mut added, mut refused, mut answered, mut removed) = (Vec::new(), None, 0, 0);
+        while answered < sent || removed < old_workers.len() {
             match self.await_event(&name)? {
-                Event::FlowAdded { .. } => added = Some(Ok(())),
+                Event::FlowAdded { worker, .. } => {
+                    added.push(worker);
+                    answered += 1;
+                }
                 Event::FlowRefused { worker, reason, .. } => {
-                    added = Some(Err(FlowCommandError::Refused {
+                    refused = Some(FlowCommandError::Refused {
                         worker,
                         answer: reason,
-                    }));
+                    });
+                    answered += 1;
                 }
-                Event::FlowRemoved { .. } | Event::FlowUnknown { .. } => removed = true,
+                Event::FlowRemoved { .. } | Event::FlowUnknown { .. } => removed += 1,
                 // `await_event` answers about flows only.
                 Event::ModeSet { .. } => {}
             }
         }
-        added.unwrap_or(Ok(()))?;
+        if added.len() < workers.len() {
+            // No shard without the others: take back those added; the flow
+            // waits for a retry like any failed start.
+            if let Err(undo) = self.remove_shards(&name, &added) {
+                tracing::error!(flow = %name, "taking back its other shards: {}", crate::chain::Chain(&undo));
+            }
+            return Err(refused
+                .unwrap_or(FlowCommandError::NotTakingCommands {
+                    worker: workers.get(sent).copied().unwrap_or(0),
+                })
+                .into());
+        }
         self.flows[i].running = true;
         let mut shared = lock(&self.shared);
         if let Some(e) = shared.flows.iter_mut().find(|e| e.stats.name == name) {
@@ -290,7 +316,7 @@ impl Daemon {
             *e = entry;
             self.flows[i].unconnected = super::report::note_outputs(e, pending);
         }
-        tracing::info!(flow = %name, worker, "replaced by the reload, without a gap");
+        tracing::info!(flow = %name, ?workers, "replaced by the reload, without a gap");
         Ok(())
     }
 
@@ -301,28 +327,29 @@ impl Daemon {
             .iter()
             .position(|m| m.flow.name == new.name)
             .ok_or(FlowCommandError::NotPublished)?;
-        let worker = if self.flows[i].flow.core == new.core {
-            self.flows[i].worker
+        let old = &self.flows[i].flow;
+        let workers = if old.core == new.core && old.spread == new.spread {
+            self.flows[i].workers.clone()
         } else {
             Placement::with(
                 &self.cpus,
                 self.flows
                     .iter()
                     .filter(|m| m.flow.name != new.name)
-                    .map(|m| (m.worker, &m.flow)),
+                    .map(|m| (&m.workers[..], &m.flow)),
             )
             .place(new)
             .map_err(ReplaceError::Placement)?
         };
-        let mut entry = new_entry(new, worker);
-        let (opened, pending) = self.opener.open(new).map_err(FlowCommandError::Open)?;
-        let opened = super::with_counters(opened, &entry.stats);
-        entry.ingress = Some(super::clone_ingress(&opened).map_err(FlowCommandError::Ingress)?);
+        let mut entry = new_entry(new, &workers);
+        let opened = super::shards::open(&mut self.opener, new, &entry.stats, &entry.shard_inputs)
+            .map_err(FlowCommandError::from)?;
+        entry.ingress = Some(opened.ingress);
         Ok(Prepared {
-            opened,
-            pending,
+            shards: opened.shards,
+            pending: opened.pending,
             entry,
-            worker,
+            workers,
             index: i,
         })
     }
@@ -335,7 +362,7 @@ impl Daemon {
         let m = self.flows.remove(i);
         lock(&self.shared).flows.retain(|e| e.stats.name != name);
         if m.running {
-            self.remove_from_worker(name, m.worker)?;
+            self.remove_shards(name, &m.workers)?;
         }
         Ok(())
     }
@@ -343,14 +370,17 @@ impl Daemon {
     /// Configure `flow` (not started yet: [`Self::reconcile`] does that),
     /// on the least loaded worker or its `core`.
     fn add_flow(&mut self, flow: &Flow) -> Result<(), PlacementError> {
-        let w = Placement::with(&self.cpus, self.flows.iter().map(|m| (m.worker, &m.flow)))
-            .place(flow)?;
+        let workers = Placement::with(
+            &self.cpus,
+            self.flows.iter().map(|m| (&m.workers[..], &m.flow)),
+        )
+        .place(flow)?;
         // Published as running: reconcile, right after, starts it or says
         // why not, before the reload's outcome is published.
-        lock(&self.shared).flows.push(new_entry(flow, w));
+        lock(&self.shared).flows.push(new_entry(flow, &workers));
         self.flows.push(Managed {
             flow: flow.clone(),
-            worker: w,
+            workers,
             running: false,
             retry: None,
             unconnected: Vec::new(),

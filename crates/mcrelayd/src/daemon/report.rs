@@ -12,7 +12,7 @@ use mcrelay_control::{
     PoolClassSnapshot, RedundancySnapshot, Snapshot, WorkerSnapshot,
 };
 use mcrelay_dataplane::WorkerStats;
-use mcrelay_dataplane::counters::FlowStats;
+use mcrelay_dataplane::counters::{FlowCounters, FlowStats};
 
 use crate::outputs::{OutputState, Unconnected};
 use crate::sockets::output_label;
@@ -20,7 +20,13 @@ use crate::sockets::output_label;
 /// One configured flow as readers see it, relaying or not.
 #[derive(Debug)]
 pub(super) struct FlowEntry {
-    pub(super) worker: usize,
+    /// Its workers: shard `k` on the `k`th (one for a flow without
+    /// `spread`).
+    pub(super) workers: Vec<usize>,
+    /// The input counters of shards 1 and up of a spread flow (shard 0's
+    /// are `stats.input`), kept across pauses: their drops add to the
+    /// flow's.
+    pub(super) shard_inputs: Vec<Arc<FlowCounters>>,
     input: String,
     /// A flow with several inputs: "merge" or "failover", and each leg as
     /// "address:port on interface". Empty `legs` for one input.
@@ -164,25 +170,37 @@ fn flow_snapshot(f: &FlowEntry, take_gaps: bool) -> FlowSnapshot {
     // so a snapshot never shows more discarded than received (relaxed
     // counters: this relies on x86 keeping loads, and stores, in order).
     let standby_discarded = c.standby_discarded.get();
+    // A spread flow: every shard receives each datagram, so the input is
+    // counted once (shard 0's), while drops and errors add up.
+    let sum = |get: fn(&FlowCounters) -> u64| -> u64 {
+        f.shard_inputs
+            .iter()
+            .fold(get(c), |n, s| n.saturating_add(get(s)))
+    };
     FlowSnapshot {
         name: f.stats.name.clone(),
-        worker: f.worker,
+        worker: f.workers.first().copied().unwrap_or(0),
+        workers: if f.workers.len() > 1 {
+            f.workers.clone()
+        } else {
+            Vec::new()
+        },
         input: f.input.clone(),
         packets_in: c.packets_in.get(),
         bytes_in: c.bytes_in.get(),
         drops: IngressDropsSnapshot {
-            oversize: c.drops.oversize.get(),
-            pool_exhausted: c.drops.pool_exhausted.get(),
+            oversize: sum(|c| c.drops.oversize.get()),
+            pool_exhausted: sum(|c| c.drops.pool_exhausted.get()),
             kernel: f.kernel_drops(),
-            truncated: c.frames.truncated.get(),
-            malformed: c.frames.malformed.get(),
-            fragment: c.frames.fragment.get(),
-            bad_checksum: c.frames.bad_checksum.get(),
-            not_this_flow: c.frames.not_this_flow.get(),
+            truncated: sum(|c| c.frames.truncated.get()),
+            malformed: sum(|c| c.frames.malformed.get()),
+            fragment: sum(|c| c.frames.fragment.get()),
+            bad_checksum: sum(|c| c.frames.bad_checksum.get()),
+            not_this_flow: sum(|c| c.frames.not_this_flow.get()),
         },
-        receive_errors: c.receive_errors.get(),
-        receive_rearms: c.receive_rearms.get(),
-        pool_fallbacks: c.pool_fallbacks.get(),
+        receive_errors: sum(|c| c.receive_errors.get()),
+        receive_rearms: sum(|c| c.receive_rearms.get()),
+        pool_fallbacks: sum(|c| c.pool_fallbacks.get()),
         outputs: f
             .stats
             .outputs
@@ -291,11 +309,12 @@ pub(super) fn input_text(input: &mcrelay_config::Input) -> String {
     )
 }
 
-/// `flow` as readers see it, with fresh counters, running.
-pub(super) fn new_entry(flow: &Flow, worker: usize) -> FlowEntry {
+/// `flow` as readers see it, on `workers`, with fresh counters, running.
+pub(super) fn new_entry(flow: &Flow, workers: &[usize]) -> FlowEntry {
     let legs: Vec<String> = flow.inputs.iter().map(input_text).collect();
     FlowEntry {
-        worker,
+        workers: workers.to_vec(),
+        shard_inputs: (1..workers.len()).map(|_| Arc::default()).collect(),
         input: legs.join(", "),
         redundancy: flow.redundancy.as_str(),
         legs: if legs.len() > 1 { legs } else { Vec::new() },
@@ -366,7 +385,7 @@ pub(super) fn print_final(shared: &Shared) {
         eprintln!(
             "final flow={} worker={} packets_in={} bytes_in={} drop_oversize={} drop_pool_exhausted={} drop_kernel={} drop_truncated={} drop_malformed={} drop_fragment={} drop_bad_checksum={} drop_not_this_flow={} receive_errors={} state={} interface_pauses={}",
             flow.name,
-            flow.worker,
+            flow.worker_text(),
             flow.packets_in,
             flow.bytes_in,
             flow.drops.oversize,
