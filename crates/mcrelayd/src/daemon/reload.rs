@@ -202,11 +202,14 @@ impl Daemon {
 
     /// Replace running flow `new.name` by `new`, make before break: the new
     /// sockets are opened (and joined) while the old ones still receive,
-    /// then one worker command removes the old flow and the next adds the
-    /// new one, so every datagram is in one socket or the other: a reload
-    /// that adds or removes a leg loses nothing on the legs that stay.
-    /// What arrives between the new sockets' join and the old flow's
-    /// removal (about one loop turn) is in both and may leave twice.
+    /// so every datagram is in one socket or the other: a reload that adds
+    /// or removes a leg loses nothing on the legs that stay. On the same
+    /// worker one [`Command::Replace`] swaps them and the new flow takes
+    /// the old one's redundancy state over, so what arrives in both
+    /// sockets between the join and the swap leaves once (merge, failover
+    /// with `rtp`, or an RTP flow becoming one of them). Moving to another
+    /// worker (its `core` changed) the old flow is removed and the new one
+    /// added; what arrives in between may leave twice.
     /// The flow keeps its worker unless its `core` changed; it starts
     /// with fresh counters, as a changed flow does. If the new sockets
     /// can't be opened, the flow is stopped and configured anew like any
@@ -235,11 +238,26 @@ impl Daemon {
         let mut entry = entry;
         let old_worker = self.flows[i].worker;
         let name = new.name.clone();
+        // On the same worker, one command: the new flow takes the old
+        // one's redundancy state over (nothing leaves twice).
+        let mut opened = Some(opened);
+        let first = if old_worker == worker {
+            let kept = kept_legs(&self.flows[i].flow, new);
+            opened
+                .take()
+                .map(|f| Command::Replace {
+                    flow: Box::new(f),
+                    kept,
+                })
+                .ok_or(FlowCommandError::NotPublished)?
+        } else {
+            Command::RemoveFlow(name.clone())
+        };
         let old = self
             .workers
             .get(old_worker)
             .ok_or(FlowCommandError::NoSuchWorker)?;
-        if old.command(Command::RemoveFlow(name.clone())).is_err() {
+        if old.command(first).is_err() {
             return Err(FlowCommandError::NotTakingCommands { worker: old_worker }.into());
         }
         // The old flow is going: from here the flow is the new one.
@@ -260,12 +278,14 @@ impl Daemon {
                 };
             }
         }
-        let handle = self
-            .workers
-            .get(worker)
-            .ok_or(FlowCommandError::NoSuchWorker)?;
-        if handle.command(Command::AddFlow(Box::new(opened))).is_err() {
-            return Err(FlowCommandError::NotTakingCommands { worker }.into());
+        if let Some(opened) = opened {
+            let handle = self
+                .workers
+                .get(worker)
+                .ok_or(FlowCommandError::NoSuchWorker)?;
+            if handle.command(Command::AddFlow(Box::new(opened))).is_err() {
+                return Err(FlowCommandError::NotTakingCommands { worker }.into());
+            }
         }
         let (mut added, mut removed) = (None, false);
         while added.is_none() || !removed {
@@ -357,4 +377,18 @@ impl Daemon {
         });
         Ok(())
     }
+}
+
+/// The legs of `new` that are `old`'s leg of the same index (same
+/// interface, group, port, source and ingress), a bit per leg: a failover
+/// keeps their health across the replace.
+pub(super) fn kept_legs(old: &Flow, new: &Flow) -> u8 {
+    old.inputs
+        .iter()
+        .zip(&new.inputs)
+        // A bit each in a u8 (`check` allows at most 4 legs).
+        .take(8)
+        .enumerate()
+        .filter(|(_, (a, b))| a == b)
+        .fold(0, |kept, (i, _)| kept | (1 << i))
 }
