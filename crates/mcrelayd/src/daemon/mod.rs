@@ -23,6 +23,7 @@ mod interfaces;
 mod mode;
 mod placement;
 mod plan;
+mod rejoin;
 mod reload;
 mod report;
 
@@ -114,6 +115,8 @@ pub struct Daemon {
     stalled: bool,
     /// A reload is being applied: the published state stays `Reloading`.
     reloading: bool,
+    /// Interfaces re-created under running flows' legs ([`rejoin`]).
+    rejoin: rejoin::Rejoin,
 }
 
 impl Daemon {
@@ -206,6 +209,10 @@ impl Daemon {
             started: Instant::now(),
             mode: mode::control_mode(config.daemon.mode),
         }));
+        let mut rejoin = rejoin::Rejoin::default();
+        if let Some(links) = &links {
+            rejoin.note(links);
+        }
         let daemon = Self {
             path: path.to_owned(),
             config,
@@ -221,6 +228,7 @@ impl Daemon {
             reload_problem: None,
             stalled: false,
             reloading: false,
+            rejoin,
         };
         daemon.refresh_state();
         Ok(daemon)

@@ -5,7 +5,7 @@
 use mcrelay_config::Flow;
 use mcrelay_control::{DaemonState, FlowState, ReloadOutcome};
 
-use mcrelay_dataplane::{Command, Event};
+use mcrelay_dataplane::Command;
 
 use super::error::FlowCommandError;
 use super::placement::{Placement, PlacementError};
@@ -287,22 +287,7 @@ impl Daemon {
                 return Err(FlowCommandError::NotTakingCommands { worker }.into());
             }
         }
-        let (mut added, mut removed) = (None, false);
-        while added.is_none() || !removed {
-            match self.await_event(&name)? {
-                Event::FlowAdded { .. } => added = Some(Ok(())),
-                Event::FlowRefused { worker, reason, .. } => {
-                    added = Some(Err(FlowCommandError::Refused {
-                        worker,
-                        answer: reason,
-                    }));
-                }
-                Event::FlowRemoved { .. } | Event::FlowUnknown { .. } => removed = true,
-                // `await_event` answers about flows only.
-                Event::ModeSet { .. } => {}
-            }
-        }
-        added.unwrap_or(Ok(()))?;
+        self.await_replaced(&name)?;
         self.flows[i].running = true;
         let mut shared = lock(&self.shared);
         if let Some(e) = shared.flows.iter_mut().find(|e| e.stats.name == name) {
