@@ -91,6 +91,13 @@ fn with_counters(mut opened: FlowSockets, stats: &FlowStats) -> FlowSockets {
     opened
 }
 
+/// A flow's sockets as [`Daemon::open_counted`] opened them.
+type Opened = (
+    FlowSockets,
+    Vec<(Unconnected, std::io::Error)>,
+    mcrelay_dataplane::sockets::KernelDrops,
+);
+
 /// The running daemon, owned by the main thread.
 #[derive(Debug)]
 pub struct Daemon {
@@ -351,10 +358,10 @@ impl Daemon {
         };
     }
 
-    /// Open flow `i`'s sockets and hand them to its worker, with the
-    /// flow's counters. The state it had before.
-    fn start_on_worker(&mut self, i: usize) -> Result<FlowState, FlowCommandError> {
-        let (flow, w) = (&self.flows[i].flow, self.flows[i].worker);
+    /// Open flow `i`'s sockets, writing into the flow's counters: them,
+    /// the outputs not connected yet and a second handle on the ingress.
+    fn open_counted(&mut self, i: usize) -> Result<Opened, FlowCommandError> {
+        let flow = &self.flows[i].flow;
         let stats = {
             let mut shared = lock(&self.shared);
             let e = entry_mut(&mut shared, &flow.name).ok_or(FlowCommandError::NotPublished)?;
@@ -363,6 +370,14 @@ impl Daemon {
         let (opened, pending) = self.opener.open(flow).map_err(FlowCommandError::Open)?;
         let opened = with_counters(opened, &stats);
         let ingress = clone_ingress(&opened).map_err(FlowCommandError::Ingress)?;
+        Ok((opened, pending, ingress))
+    }
+
+    /// Open flow `i`'s sockets and hand them to its worker, with the
+    /// flow's counters. The state it had before.
+    fn start_on_worker(&mut self, i: usize) -> Result<FlowState, FlowCommandError> {
+        let (opened, pending, ingress) = self.open_counted(i)?;
+        let (flow, w) = (&self.flows[i].flow, self.flows[i].worker);
         let handle = self.workers.get(w).ok_or(FlowCommandError::NoSuchWorker)?;
         if handle.command(Command::AddFlow(Box::new(opened))).is_err() {
             return Err(FlowCommandError::NotTakingCommands { worker: w });

@@ -12,8 +12,8 @@ use std::collections::HashMap;
 use mcrelay_dataplane::{Command, Event};
 
 use super::error::FlowCommandError;
-use super::report::{entry_mut, note_outputs, share};
-use super::{Daemon, blocked, clone_ingress, lock, with_counters};
+use super::report::{entry_mut, note_outputs};
+use super::{Daemon, blocked, lock};
 use crate::links::{InterfaceState, LinkTable};
 
 /// Interface indexes as last seen, and the flows waiting to rejoin.
@@ -96,15 +96,8 @@ impl Daemon {
     /// Replace running flow `i` by itself on its worker (new sockets,
     /// same counters).
     fn rejoin_flow(&mut self, i: usize) -> Result<(), FlowCommandError> {
+        let (opened, pending, ingress) = self.open_counted(i)?;
         let (flow, w) = (&self.flows[i].flow, self.flows[i].worker);
-        let stats = {
-            let mut shared = lock(&self.shared);
-            let e = entry_mut(&mut shared, &flow.name).ok_or(FlowCommandError::NotPublished)?;
-            share(&e.stats)
-        };
-        let (opened, pending) = self.opener.open(flow).map_err(FlowCommandError::Open)?;
-        let opened = with_counters(opened, &stats);
-        let ingress = clone_ingress(&opened).map_err(FlowCommandError::Ingress)?;
         let kept = super::reload::kept_legs(flow, flow);
         let name = flow.name.clone();
         let handle = self.workers.get(w).ok_or(FlowCommandError::NoSuchWorker)?;

@@ -197,8 +197,8 @@ proptest! {
     /// replaced at a random point by one with the same or another delay
     /// (a third leg added); the old flow keeps receiving a few datagrams
     /// after the swap (its cancelled receives' last completions). The
-    /// combined output has every number once, and every buffer comes
-    /// back.
+    /// combined output has every number once (from the stream's first
+    /// number on), and every buffer comes back.
     #[test]
     fn a_takeover_at_any_point_sends_every_number_once(
         at in 0usize..400,
@@ -239,7 +239,12 @@ proptest! {
         prop_assert_eq!(repeats(&h.sent), Vec::<u16>::new());
         let mut got = h.sent.clone();
         got.sort_unstable();
-        prop_assert_eq!(got, (0..200).collect::<Vec<u16>>());
+        // A stream starts at its first number to arrive: one below it
+        // (its first copy lost, the other leg's behind) is late for a
+        // merge with a delay, as without a takeover.
+        let first = events.first().map_or(0, |e| e.2);
+        got.retain(|&s| s >= first);
+        prop_assert_eq!(got, (first..200).collect::<Vec<u16>>());
         h.core.remove_flow(new);
         h.send();
         prop_assert_eq!(h.free_buffers(), free);
