@@ -180,4 +180,24 @@ mod tests {
         link(&mut t, "leg1", 9, false);
         assert!(r.note(&t).is_empty(), "same index: only down and up");
     }
+
+    #[test]
+    fn kept_legs_are_the_same_input_at_the_same_position() {
+        use crate::daemon::placement::tests::flow_with_legs;
+        use crate::daemon::reload::kept_legs;
+        let three = flow_with_legs("f", 3); // eth0, eth1, eth2
+        assert_eq!(kept_legs(&three, &three), 0b111, "a rejoin keeps every leg");
+        assert_eq!(
+            kept_legs(&flow_with_legs("f", 2), &three),
+            0b011,
+            "a leg added"
+        );
+        let mut moved = three.clone();
+        moved.inputs.swap(0, 2);
+        assert_eq!(
+            kept_legs(&three, &moved),
+            0b010,
+            "reordered legs start anew"
+        );
+    }
 }
