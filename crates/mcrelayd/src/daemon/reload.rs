@@ -240,18 +240,12 @@ impl Daemon {
         let name = new.name.clone();
         // On the same worker, one command: the new flow takes the old
         // one's redundancy state over (nothing leaves twice).
-        let mut opened = Some(opened);
-        let first = if old_worker == worker {
+        let (first, add) = if old_worker == worker {
             let kept = kept_legs(&self.flows[i].flow, new);
-            opened
-                .take()
-                .map(|f| Command::Replace {
-                    flow: Box::new(f),
-                    kept,
-                })
-                .ok_or(FlowCommandError::NotPublished)?
+            let flow = Box::new(opened);
+            (Command::Replace { flow, kept }, None)
         } else {
-            Command::RemoveFlow(name.clone())
+            (Command::RemoveFlow(name.clone()), Some(opened))
         };
         let old = self
             .workers
@@ -278,7 +272,7 @@ impl Daemon {
                 };
             }
         }
-        if let Some(opened) = opened {
+        if let Some(opened) = add {
             let handle = self
                 .workers
                 .get(worker)
