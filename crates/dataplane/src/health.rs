@@ -225,6 +225,12 @@ impl InputHealth {
             .unwrap_or(&self.counters.health)
     }
 
+    /// The highest RTP sequence number this input saw and its SSRC (a
+    /// replaced one-leg flow's last forwarded number, for its successor).
+    pub fn rtp_highest(&self) -> Option<(u16, u32)> {
+        self.tracker.rtp_highest()
+    }
+
     /// The packet path: read `d`, arrived at `now` ([`now_ns`], read once
     /// per batch by the worker). `true` when this is the first datagram
     /// since the last [`Self::publish`]: the caller remembers to publish.

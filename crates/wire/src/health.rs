@@ -140,6 +140,12 @@ impl InputTracker {
         self.rtp.stats()
     }
 
+    /// The highest RTP sequence number seen and its SSRC
+    /// ([`RtpTracker::highest`]; `None` unless the mode carries RTP).
+    pub fn rtp_highest(&self) -> Option<(u16, u32)> {
+        self.rtp.highest()
+    }
+
     /// TS counters (all zero unless the mode carries TS).
     pub fn ts(&self) -> TsStats {
         self.ts.as_ref().map(|t| *t.stats()).unwrap_or_default()

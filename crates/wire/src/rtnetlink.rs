@@ -302,6 +302,12 @@ impl LinkTable {
         }
     }
 
+    /// Every interface's name and index (an interface deleted and
+    /// created again has a new one).
+    pub fn indexes(&self) -> impl Iterator<Item = (&str, u32)> {
+        self.by_index.iter().map(|(&i, l)| (l.name.as_str(), i))
+    }
+
     pub fn len(&self) -> usize {
         self.by_index.len()
     }

@@ -148,6 +148,13 @@ impl RtpTracker {
         &self.stats
     }
 
+    /// The highest sequence number seen and its SSRC (`None` before the
+    /// first RTP datagram): where a flow taking over from this input's
+    /// flow starts (`Core::take_over` in the data plane).
+    pub fn highest(&self) -> Option<(u16, u32)> {
+        self.synced.then(|| (low16(self.max_ext), self.stats.ssrc))
+    }
+
     /// Read `d`'s RTP header, arrived at `now_ns`, and count what it says.
     /// Returns the header, `None` (counted malformed) if it isn't RTP.
     #[inline]
@@ -274,6 +281,16 @@ mod tests {
             t.observe(&pkt(s, 0, 7), i as u64 * 1_000_000);
         }
         *t.stats()
+    }
+
+    #[test]
+    fn highest_is_the_top_number_not_the_latest() {
+        let mut t = RtpTracker::new(90_000);
+        assert_eq!(t.highest(), None);
+        for (i, s) in [65_534u16, 65_535, 1, 0].into_iter().enumerate() {
+            t.observe(&pkt(s, 0, 7), i as u64);
+        }
+        assert_eq!(t.highest(), Some((1, 7)), "wrapped, and 0 came late");
     }
 
     #[test]

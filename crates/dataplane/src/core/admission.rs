@@ -16,6 +16,17 @@ use mcrelay_pool::{Buffer, Class, PoolSet};
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Held([u32; 3]);
 
+impl Held {
+    /// A buffer of `class` changes hands from the flow holding `from` to
+    /// the one holding `to` (a flow taking over from the one it
+    /// replaces); [`Reserve::rebalance`] follows.
+    pub fn hand_over(from: &mut Held, to: &mut Held, class: Class) {
+        let c = class.index();
+        from.0[c] = from.0[c].saturating_sub(1);
+        to.0[c] = to.0[c].saturating_add(1);
+    }
+}
+
 /// The per-class reserves of one worker's flows.
 #[derive(Debug, Default)]
 pub struct Reserve {

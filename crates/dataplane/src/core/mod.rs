@@ -25,7 +25,9 @@
 //!   SMPTE 2022-7 merge and input failover, timed by the driver's clock
 //!   passed in as `now_ns`;
 //! - warm standby ([`standby`]): every datagram is counted and discarded
-//!   before admission, so nothing is sent.
+//!   before admission, so nothing is sent;
+//! - a flow replaced by a reload ([`Core::take_over`], `takeover`): its
+//!   successor takes its redundancy state over, so nothing leaves twice.
 #![forbid(unsafe_code)]
 
 pub mod admission;
@@ -38,6 +40,7 @@ pub mod redundancy;
 mod request;
 mod send;
 pub mod standby;
+mod takeover;
 
 use std::sync::Arc;
 
@@ -54,6 +57,7 @@ use redundancy::merge::Merge;
 use redundancy::timers::Timers;
 pub use redundancy::{LegId, Redundancy};
 pub use request::{OutputSpec, Received, SendKind, SendRequest, SendToken, errno, refuses_gso};
+pub use takeover::Handover;
 
 #[derive(Debug)]
 struct Output {

@@ -102,6 +102,7 @@ impl Core {
         // The rule's verdict, before any buffer is taken.
         let ticket = match fo_or_merge {
             Mode::Single => return Received::Dropped,
+            Mode::Replaced => return drop(&red.duplicates),
             Mode::Failover(fo) => {
                 match fo.admit(leg, payload, now_ns, red) {
                     Pass::Forward(seq) => {
@@ -213,7 +214,7 @@ impl Core {
         let red = &f.counters.redundancy;
         f.ready = false;
         let deadline = match &mut f.mode {
-            Mode::Single => None,
+            Mode::Single | Mode::Replaced => None,
             Mode::Failover(fo) => {
                 fo.evaluate(now_ns, red);
                 fo.deadline(now_ns)

@@ -1,11 +1,12 @@
 //! The commands of a reload, applied by the worker between loop turns:
-//! flows added, removed (after their last send completes) and the standby
+//! flows added, removed (after their last send completes), replaced (the
+//! new flow taking the old one's redundancy state over) and the standby
 //! switch; the events it reports back.
 
 use super::driver::Worker;
 use super::flow::Flow;
 use super::{Command, Event, FlowSockets};
-use crate::core::{FlowId, LegId};
+use crate::core::{FlowId, Handover, LegId};
 
 impl Worker {
     /// Give a flow a number in the core and here; its name back when
@@ -33,14 +34,17 @@ impl Worker {
     pub(super) fn take_commands(&mut self) {
         while let Ok(command) = self.commands.try_recv() {
             match command {
-                Command::AddFlow(f) => self.add_flow(*f),
+                Command::AddFlow(f) => self.add_flow(*f, |_, _| {}),
                 Command::RemoveFlow(name) => self.remove_flow(name),
+                Command::Replace { flow, kept } => self.replace_flow(*flow, kept),
                 Command::SetStandby(standby) => self.set_standby(standby),
             }
         }
     }
 
-    fn add_flow(&mut self, f: FlowSockets) {
+    /// Add flow `f`; `placed` runs once it has its number, before its
+    /// receives are armed.
+    fn add_flow(&mut self, f: FlowSockets, placed: impl FnOnce(&mut Self, FlowId)) {
         let worker = self.index;
         if f.outputs.len() > usize::from(u16::MAX) {
             return self.report(Event::FlowRefused {
@@ -66,6 +70,7 @@ impl Worker {
         }
         match self.place(f, limit) {
             Ok(id) => {
+                placed(self, id);
                 self.arm_receives(id);
                 self.notice_if_needed(id);
                 let name = self.flows[id.index()]
@@ -83,14 +88,49 @@ impl Worker {
         }
     }
 
-    fn remove_flow(&mut self, name: String) {
-        let found = self.ids().find(|&f| {
+    /// The running (not going) flow called `name`.
+    fn running(&self, name: &str) -> Option<FlowId> {
+        self.ids().find(|&f| {
             !self.core.is_removing(f)
                 && self.flows[f.index()]
                     .as_ref()
                     .is_some_and(|fl| fl.name == name)
+        })
+    }
+
+    /// [`Command::Replace`], in one loop turn: (a) the old flow's receives
+    /// are cancelled (what they still complete is dropped by the core),
+    /// (b) the new flow is placed and takes the old one's redundancy
+    /// state over, (c) its receives are armed; the old flow goes once its
+    /// sends have completed. Refused, the old flow goes all the same (as
+    /// a remove and an add would have it).
+    fn replace_flow(&mut self, f: FlowSockets, kept: u8) {
+        let Some(old) = self.running(&f.name) else {
+            let flow = f.name.clone();
+            self.add_flow(f, |_, _| {});
+            return self.report(Event::FlowUnknown {
+                worker: self.index,
+                flow,
+            });
+        };
+        self.cancel_receives(old);
+        // A one-leg flow keeps no sequence state in the core: its leg's
+        // stream health saw the last number it forwarded.
+        let last_rtp = self.flows[old.index()]
+            .as_ref()
+            .and_then(|fl| fl.legs.first())
+            .and_then(|leg| leg.health.rtp_highest());
+        let handover = Handover { kept, last_rtp };
+        self.add_flow(f, |w, new| {
+            w.core.take_over(old, new, handover, w.now_ns);
         });
-        match found {
+        self.core.remove_flow(old);
+        // Room reserved when the flow was placed.
+        self.removing.push(old);
+    }
+
+    fn remove_flow(&mut self, name: String) {
+        match self.running(&name) {
             Some(f) => {
                 self.core.remove_flow(f);
                 self.cancel_receives(f);

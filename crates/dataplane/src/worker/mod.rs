@@ -153,6 +153,16 @@ pub enum Command {
     /// Stop a flow: cancel its receive, let its in-flight sends complete,
     /// close its sockets (which leaves its group).
     RemoveFlow(String),
+    /// Replace the running flow of the same name by this one, make
+    /// before break (a reload that changes a flow and keeps its worker):
+    /// in one step the old flow stops receiving, the new one takes over
+    /// its redundancy state ([`crate::core::Core::take_over`]) and starts
+    /// receiving, so no sequence number leaves twice. `kept`: the new
+    /// flow's legs that are the old one's leg of the same index, a bit per
+    /// leg. Answered with [`Event::FlowAdded`] (or `FlowRefused`) for the
+    /// new flow and [`Event::FlowRemoved`] (or `FlowUnknown`) for the old
+    /// one, once its last send completed.
+    Replace { flow: Box<FlowSockets>, kept: u8 },
     /// Enter (`true`) or leave (`false`) warm standby: every flow stays
     /// open and receiving, and while in standby nothing is sent
     /// ([`crate::core::standby`]). Answered with [`Event::ModeSet`].

@@ -47,9 +47,14 @@ pub(super) fn blocked(links: Option<&LinkTable>, flow: &Flow, running: bool) -> 
 impl Daemon {
     /// Netlink reported a change of the interfaces: pause the flows that
     /// lost one, resume those whose interfaces are all back.
+    /// A running flow with a leg on an interface that was deleted and
+    /// created again (a new index) is replaced to rejoin that leg's group
+    /// ([`super::rejoin`]).
     pub fn links_changed(&mut self, table: LinkTable) {
+        let recreated = self.rejoin.note(&table);
         self.links = Some(table);
         self.reconcile();
+        self.rejoin_legs(&recreated);
     }
 
     /// Bring every flow in line with its interfaces: a running flow with

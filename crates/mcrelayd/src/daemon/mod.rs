@@ -23,6 +23,7 @@ mod interfaces;
 mod mode;
 mod placement;
 mod plan;
+mod rejoin;
 mod reload;
 mod report;
 mod shards;
@@ -105,6 +106,8 @@ pub struct Daemon {
     stalled: bool,
     /// A reload is being applied: the published state stays `Reloading`.
     reloading: bool,
+    /// Interfaces re-created under running flows' legs ([`rejoin`]).
+    rejoin: rejoin::Rejoin,
 }
 
 impl Daemon {
@@ -199,6 +202,10 @@ impl Daemon {
             started: Instant::now(),
             mode: mode::control_mode(config.daemon.mode),
         }));
+        let mut rejoin = rejoin::Rejoin::default();
+        if let Some(links) = &links {
+            rejoin.note(links);
+        }
         let daemon = Self {
             path: path.to_owned(),
             config,
@@ -214,6 +221,7 @@ impl Daemon {
             reload_problem: None,
             stalled: false,
             reloading: false,
+            rejoin,
         };
         daemon.refresh_state();
         Ok(daemon)
@@ -336,17 +344,23 @@ impl Daemon {
         };
     }
 
-    /// Open flow `i`'s sockets and hand each shard to its worker, with
-    /// the flow's counters. The state it had before.
-    fn start_on_worker(&mut self, i: usize) -> Result<FlowState, FlowCommandError> {
+    /// Open flow `i`'s sockets, one set per shard, writing into the
+    /// flow's counters.
+    fn open_counted(&mut self, i: usize) -> Result<shards::Opened, FlowCommandError> {
         let flow = &self.flows[i].flow;
         let (stats, more) = {
             let mut shared = lock(&self.shared);
             let e = entry_mut(&mut shared, &flow.name).ok_or(FlowCommandError::NotPublished)?;
             (share(&e.stats), e.shard_inputs.clone())
         };
-        let opened = shards::open(&mut self.opener, flow, &stats, &more)?;
-        let name = flow.name.clone();
+        Ok(shards::open(&mut self.opener, flow, &stats, &more)?)
+    }
+
+    /// Open flow `i`'s sockets and hand each shard to its worker, with
+    /// the flow's counters. The state it had before.
+    fn start_on_worker(&mut self, i: usize) -> Result<FlowState, FlowCommandError> {
+        let opened = self.open_counted(i)?;
+        let name = self.flows[i].flow.name.clone();
         for (k, (shard, &w)) in opened
             .shards
             .into_iter()

@@ -5,7 +5,7 @@
 use mcrelay_config::Flow;
 use mcrelay_control::{DaemonState, FlowState, ReloadOutcome};
 
-use mcrelay_dataplane::{Command, Event};
+use mcrelay_dataplane::{Command, Event, FlowSockets};
 
 use super::error::FlowCommandError;
 use super::placement::{Placement, PlacementError};
@@ -17,7 +17,7 @@ use super::{Daemon, Managed, lock};
 /// sockets per shard (opened and joined), outputs not connected yet, its
 /// new readers' entry, its workers and its index in `Daemon::flows`.
 struct Prepared {
-    shards: Vec<mcrelay_dataplane::FlowSockets>,
+    shards: Vec<FlowSockets>,
     pending: Vec<(crate::outputs::Unconnected, std::io::Error)>,
     entry: super::report::FlowEntry,
     workers: Vec<usize>,
@@ -209,15 +209,16 @@ impl Daemon {
 
     /// Replace running flow `new.name` by `new`, make before break: the new
     /// sockets are opened (and joined) while the old ones still receive,
-    /// then one worker command removes the old flow and the next adds the
-    /// new one, so every datagram is in one socket or the other: a reload
-    /// that adds or removes a leg loses nothing on the legs that stay.
-    /// What arrives between the new sockets' join and the old flow's
-    /// removal (about one loop turn) is in both and may leave twice.
-    /// The flow keeps its workers unless its `core` or `spread` changed;
-    /// it starts with fresh counters, as a changed flow does. A spread
-    /// flow is replaced the same way on each of its workers: all old
-    /// shards are removed and all new ones added before it counts as
+    /// so every datagram is in one socket or the other: a reload that adds
+    /// or removes a leg loses nothing on the legs that stay. A shard that
+    /// stays on its worker is swapped by one [`Command::Replace`], the new
+    /// flow taking the old one's redundancy state over, so what arrives in
+    /// both sockets between the join and the swap leaves once (merge,
+    /// failover with `rtp`, or an RTP flow becoming one of them). A shard
+    /// that moves (its flow's `core` or `spread` changed) is removed from
+    /// its old worker and added on the new one; what arrives in between
+    /// may leave twice. The flow starts with fresh counters, as a changed
+    /// flow does; all its new shards are added before it counts as
     /// replaced. If the new sockets
     /// can't be opened, the flow is stopped and configured anew like any
     /// changed flow (the reconciler retries it) and the error is returned
@@ -245,9 +246,30 @@ impl Daemon {
         let mut entry = entry;
         let old_workers = self.flows[i].workers.clone();
         let name = new.name.clone();
-        for &w in &old_workers {
+        // A shard that keeps its worker is replaced there by one command
+        // (nothing leaves twice); the others are removed here and added
+        // below.
+        let kept = kept_legs(&self.flows[i].flow, new);
+        let mut shards: Vec<Option<FlowSockets>> = shards.into_iter().map(Some).collect();
+        let mut sent = 0_usize;
+        for (k, &w) in old_workers.iter().enumerate() {
+            let in_place = workers.get(k) == Some(&w);
+            let command = match shards
+                .get_mut(k)
+                .filter(|_| in_place)
+                .and_then(Option::take)
+            {
+                Some(flow) => {
+                    sent += 1;
+                    Command::Replace {
+                        flow: Box::new(flow),
+                        kept,
+                    }
+                }
+                None => Command::RemoveFlow(name.clone()),
+            };
             let old = self.workers.get(w).ok_or(FlowCommandError::NoSuchWorker)?;
-            if old.command(Command::RemoveFlow(name.clone())).is_err() {
+            if old.command(command).is_err() {
                 return Err(FlowCommandError::NotTakingCommands { worker: w }.into());
             }
         }
@@ -269,10 +291,12 @@ impl Daemon {
                 };
             }
         }
-        let mut sent = 0_usize;
+        let mut unsent = None;
         for (shard, &w) in shards.into_iter().zip(&workers) {
+            let Some(shard) = shard else { continue };
             let handle = self.workers.get(w).ok_or(FlowCommandError::NoSuchWorker)?;
             if handle.command(Command::AddFlow(Box::new(shard))).is_err() {
+                unsent = Some(w);
                 break;
             }
             sent += 1;
@@ -305,7 +329,7 @@ impl Daemon {
             }
             return Err(refused
                 .unwrap_or(FlowCommandError::NotTakingCommands {
-                    worker: workers.get(sent).copied().unwrap_or(0),
+                    worker: unsent.unwrap_or(0),
                 })
                 .into());
         }
@@ -387,4 +411,18 @@ impl Daemon {
         });
         Ok(())
     }
+}
+
+/// The legs of `new` that are `old`'s leg of the same index (same
+/// interface, group, port, source and ingress), a bit per leg: a failover
+/// keeps their health across the replace.
+pub(super) fn kept_legs(old: &Flow, new: &Flow) -> u8 {
+    old.inputs
+        .iter()
+        .zip(&new.inputs)
+        // A bit each in a u8 (`check` allows at most 4 legs).
+        .take(8)
+        .enumerate()
+        .filter(|(_, (a, b))| a == b)
+        .fold(0, |kept, (i, _)| kept | (1 << i))
 }

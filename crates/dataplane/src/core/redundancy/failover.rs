@@ -235,6 +235,53 @@ impl Failover {
         }
     }
 
+    /// Take over the state of `old`, the failover of the flow this one
+    /// replaces (a reload): its active leg (leg 0 if this flow has no such
+    /// leg), its start and the sequence numbers it sent. A leg whose bit
+    /// is set in `kept` (the same input at the same index) keeps its
+    /// health; the others start silent, and if the active leg is one of
+    /// them the first healthy kept leg takes over at once. This
+    /// failover's own settings stay.
+    pub(crate) fn take_over(&mut self, old: &Failover, kept: u8, now: u64) {
+        self.start_ns = old.start_ns;
+        for l in 0..usize::from(self.legs) {
+            if kept & (1 << l) != 0 && l < usize::from(old.legs) {
+                self.last_ns[l] = old.last_ns[l];
+                self.healthy_since_ns[l] = old.healthy_since_ns[l];
+            }
+        }
+        self.active = if old.active < self.legs {
+            old.active
+        } else {
+            0
+        };
+        if kept & (1 << self.active) == 0
+            && let Some(l) = (0..self.legs).find(|&l| kept & (1 << l) != 0 && self.healthy(l, now))
+        {
+            // The active input changed: the first healthy one kept
+            // carries on (the new one gets `after_ns` to start, as at a
+            // flow's start, before it is looked at again).
+            self.active = l;
+        }
+        self.guard = old.guard;
+    }
+
+    /// Start as though every number up to `seq` of stream `ssrc` had been
+    /// sent (a failover replacing a flow that kept no such guard).
+    pub(crate) fn seed(&mut self, seq: u16, ssrc: u32) {
+        self.guard = SeqGuard {
+            ssrc: Some(ssrc),
+            highest: seq,
+            sent: u64::MAX,
+        };
+    }
+
+    /// The highest number sent and its SSRC (`None` before any, or
+    /// without `rtp`).
+    pub(crate) fn highest(&self) -> Option<(u16, u32)> {
+        self.guard.ssrc.map(|ssrc| (self.guard.highest, ssrc))
+    }
+
     /// When the rule may next change something: the active leg turning
     /// silent, or a leg before it having been healthy long enough to go
     /// back to.

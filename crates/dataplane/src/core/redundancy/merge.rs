@@ -376,6 +376,99 @@ impl Merge {
         self.top_seq = seq;
     }
 
+    /// Take over the state of `old`, the merge of the flow this one
+    /// replaces (a reload): a number `old` forwarded or holds is not
+    /// forwarded again, and its held buffers move into this hold in their
+    /// order — or, when this merge has no delay, leave now through
+    /// `release`, in order. This merge's own settings (legs, delay,
+    /// window) stay. Control plane: O([`SPAN`]) at most.
+    pub(crate) fn take_over(&mut self, old: &mut Merge, release: &mut impl FnMut(Buffer)) {
+        if !self.delays() {
+            old.release_held(release);
+        }
+        self.ssrc = old.ssrc;
+        self.epoch = old.epoch;
+        self.top = old.top;
+        self.top_seq = old.top_seq;
+        self.base = old.base;
+        std::mem::swap(&mut self.records, &mut old.records);
+        if !self.delays() {
+            return;
+        }
+        if old.delays() {
+            std::mem::swap(&mut self.hold, &mut old.hold);
+            self.held = std::mem::take(&mut old.held);
+            self.next = old.next;
+        } else {
+            // Everything `old` sent has left; the hold starts at the
+            // first number still missing in the window (it waits up to
+            // the delay, as any gap does), or after the highest one.
+            let top = self.top;
+            self.next = (self.base..=top)
+                .find(|&e| self.record(e).state == State::Missing)
+                .unwrap_or(top + 1);
+        }
+    }
+
+    /// Let every held buffer go now, in order, leaving the numbers still
+    /// missing open (for a merge without delay taking over: their first
+    /// copy still goes).
+    fn release_held(&mut self, release: &mut impl FnMut(Buffer)) {
+        if !self.delays() {
+            return;
+        }
+        for ext in self.next..=self.top {
+            let epoch = self.epoch;
+            let Some(r) = self.records.get_mut(at(ext)) else {
+                continue;
+            };
+            if r.epoch == epoch && r.state == State::Held {
+                r.state = State::Sent;
+                if let Some(buf) = self.hold.get_mut(at(ext)).and_then(Option::take) {
+                    self.held -= 1;
+                    release(buf);
+                }
+            }
+        }
+        self.next = self.top + 1;
+    }
+
+    /// Start as though every number up to `seq` of stream `ssrc` had been
+    /// forwarded (a fresh merge replacing a flow that kept no merge state:
+    /// a one-leg flow or a failover): copies of those numbers are
+    /// duplicates, none is accounted.
+    pub(crate) fn seed(&mut self, seq: u16, ssrc: u32, now: u64) {
+        self.epoch = self.epoch.wrapping_add(1);
+        self.ssrc = Some(ssrc);
+        let top = self.top + SPAN;
+        self.top = top;
+        self.top_seq = seq;
+        self.base = top + 1;
+        self.next = top + 1;
+        let (epoch, legs) = (self.epoch, self.all_legs);
+        for e in top + 1 - SPAN..=top {
+            if let Some(r) = self.record_mut(e) {
+                *r = Record {
+                    since_ns: now,
+                    epoch,
+                    legs,
+                    state: State::Sent,
+                };
+            }
+        }
+    }
+
+    /// The highest number and the SSRC of the stream (`None` before its
+    /// first datagram): where a failover replacing this flow starts.
+    pub(crate) fn highest(&self) -> Option<(u16, u32)> {
+        self.ssrc.map(|ssrc| (self.top_seq, ssrc))
+    }
+
+    /// The classes of the buffers in the hold.
+    pub(crate) fn held_classes(&self) -> impl Iterator<Item = mcrelay_pool::Class> + '_ {
+        self.hold.iter().flatten().map(Buffer::class)
+    }
+
     /// Close the window of the oldest open number.
     fn account(&mut self, counters: &RedundancyCounters) {
         let r = self.record(self.base);

@@ -66,6 +66,11 @@ pub(crate) enum Mode {
     /// Boxed, as the merge: the mode is then a plain tag and a pointer,
     /// so telling `Single` apart is one compare on the packet path.
     Failover(Box<failover::Failover>),
+    /// A flow whose successor took its state over
+    /// (`Core::take_over`): what it still receives is dropped, counted
+    /// as `duplicates` (its successor's sockets, joined first, have
+    /// those datagrams too).
+    Replaced,
 }
 
 impl Mode {

@@ -597,3 +597,5 @@ fn the_driver_is_told_when_to_tick() {
     assert_eq!(h.red().lost.get(), 1);
     assert_eq!(h.core.next_tick_ns(), None, "all accounted");
 }
+
+mod takeover;
