@@ -70,6 +70,27 @@ pub fn parse(d: &[u8]) -> Option<RtpHeader> {
     })
 }
 
+/// The header fields [`RtpTracker`] counts from.
+#[derive(Debug, Clone, Copy)]
+struct Fields {
+    payload_type: u8,
+    sequence: u16,
+    timestamp: u32,
+    ssrc: u32,
+}
+
+impl RtpHeader {
+    #[inline(always)]
+    fn fields(&self) -> Fields {
+        Fields {
+            payload_type: self.payload_type,
+            sequence: self.sequence,
+            timestamp: self.timestamp,
+            ssrc: self.ssrc,
+        }
+    }
+}
+
 /// What an input's RTP headers said so far.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct RtpStats {
@@ -191,12 +212,15 @@ impl RtpTracker {
             self.update_jitter(h.timestamp, now_ns);
             return;
         }
-        self.observe_general(h, now_ns);
+        self.observe_general(h.fields(), now_ns);
     }
 
     /// Count any header: a new source, a gap, a duplicate, a late or
-    /// far-off sequence number, or the next one.
-    fn observe_general(&mut self, h: &RtpHeader, now_ns: u64) {
+    /// far-off sequence number, or the next one. Out of line, and given
+    /// the fields by value, so the fast path above stays small and keeps
+    /// the header in registers.
+    #[inline(never)]
+    fn observe_general(&mut self, h: Fields, now_ns: u64) {
         let s = &mut self.stats;
         s.packets += 1;
         s.payload_type = h.payload_type;
@@ -500,7 +524,7 @@ mod tests {
                 let h = parse(&pkt(seq, (x >> 32) as u32, ssrc)).unwrap();
                 let now = i * 1_000_000 + (x >> 40);
                 t.observe_header(&h, now);
-                u.observe_general(&h, now);
+                u.observe_general(h.fields(), now);
                 assert_eq!(t.stats(), u.stats());
                 assert_eq!(
                     (t.max_ext, t.seen, t.transit),

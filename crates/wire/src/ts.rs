@@ -122,6 +122,14 @@ impl TsTracker {
                 return;
             }
         }
+        self.observe_packets(d);
+    }
+
+    /// [`Self::observe`] when the datagram isn't one run: out of line, so
+    /// the one-run check inlines into its caller without this one's
+    /// register saves.
+    #[inline(never)]
+    fn observe_packets(&mut self, d: &[u8]) {
         if d.is_empty() || d.len() % PACKET != 0 {
             self.stats.sync_errors += 1;
             return;
