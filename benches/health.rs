@@ -77,19 +77,24 @@ fn observe(c: &mut Criterion) {
                 seq = seq.wrapping_add(1);
             });
         });
-        h.publish();
-        let c = h.counters();
-        assert_eq!(
-            (
-                c.rtp_lost.get(),
-                c.rtp_resyncs.get(),
-                c.ts_continuity_errors.get()
-            ),
-            (0, 0, 0),
-            "{payload}: the benchmark's stream must be clean"
-        );
+        assert_clean(&mut h, payload);
     }
     group.finish();
+}
+
+/// Publish, and check the benchmark's stream was clean.
+fn assert_clean(h: &mut InputHealth, payload: Payload) {
+    h.publish();
+    let c = h.counters();
+    assert_eq!(
+        (
+            c.rtp_lost.get(),
+            c.rtp_resyncs.get(),
+            c.ts_continuity_errors.get()
+        ),
+        (0, 0, 0),
+        "{payload}: the benchmark's stream must be clean"
+    );
 }
 
 /// One input's hook walking its ring, as in [`observe`].
@@ -167,17 +172,7 @@ fn added(c: &mut Criterion) {
                 Duration::from_secs_f64(per * iters as f64).max(Duration::from_nanos(1))
             });
         });
-        mode.h.publish();
-        let c = mode.h.counters();
-        assert_eq!(
-            (
-                c.rtp_lost.get(),
-                c.rtp_resyncs.get(),
-                c.ts_continuity_errors.get()
-            ),
-            (0, 0, 0),
-            "{payload}: the benchmark's stream must be clean"
-        );
+        assert_clean(&mut mode.h, payload);
     }
     group.finish();
 }
