@@ -4,8 +4,8 @@
 //!
 //! Pure and bounded: [`RtpTracker::observe`] reads 12 bytes plus the CSRC
 //! list and extension length, does a fixed amount of integer arithmetic
-//! (one 128-bit multiply for the arrival time in clock units) and never
-//! allocates or panics.
+//! (one wrapping 64-bit multiply for the arrival time in clock units, no
+//! division) and never allocates or panics.
 
 /// The fields of an RTP fixed header, and where its payload is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,6 +26,20 @@ pub fn parse(d: &[u8]) -> Option<RtpHeader> {
     let [b0, b1, s0, s1, t0, t1, t2, t3, i0, i1, i2, i3, ..] = *d else {
         return None;
     };
+    let sequence = u16::from_be_bytes([s0, s1]);
+    let timestamp = u32::from_be_bytes([t0, t1, t2, t3]);
+    let ssrc = u32::from_be_bytes([i0, i1, i2, i3]);
+    if b0 == 0x80 {
+        // The usual header: version 2, no padding, extension or CSRCs.
+        return Some(RtpHeader {
+            marker: b1 & 0x80 != 0,
+            payload_type: b1 & 0x7f,
+            sequence,
+            timestamp,
+            ssrc,
+            payload: 12..d.len(),
+        });
+    }
     if b0 >> 6 != 2 {
         return None;
     }
@@ -49,11 +63,32 @@ pub fn parse(d: &[u8]) -> Option<RtpHeader> {
     Some(RtpHeader {
         marker: b1 & 0x80 != 0,
         payload_type: b1 & 0x7f,
-        sequence: u16::from_be_bytes([s0, s1]),
-        timestamp: u32::from_be_bytes([t0, t1, t2, t3]),
-        ssrc: u32::from_be_bytes([i0, i1, i2, i3]),
+        sequence,
+        timestamp,
+        ssrc,
         payload: start..end,
     })
+}
+
+/// The header fields [`RtpTracker`] counts from.
+#[derive(Debug, Clone, Copy)]
+struct Fields {
+    payload_type: u8,
+    sequence: u16,
+    timestamp: u32,
+    ssrc: u32,
+}
+
+impl RtpHeader {
+    #[inline(always)]
+    fn fields(&self) -> Fields {
+        Fields {
+            payload_type: self.payload_type,
+            sequence: self.sequence,
+            timestamp: self.timestamp,
+            ssrc: self.ssrc,
+        }
+    }
 }
 
 /// What an input's RTP headers said so far.
@@ -170,6 +205,29 @@ impl RtpTracker {
     /// Count an already parsed header.
     #[inline]
     pub fn observe_header(&mut self, h: &RtpHeader, now_ns: u64) {
+        // The usual packet: the same source, the next sequence number.
+        // What [`Self::observe_general`] does for a step of one, without
+        // its shift by a variable amount and range checks.
+        if self.synced
+            && h.ssrc == self.stats.ssrc
+            && h.sequence == low16(self.max_ext).wrapping_add(1)
+        {
+            self.stats.packets += 1;
+            self.stats.payload_type = h.payload_type;
+            self.max_ext += 1;
+            self.seen = self.seen << 1 | 1;
+            self.update_jitter(h.timestamp, now_ns);
+            return;
+        }
+        self.observe_general(h.fields(), now_ns);
+    }
+
+    /// Count any header: a new source, a gap, a duplicate, a late or
+    /// far-off sequence number, or the next one. Out of line, and given
+    /// the fields by value, so the fast path above stays small and keeps
+    /// the header in registers.
+    #[inline(never)]
+    fn observe_general(&mut self, h: Fields, now_ns: u64) {
         let s = &mut self.stats;
         s.packets += 1;
         s.payload_type = h.payload_type;
@@ -222,12 +280,11 @@ impl RtpTracker {
         self.transit = None;
     }
 
-    /// RFC 3550 §6.4.1: J += (|D| - J) / 16, kept times 16 in integers.
+    /// RFC 3550 §6.4.1: J += (|D| - J) / 16, kept times 16 in integers
+    /// (A.8).
+    #[inline(always)]
     fn update_jitter(&mut self, timestamp: u32, now_ns: u64) {
-        let product = u128::from(now_ns) * u128::from(self.units_per_ns_q32);
-        // Only the low 32 bits of the arrival in clock units matter: the
-        // RTP timestamp wraps at 2^32 too.
-        let arrival = low32(product >> 32);
+        let arrival = arrival_units(now_ns, self.units_per_ns_q32);
         let transit = arrival.wrapping_sub(timestamp);
         if let Some(prev) = self.transit {
             let d = u64::from(
@@ -240,11 +297,22 @@ impl RtpTracker {
     }
 }
 
+/// The low 32 bits of `now_ns` in clock units (`units_per_ns_q32` a
+/// 32.32 fixed-point multiplier): only those matter, as the RTP timestamp
+/// wraps at 2^32 too. They are bits 32..63 of the product, so the low 64
+/// bits of it (a wrapping 64-bit multiply) are enough.
+#[inline(always)]
+fn arrival_units(now_ns: u64, units_per_ns_q32: u64) -> u32 {
+    low32(now_ns.wrapping_mul(units_per_ns_q32) >> 32)
+}
+
+#[inline(always)]
 fn low16(v: u64) -> u16 {
     u16::try_from(v & 0xffff).unwrap_or(0)
 }
 
-fn low32(v: u128) -> u32 {
+#[inline(always)]
+fn low32(v: u64) -> u32 {
     u32::try_from(v & 0xffff_ffff).unwrap_or(0)
 }
 
@@ -426,6 +494,61 @@ mod tests {
         }
         let j = t.stats().jitter_ns(90_000);
         assert!((3_900_000..=4_000_000).contains(&j), "{j}");
+    }
+
+    /// The arrival in clock units from the wrapping 64-bit multiply is
+    /// the full 128-bit product's bits 32..63, for any time and clock.
+    #[test]
+    fn arrival_units_is_the_full_product() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for clock_hz in [8_000u32, 48_000, 90_000, 1_000_000, u32::MAX] {
+            let q = RtpTracker::new(clock_hz).units_per_ns_q32;
+            for _ in 0..10_000 {
+                // xorshift: times all over the 64-bit range.
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let full = (u128::from(x) * u128::from(q)) >> 32;
+                assert_eq!(u128::from(arrival_units(x, q)), full & 0xffff_ffff);
+            }
+        }
+    }
+
+    /// Every arrival (in order, gaps, duplicates, reorders, resyncs, SSRC
+    /// changes) counted with the in-order fast path as the general path
+    /// alone counts it.
+    #[test]
+    fn in_order_fast_path_is_the_general_path() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..200 {
+            let mut t = RtpTracker::new(90_000);
+            let mut u = RtpTracker::new(90_000);
+            let (mut seq, mut ssrc) = (0u16, 1u32);
+            for i in 0..500u64 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                seq = seq.wrapping_add(match x % 16 {
+                    0 => 0,
+                    1 => 2,
+                    2 => 0u16.wrapping_sub(2),
+                    3 => 5000,
+                    _ => 1,
+                });
+                if x % 97 == 0 {
+                    ssrc += 1;
+                }
+                let h = parse(&pkt(seq, (x >> 32) as u32, ssrc)).unwrap();
+                let now = i * 1_000_000 + (x >> 40);
+                t.observe_header(&h, now);
+                u.observe_general(h.fields(), now);
+                assert_eq!(t.stats(), u.stats());
+                assert_eq!(
+                    (t.max_ext, t.seen, t.transit),
+                    (u.max_ext, u.seen, u.transit)
+                );
+            }
+        }
     }
 
     #[test]

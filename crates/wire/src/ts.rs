@@ -6,8 +6,9 @@
 //!
 //! Bounded: the continuity state of all 8192 PIDs is one byte each, in a
 //! table allocated with the tracker (when the flow is added), so
-//! [`TsTracker::observe`] touches one byte per packet and never allocates
-//! or panics.
+//! [`TsTracker::observe`] touches at most one byte per packet (one per run
+//! of packets continuing each other on a PID) and never allocates or
+//! panics.
 
 /// Bytes in a transport stream packet.
 pub const PACKET: usize = 188;
@@ -37,6 +38,37 @@ pub struct TsStats {
     pub transport_errors: u64,
     /// Distinct PIDs seen (the null PID included).
     pub pids: u64,
+}
+
+/// Packets per datagram almost everywhere TS is carried over IP (1316
+/// bytes: SMPTE 2022-2, RFC 2250 within an Ethernet MTU, ffmpeg's
+/// default): the size [`TsTracker::observe`] checks in one piece.
+pub const PER_DATAGRAM: usize = 7;
+
+/// The header bits the fast paths require, and their value: sync byte
+/// 0x47, transport-error bit clear, adaptation field control 01 (payload
+/// only).
+const FAST_MASK: u32 = 0xff80_0030;
+const FAST_VALUE: u32 = 0x4700_0010;
+
+/// A packet's 4-byte header, big-endian (0 for a packet too short to have
+/// one, which the callers never pass: a 0 has no sync byte).
+#[inline(always)]
+fn header(p: &[u8]) -> u32 {
+    p.first_chunk::<4>().map_or(0, |&h| u32::from_be_bytes(h))
+}
+
+/// Header `h`'s PID.
+#[inline(always)]
+fn pid(h: u32) -> usize {
+    ((h >> 8) & 0x1fff) as usize
+}
+
+/// Header `h` with its continuity counter plus `k` (mod 16), the rest
+/// unchanged.
+#[inline(always)]
+fn counter_plus(h: u32, k: u32) -> u32 {
+    (h & !0x0f) | (h.wrapping_add(k) & 0x0f)
 }
 
 /// Per-PID state, one byte: bit 7 seen, bit 6 the one allowed duplicate
@@ -70,44 +102,120 @@ impl TsTracker {
     }
 
     /// Read the packets of one datagram's payload.
+    ///
+    /// Three ways through, each counting exactly what the full check
+    /// ([`Self::packet`] on every packet) would (the proptests
+    /// `fast_path_is_the_full_check` and `runs_are_the_full_check` hold
+    /// them equal):
+    /// - [`Self::one_run`]: a datagram of [`PER_DATAGRAM`] packets that are
+    ///   one run on one PID (the usual case: the middle of a video PES),
+    ///   checked with one XOR per packet and one table byte per datagram;
+    /// - otherwise [`Self::walk`]: packet by packet, a packet continuing
+    ///   the previous one's run costs one compare and no table access, the
+    ///   first of a run [`Self::in_sequence`]'s table check;
+    /// - anything else through the full check.
     #[inline]
     pub fn observe(&mut self, d: &[u8]) {
+        if let Ok(d) = <&[u8; PER_DATAGRAM * PACKET]>::try_from(d) {
+            if self.one_run(d) {
+                self.stats.packets += PER_DATAGRAM as u64;
+                return;
+            }
+        }
+        self.observe_packets(d);
+    }
+
+    /// [`Self::observe`] when the datagram isn't one run: out of line, so
+    /// the one-run check inlines into its caller without this one's
+    /// register saves.
+    #[inline(never)]
+    fn observe_packets(&mut self, d: &[u8]) {
         if d.is_empty() || d.len() % PACKET != 0 {
             self.stats.sync_errors += 1;
             return;
         }
-        let mut in_sequence = 0u64;
+        self.walk(d);
+    }
+
+    /// Whether `d`'s packets are one run: all with the first one's header
+    /// but for counters running on from its counter (one PID, sync, no
+    /// transport error, payload only), and the first passes
+    /// [`Self::in_sequence`]. Then each of the others is what
+    /// [`Self::in_sequence`] would pass after the one before it, and
+    /// `true` means all of them were counted (the PID's state now holds the
+    /// last counter). `false`: nothing changed.
+    #[inline(always)]
+    fn one_run(&mut self, d: &[u8; PER_DATAGRAM * PACKET]) -> bool {
+        let Some(&first) = d.first_chunk::<4>() else {
+            return false;
+        };
+        let h0 = u32::from_be_bytes(first);
+        let mut diff = 0;
+        let mut last = h0;
+        for (p, k) in d.chunks_exact(PACKET).zip(0u32..) {
+            last = counter_plus(h0, k);
+            diff |= header(p) ^ last;
+        }
+        if diff != 0 || !self.in_sequence(h0) {
+            return false;
+        }
+        self.settle(last);
+        true
+    }
+
+    /// Packet by packet. A packet whose header is the previous packet's
+    /// with the counter plus one, when the previous one had sync, no
+    /// transport error and a payload only, is in sequence whatever the
+    /// previous one's outcome was: checking it leaves its PID's state at
+    /// "seen, its counter" and counts nothing but the packet (the full
+    /// check would find the counter equal to the last plus one). So a run
+    /// only counts, and writes its PID's state once, when it ends (before
+    /// any other packet reads the table).
+    #[inline]
+    fn walk(&mut self, d: &[u8]) {
+        let mut counted = 0u64;
+        // The header a packet must have to continue the run.
+        let mut expect = None;
+        // The latest header counted in a run, its state not yet written.
+        let mut pending = None;
         for p in d.chunks_exact(PACKET) {
-            if self.in_sequence(p) {
-                in_sequence += 1;
+            let h = header(p);
+            if expect == Some(h) {
+                counted += 1;
+                pending = Some(h);
+                expect = Some(counter_plus(h, 1));
+                continue;
+            }
+            if let Some(last) = pending.take() {
+                self.settle(last);
+            }
+            if self.in_sequence(h) {
+                counted += 1;
             } else {
                 self.packet(p);
             }
+            expect = (h & FAST_MASK == FAST_VALUE).then(|| counter_plus(h, 1));
         }
-        self.stats.packets += in_sequence;
+        if let Some(last) = pending {
+            self.settle(last);
+        }
+        self.stats.packets += counted;
     }
 
-    /// The common case, checked with one load and one compare of the
-    /// header: a packet with sync, no transport error, a payload and no
-    /// adaptation field, whose counter is its PID's previous one plus one
-    /// (and no duplicate pending). Such a packet only moves its PID's
+    /// The common case, checked with one compare of the header and one
+    /// table byte: a packet with sync, no transport error, a payload and
+    /// no adaptation field, whose counter is its PID's previous one plus
+    /// one (and no duplicate pending). Such a packet only moves its PID's
     /// counter; [`Self::packet`] would do exactly that and count nothing
     /// else, so `true` here means "counted as one more packet". Anything
     /// else (`false`) is left untouched for the full check.
     #[inline(always)]
-    fn in_sequence(&mut self, p: &[u8]) -> bool {
-        let Some(&header) = p.first_chunk::<4>() else {
-            return false;
-        };
-        let h = u32::from_be_bytes(header);
-        // Sync byte 0x47, transport-error bit clear, adaptation field
-        // control 01 (payload only).
-        if h & 0xff80_0030 != 0x4700_0010 {
+    fn in_sequence(&mut self, h: u32) -> bool {
+        if h & FAST_MASK != FAST_VALUE {
             return false;
         }
-        let pid = (h >> 8) & 0x1fff;
         let cc = (h & 0x0f) as u8;
-        let Some(state) = self.pids.get_mut(pid as usize) else {
+        let Some(state) = self.pids.get_mut(pid(h)) else {
             return false;
         };
         // Seen, no duplicate used, last counter `cc - 1`. The null PID can
@@ -118,6 +226,15 @@ impl TsTracker {
         }
         *state = SEEN | cc;
         true
+    }
+
+    /// Record header `h`'s counter as its PID's last: what the full check
+    /// leaves after an in-sequence packet.
+    #[inline(always)]
+    fn settle(&mut self, h: u32) {
+        if let Some(state) = self.pids.get_mut(pid(h)) {
+            *state = SEEN | (h & 0x0f) as u8;
+        }
     }
 
     #[inline]
@@ -266,6 +383,86 @@ mod tests {
                 prop_assert_eq!(fast.stats(), slow.stats());
                 // The null PID's counter bits are never read: only
                 // whether it was seen must agree.
+                let null = usize::from(NULL_PID);
+                prop_assert!(fast.pids[..null] == slow.pids[..null]);
+                prop_assert_eq!(fast.pids[null] & SEEN, slow.pids[null] & SEEN);
+            }
+        }
+    }
+
+    /// A packet of [`run_stream`]: (stay on the previous PID, clean,
+    /// counter jump, header).
+    type RunPacket = (bool, bool, bool, [u8; 6]);
+
+    /// Streams made of runs: each packet mostly on the previous packet's
+    /// PID (`stay`) and mostly clean (sync, payload only, the PID's next
+    /// counter), otherwise any header [`packet`] makes (counter jumps,
+    /// adaptation fields, transport errors, sync loss, the null PID), cut
+    /// into datagrams of mostly [`PER_DATAGRAM`] packets (some of other
+    /// counts, some of 100 bytes, which aren't read): the fast paths
+    /// (a whole datagram as one run, a run within a datagram) count
+    /// exactly what the full check counts and leave the same state.
+    fn run_stream() -> impl Strategy<Value = (Vec<RunPacket>, Vec<usize>)> {
+        (
+            prop::collection::vec(
+                (
+                    prop::bool::weighted(0.85),
+                    prop::bool::weighted(0.8),
+                    prop::bool::weighted(0.05),
+                    packet(),
+                ),
+                0..300,
+            ),
+            prop::collection::vec(
+                prop::sample::select(vec![7usize, 7, 7, 7, 7, 0, 1, 2, 6, 8]),
+                1..20,
+            ),
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1000))]
+
+        #[test]
+        fn runs_are_the_full_check((packets, sizes) in run_stream()) {
+            let mut fast = TsTracker::new();
+            let mut slow = TsTracker::new();
+            let mut next = [0u8; PIDS];
+            let mut stream = Vec::with_capacity(PACKET * packets.len());
+            let mut pid = 0x100u16;
+            for &(stay, clean, jump, h) in &packets {
+                if !stay {
+                    pid = u16::from_be_bytes([h[1] & 0x1f, h[2]]);
+                }
+                let [hi, lo] = pid.to_be_bytes();
+                let mut p = [0u8; PACKET];
+                p[..6].copy_from_slice(&h);
+                p[1] = (p[1] & 0xe0) | hi;
+                p[2] = lo;
+                if clean {
+                    p[0] = SYNC;
+                    p[1] &= 0x1f;
+                    p[3] = 0x10;
+                }
+                let i = usize::from(pid);
+                if !jump {
+                    p[3] = (p[3] & 0xf0) | next[i];
+                }
+                next[i] = (p[3] + 1) & 0x0f;
+                stream.extend_from_slice(&p);
+            }
+            let mut rest = &stream[..];
+            for &n in sizes.iter().cycle() {
+                if rest.is_empty() {
+                    break;
+                }
+                // 0: a datagram of 100 bytes, not a whole packet.
+                let len = if n == 0 { 100 } else { n * PACKET };
+                let (d, tail) = rest.split_at(len.min(rest.len()));
+                rest = tail;
+                fast.observe(d);
+                observe_slowly(&mut slow, d);
+                prop_assert_eq!(fast.stats(), slow.stats());
                 let null = usize::from(NULL_PID);
                 prop_assert!(fast.pids[..null] == slow.pids[..null]);
                 prop_assert_eq!(fast.pids[null] & SEEN, slow.pids[null] & SEEN);
