@@ -8,8 +8,11 @@
 //! ```console
 //! cargo build --release -p mcrelay-dataplane --example relay_loopback
 //! valgrind --tool=callgrind --toggle-collect='*Worker*run*' \
-//!     target/release/examples/relay_loopback [size] [gso: 0|1]
+//!     target/release/examples/relay_loopback [size] [gso: 0|1] [depth]
 //! ```
+//!
+//! `depth` is each output's queue depth (default 256), which also sizes
+//! the worker's receive ring (half the smallest depth, 16 to 512).
 //!
 //! Sends only to 127.0.0.1.
 
@@ -26,22 +29,28 @@ use mcrelay_pool::PoolConfig;
 const ROUNDS: usize = 200;
 const BURST: usize = 32;
 const OUTPUTS: usize = 4;
+const RCVBUF: usize = 4 << 20;
 const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
 fn main() -> std::io::Result<()> {
     let mut args = std::env::args().skip(1);
     let size: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(1316);
     let gso = args.next().is_none_or(|a| a != "0");
+    let depth: u32 = args.next().and_then(|a| a.parse().ok()).unwrap_or(256);
     let ingress = UdpSocket::bind((LOCALHOST, 0))?;
+    // Room for a whole burst of jumbo datagrams (32 x 8000 B is more than
+    // the default 208 KiB) on the ingress and on every receiver.
+    socket2::SockRef::from(&ingress).set_recv_buffer_size(RCVBUF)?;
     let dest = ingress.local_addr()?;
     let mut receivers = Vec::new();
     let mut outputs = Vec::new();
     for i in 0..OUTPUTS {
         let r = UdpSocket::bind((LOCALHOST, 0))?;
         r.set_read_timeout(Some(Duration::from_secs(10)))?;
+        socket2::SockRef::from(&r).set_recv_buffer_size(RCVBUF)?;
         let out = UdpSocket::bind((LOCALHOST, 0))?;
         out.connect(r.local_addr()?)?;
-        outputs.push(OutputSocket::new(format!("o{i}"), out, 256));
+        outputs.push(OutputSocket::new(format!("o{i}"), out, depth));
         receivers.push(r);
     }
     let flow = FlowSockets::new("loopback".into(), IngressSocket::Udp(ingress), outputs);
@@ -83,7 +92,7 @@ fn main() -> std::io::Result<()> {
     let _ = worker.join();
     let out: u64 = stats.outputs.iter().map(|(_, c)| c.packets_out.get()).sum();
     println!(
-        "relayed {} datagrams of {size} B to {OUTPUTS} outputs ({out} sends delivered, gso {gso}, {lost} receive timeouts)",
+        "relayed {} datagrams of {size} B to {OUTPUTS} outputs ({out} sends delivered, gso {gso}, depth {depth}, {lost} receive timeouts)",
         stats.input.packets_in.get()
     );
     Ok(())
