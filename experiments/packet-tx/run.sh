@@ -16,7 +16,7 @@ root=$(cd "$here/../.." && pwd)
 reps=3
 size=1316
 rates="50000 100000 0"
-variants="udp packet packet-bypass udp-sendmmsg packet-bypass-sendmmsg"
+variants="udp udp-gso packet packet-bypass packet-bypass-sendmmsg"
 duration=3
 batch=16
 build=1
@@ -30,8 +30,8 @@ run.sh [options]
   --size B             UDP payload bytes (default 1316)
   --rates "A B"        datagrams/s, 0 = unpaced (default "50000 100000 0")
   --variants "A B"     of udp, packet, packet-bypass, each optionally with
-                       -sendmmsg (default "udp packet packet-bypass udp-sendmmsg
-                       packet-bypass-sendmmsg")
+                       -sendmmsg, and udp-gso (default "udp udp-gso packet
+                       packet-bypass packet-bypass-sendmmsg")
   --batch N            datagrams per io_uring submit / sendmmsg (default 16)
   --duration S         seconds each run sends (default 3)
   --no-build           use target/release/{packet-tx,loadgen} as they are
@@ -102,6 +102,10 @@ in_r ip addr add 10.21.1.2/24 dev vR
 in_s ip link set vS up
 in_r ip link set vR up
 in_s ip route add 224.0.0.0/4 dev vS
+# No UDP segmentation offload on the sender's veth (as relay-throughput does
+# on the relay's outputs): a GSO send is segmented in software, on the
+# sending CPU, as with a NIC without USO.
+in_s ethtool -K vS tx-udp-segmentation off >/dev/null
 # A veth hands a frame to its peer on the *sending* CPU; RPS moves the
 # receive path to CPU1, so CPU0's busy time is the sending alone.
 in_r sh -c 'echo 2 > /sys/class/net/vR/queues/rx-0/rps_cpus'
@@ -112,8 +116,11 @@ runs=$log/runs.jsonl
 run_id=100
 run_one() { # rep rate variant
     local rep=$1 rate=$2 variant=$3 ready=$log/ready pid i method submit=uring
-    method=${variant%-sendmmsg}
-    [[ $method != "$variant" ]] && submit=sendmmsg
+    case $variant in
+        *-sendmmsg) method=${variant%-sendmmsg} submit=sendmmsg ;;
+        *-gso) method=${variant%-gso} submit=gso ;;
+        *) method=$variant ;;
+    esac
     run_id=$((run_id + 1))
     rm -f "$ready"
     # nice -10: ahead of other users' (niced) builds for the CPU.
@@ -150,7 +157,7 @@ for rep in $(seq "$reps"); do
 done
 
 mkdir -p "$here/results"
-meta=$(printf '{"utc":"%s","kernel":"%s","cpu_model":"%s","commit":"%s","reps":%d,"duration_s":%s,"batch":%d,"size":%d,"sender":"packet-tx send (CPU0, ns S, nice -10)","receiver":"loadgen recv (CPU1, ns R, nice -10), RPS on vR to CPU1","mtu":9200,"netdev_max_backlog":10000,"loadavg_end":"%s"}' \
+meta=$(printf '{"utc":"%s","kernel":"%s","cpu_model":"%s","commit":"%s","reps":%d,"duration_s":%s,"batch":%d,"size":%d,"sender":"packet-tx send (CPU0, ns S, nice -10)","receiver":"loadgen recv (CPU1, ns R, nice -10), RPS on vR to CPU1","mtu":9200,"tx_udp_segmentation_vS":"off","netdev_max_backlog":10000,"loadavg_end":"%s"}' \
     "$stamp" "$(uname -r)" "$(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)" \
     "$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)" "$reps" "$duration" \
     "$batch" "$size" "$(cut -d' ' -f1-3 /proc/loadavg)")

@@ -3,7 +3,8 @@
 //! datagram, against an AF_PACKET socket bound to the interface, one
 //! io_uring `SendMsg` per datagram with the iovec [prebuilt Ethernet, IPv4
 //! and UDP headers; payload], with and without `PACKET_QDISC_BYPASS`; and,
-//! for reference, the same sockets fed by `sendmmsg(2)` batches.
+//! for reference, the same sockets fed by `sendmmsg(2)` batches, and the
+//! worker's other UDP send: a batch as one UDP GSO `SendMsg`.
 //!
 //! `packet-tx send` sends loadgen's numbered, patterned datagrams (so
 //! `loadgen recv` checks every byte at the receiver) for a while, at a
@@ -13,7 +14,6 @@
 //! Markdown table. See README.md.
 #![deny(unsafe_code)]
 
-mod frame;
 mod os;
 mod send;
 
@@ -27,8 +27,8 @@ use anyhow::{Context, bail};
 use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::{Value, json};
 
-use crate::frame::{Endpoints, Template};
 use crate::send::{Egress, Outcome, Sender, Submit};
+use mcrelay_wire::egress::{Endpoints, Template};
 
 #[derive(Debug, Parser)]
 #[command(about = "Multicast egress: UDP socket vs AF_PACKET with prebuilt headers")]
@@ -53,6 +53,8 @@ enum SubmitArg {
     Uring,
     /// One sendmmsg(2) per batch.
     Sendmmsg,
+    /// udp only: the batch as one UDP GSO SendMsg through io_uring.
+    Gso,
 }
 
 #[derive(Debug, Subcommand)]
@@ -226,6 +228,8 @@ fn send(args: &SendArgs) -> anyhow::Result<()> {
     let submit = match args.submit {
         SubmitArg::Uring => Submit::Uring,
         SubmitArg::Sendmmsg => Submit::Sendmmsg,
+        SubmitArg::Gso if args.method == Method::Udp => Submit::UringGso,
+        SubmitArg::Gso => bail!("--submit gso needs --method udp"),
     };
     let mut sender = Sender::new(open(args)?, submit, args.size, args.batch, args.run_id)
         .context("setting up the sender")?;
@@ -262,6 +266,7 @@ fn send(args: &SendArgs) -> anyhow::Result<()> {
     let submit = match args.submit {
         SubmitArg::Uring => "",
         SubmitArg::Sendmmsg => "-sendmmsg",
+        SubmitArg::Gso => "-gso",
     };
     let errors: BTreeMap<String, u64> = out
         .errors

@@ -19,7 +19,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use io_uring::types::Fd;
 use io_uring::{IoUring, opcode};
 
-use crate::frame::{HEADER_LEN, Template};
+use mcrelay_wire::egress::{HEADER_LEN, Template};
 
 /// Where the datagrams go out.
 #[derive(Debug)]
@@ -36,6 +36,28 @@ pub enum Egress {
 pub enum Submit {
     Uring,
     Sendmmsg,
+    /// UDP only: the whole batch as one io_uring `SendMsg` with a
+    /// `UDP_SEGMENT` control message and one iovec per datagram (the
+    /// worker's GSO run).
+    UringGso,
+}
+
+/// A `UDP_SEGMENT` control message as `CMSG_FIRSTHDR` expects it: the
+/// header, the `u16` segment size at `CMSG_DATA`, padding to
+/// `CMSG_SPACE(sizeof(u16))` (the worker's `egress::SegmentCmsg`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct SegmentCmsg {
+    header: libc::cmsghdr,
+    segment_size: u16,
+    _pad: [u8; 6],
+}
+
+/// The GSO message: one per sender, rebuilt per batch.
+struct Gso {
+    msg: libc::msghdr,
+    iov: Box<[libc::iovec]>,
+    cmsg: Box<SegmentCmsg>,
 }
 
 /// What the sends returned.
@@ -58,6 +80,7 @@ pub struct Sender {
     headers: Box<[[u8; HEADER_LEN]]>,
     iovs: Box<[[libc::iovec; 2]]>,
     msgs: Box<[libc::mmsghdr]>,
+    gso: Gso,
     run_id: u32,
 }
 
@@ -105,6 +128,28 @@ impl Sender {
             msgs: (0..batch)
                 .map(|_| unsafe { std::mem::zeroed::<libc::mmsghdr>() })
                 .collect(),
+            gso: Gso {
+                // SAFETY: `msghdr` is plain data for which all-zero is
+                // valid (null pointers, zero lengths).
+                msg: unsafe { std::mem::zeroed() },
+                iov: vec![
+                    libc::iovec {
+                        iov_base: std::ptr::null_mut(),
+                        iov_len: 0,
+                    };
+                    batch
+                ]
+                .into_boxed_slice(),
+                cmsg: Box::new(SegmentCmsg {
+                    header: libc::cmsghdr {
+                        cmsg_len: size_of::<libc::cmsghdr>() + size_of::<u16>(),
+                        cmsg_level: libc::SOL_UDP,
+                        cmsg_type: libc::UDP_SEGMENT,
+                    },
+                    segment_size: u16::try_from(size).unwrap_or(u16::MAX),
+                    _pad: [0; 6],
+                }),
+            },
             run_id,
         };
         let packet = matches!(s.egress, Egress::Packet { .. });
@@ -130,7 +175,14 @@ impl Sender {
                 iov.cast::<libc::iovec>().wrapping_add(1)
             };
             hdr.msg_iovlen = if packet { 2 } else { 1 };
+            s.gso.iov[i] = libc::iovec {
+                iov_base: payload.cast(),
+                iov_len: size,
+            };
         }
+        s.gso.msg.msg_iov = s.gso.iov.as_mut_ptr();
+        s.gso.msg.msg_control = (&raw mut *s.gso.cmsg).cast();
+        s.gso.msg.msg_controllen = size_of::<SegmentCmsg>();
         Ok(s)
     }
 
@@ -166,6 +218,7 @@ impl Sender {
         match self.submit {
             Submit::Uring => self.via_uring(n, expected, out),
             Submit::Sendmmsg => self.via_sendmmsg(n, expected, out),
+            Submit::UringGso => self.via_gso(n, expected, out),
         }
     }
 
@@ -200,6 +253,36 @@ impl Sender {
             }
         }
         Ok(())
+    }
+
+    fn via_gso(&mut self, n: usize, expected: usize, out: &mut Outcome) -> io::Result<()> {
+        self.gso.msg.msg_iovlen = n;
+        let entry = opcode::SendMsg::new(Fd(self.fd()), &raw const self.gso.msg).build();
+        // SAFETY: the message, its iovecs and control message and the
+        // payloads they point to are this sender's, untouched until the
+        // completion is reaped below (the module's memory protocol).
+        unsafe { self.uring.submission().push(&entry) }
+            .map_err(|_| io::Error::other("submission queue full"))?;
+        loop {
+            match self.uring.submit_and_wait(1) {
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                Err(e) => return Err(e),
+            }
+            if let Some(cqe) = self.uring.completion().next() {
+                // One completion for the run: its datagrams all went, or
+                // none did.
+                let r = cqe.result();
+                if usize::try_from(r).ok() == Some(expected * n) {
+                    out.sent += n as u64;
+                } else if r < 0 {
+                    *out.errors.entry(-r).or_default() += n as u64;
+                } else {
+                    out.short += n as u64;
+                }
+                return Ok(());
+            }
+        }
     }
 
     fn via_sendmmsg(&mut self, n: usize, expected: usize, out: &mut Outcome) -> io::Result<()> {
