@@ -19,11 +19,6 @@
 //! per-input stream health of flows with a `payload` other than `udp`,
 //! without changing it. Same rules; fuzzed through [`fuzz_health`].
 //!
-//! The other direction: [`egress`] prebuilds the Ethernet, IPv4 and UDP
-//! headers of an IPv4 multicast output, for sending through an AF_PACKET
-//! socket past the kernel's IP output path (measured in
-//! `experiments/packet-tx`; not wired into the worker yet).
-//!
 //! Also the daemon's other parser of kernel bytes, [`rtnetlink`] (link
 //! messages from a `NETLINK_ROUTE` socket), here so it is reachable from
 //! outside the daemon's binary; fuzzed through [`fuzz_rtnetlink`].
@@ -31,7 +26,6 @@
 
 pub mod bpf;
 pub mod checksum;
-pub mod egress;
 pub mod frame;
 pub mod health;
 pub mod rtnetlink;

@@ -14,6 +14,7 @@
 //! Markdown table. See README.md.
 #![deny(unsafe_code)]
 
+mod frame;
 mod os;
 mod send;
 
@@ -27,8 +28,8 @@ use anyhow::{Context, bail};
 use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::{Value, json};
 
+use crate::frame::{Endpoints, Template};
 use crate::send::{Egress, Outcome, Sender, Submit};
-use mcrelay_wire::egress::{Endpoints, Template};
 
 #[derive(Debug, Parser)]
 #[command(about = "Multicast egress: UDP socket vs AF_PACKET with prebuilt headers")]

@@ -19,7 +19,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use io_uring::types::Fd;
 use io_uring::{IoUring, opcode};
 
-use mcrelay_wire::egress::{HEADER_LEN, Template};
+use crate::frame::{HEADER_LEN, Template};
 
 /// Where the datagrams go out.
 #[derive(Debug)]

@@ -1,6 +1,6 @@
-//! Headers for AF_PACKET egress (issue 19's egress lever, measured in
-//! `experiments/packet-tx`): the prebuilt Ethernet + IPv4 + UDP header of
-//! one IPv4 multicast destination (a [`Template`]), and the three fields
+//! Headers for AF_PACKET egress (issue 19's egress lever): the prebuilt
+//! Ethernet + IPv4 + UDP header of one IPv4 multicast destination (a
+//! [`Template`]), and the three fields
 //! that change per datagram, filled by [`Template::fill`]: the IP total
 //! length, the IP header checksum and the UDP length. The UDP checksum is
 //! 0 ("not computed", allowed for IPv4 by RFC 768). A frame is the filled
@@ -12,7 +12,7 @@
 
 use std::net::Ipv4Addr;
 
-use crate::checksum::ipv4_header_checksum;
+use mcrelay_wire::checksum::ipv4_header_checksum;
 
 /// Ethernet (14) + IPv4 without options (20) + UDP (8).
 pub const HEADER_LEN: usize = 42;
@@ -86,7 +86,7 @@ mod tests {
     use std::net::IpAddr;
 
     use super::*;
-    use crate::{FlowMatch, parse};
+    use mcrelay_wire::{FlowMatch, parse};
 
     #[test]
     fn group_mac_keeps_the_low_23_bits() {
@@ -113,7 +113,7 @@ mod tests {
         assert_eq!(h[22], 7);
         assert_eq!(u16::from_be_bytes([h[38], h[39]]), 1316 + 8);
         assert_eq!(&h[40..42], &[0, 0]);
-        assert!(crate::checksum::ipv4_header_ok(&h[14..34]));
+        assert!(mcrelay_wire::checksum::ipv4_header_ok(&h[14..34]));
         assert!(t.fill(&mut h, 65_600).is_none());
     }
 
