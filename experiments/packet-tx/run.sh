@@ -30,8 +30,8 @@ run.sh [options]
   --size B             UDP payload bytes (default 1316)
   --rates "A B"        datagrams/s, 0 = unpaced (default "50000 100000 0")
   --variants "A B"     of udp, packet, packet-bypass, each optionally with
-                       -sendmmsg, and udp-gso (default "udp udp-gso packet
-                       packet-bypass packet-bypass-sendmmsg")
+                       -sendmmsg, and udp-gso, packet-gso (default "udp udp-gso
+                       packet packet-bypass packet-bypass-sendmmsg")
   --batch N            datagrams per io_uring submit / sendmmsg (default 16)
   --duration S         seconds each run sends (default 3)
   --no-build           use target/release/{packet-tx,loadgen} as they are

@@ -4,7 +4,9 @@
 //! io_uring `SendMsg` per datagram with the iovec [prebuilt Ethernet, IPv4
 //! and UDP headers; payload], with and without `PACKET_QDISC_BYPASS`; and,
 //! for reference, the same sockets fed by `sendmmsg(2)` batches, and the
-//! worker's other UDP send: a batch as one UDP GSO `SendMsg`.
+//! worker's other UDP send: a batch as one UDP GSO `SendMsg`, and its
+//! AF_PACKET twin: a batch as one frame with a `virtio_net_hdr` asking
+//! for UDP segmentation (`PACKET_VNET_HDR`).
 //!
 //! `packet-tx send` sends loadgen's numbered, patterned datagrams (so
 //! `loadgen recv` checks every byte at the receiver) for a while, at a
@@ -54,7 +56,9 @@ enum SubmitArg {
     Uring,
     /// One sendmmsg(2) per batch.
     Sendmmsg,
-    /// udp only: the batch as one UDP GSO SendMsg through io_uring.
+    /// The batch as one GSO SendMsg through io_uring: udp with
+    /// UDP_SEGMENT; packet(-bypass) with PACKET_VNET_HDR, one frame with a
+    /// virtio_net_hdr asking for UDP segmentation.
     Gso,
 }
 
@@ -197,6 +201,7 @@ fn open(args: &SendArgs) -> anyhow::Result<Egress> {
                 ifindex,
                 args.send_buffer,
                 args.method == Method::PacketBypass,
+                args.submit == SubmitArg::Gso,
             )
             .context("opening the AF_PACKET socket (needs CAP_NET_RAW)")?,
             template: Template::new(&Endpoints {
@@ -229,8 +234,7 @@ fn send(args: &SendArgs) -> anyhow::Result<()> {
     let submit = match args.submit {
         SubmitArg::Uring => Submit::Uring,
         SubmitArg::Sendmmsg => Submit::Sendmmsg,
-        SubmitArg::Gso if args.method == Method::Udp => Submit::UringGso,
-        SubmitArg::Gso => bail!("--submit gso needs --method udp"),
+        SubmitArg::Gso => Submit::UringGso,
     };
     let mut sender = Sender::new(open(args)?, submit, args.size, args.batch, args.run_id)
         .context("setting up the sender")?;

@@ -30,7 +30,14 @@ fn setsockopt<T: Copy>(
 /// bound to `ifindex` so a `sendmsg` without an address goes out there,
 /// with `SO_SNDBUF` `send_buffer` (forced, as root) and, if `bypass`,
 /// `PACKET_QDISC_BYPASS` (frames go straight to the driver's transmit).
-pub fn open_packet_egress(ifindex: u32, send_buffer: i32, bypass: bool) -> io::Result<OwnedFd> {
+/// With `vnet_hdr`, `PACKET_VNET_HDR`: every frame sent starts with a
+/// `virtio_net_hdr` (segmentation and checksum offload requests).
+pub fn open_packet_egress(
+    ifindex: u32,
+    send_buffer: i32,
+    bypass: bool,
+    vnet_hdr: bool,
+) -> io::Result<OwnedFd> {
     // SAFETY: plain socket(2); the result is checked before use.
     let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
     if fd < 0 {
@@ -54,6 +61,11 @@ pub fn open_packet_egress(ifindex: u32, send_buffer: i32, bypass: bool) -> io::R
     setsockopt(b, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, &send_buffer)?;
     if bypass {
         setsockopt(b, libc::SOL_PACKET, libc::PACKET_QDISC_BYPASS, &1i32)?;
+    }
+    if vnet_hdr {
+        /// `PACKET_VNET_HDR` of linux/if_packet.h.
+        const PACKET_VNET_HDR: libc::c_int = 15;
+        setsockopt(b, libc::SOL_PACKET, PACKET_VNET_HDR, &1i32)?;
     }
     Ok(fd)
 }

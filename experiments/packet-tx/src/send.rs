@@ -53,12 +53,21 @@ struct SegmentCmsg {
     _pad: [u8; 6],
 }
 
-/// The GSO message: one per sender, rebuilt per batch.
+/// The GSO message: one per sender, rebuilt per batch. `iov[0]` is the
+/// AF_PACKET variant's `virtio_net_hdr` + headers (UDP sends start at
+/// `iov[1]`), `iov[1..]` the payloads.
 struct Gso {
     msg: libc::msghdr,
     iov: Box<[libc::iovec]>,
     cmsg: Box<SegmentCmsg>,
+    header: Box<[u8; VNET_LEN + HEADER_LEN]>,
 }
+
+/// `struct virtio_net_hdr` (the legacy one a packet socket with
+/// `PACKET_VNET_HDR` reads): 10 bytes, little-endian fields on x86.
+pub const VNET_LEN: usize = 10;
+const VIRTIO_NET_HDR_F_NEEDS_CSUM: u8 = 1;
+const VIRTIO_NET_HDR_GSO_UDP_L4: u8 = 5;
 
 /// What the sends returned.
 #[derive(Debug, Default)]
@@ -137,9 +146,10 @@ impl Sender {
                         iov_base: std::ptr::null_mut(),
                         iov_len: 0,
                     };
-                    batch
+                    batch + 1
                 ]
                 .into_boxed_slice(),
+                header: Box::new([0; VNET_LEN + HEADER_LEN]),
                 cmsg: Box::new(SegmentCmsg {
                     header: libc::cmsghdr {
                         cmsg_len: size_of::<libc::cmsghdr>() + size_of::<u16>(),
@@ -175,14 +185,23 @@ impl Sender {
                 iov.cast::<libc::iovec>().wrapping_add(1)
             };
             hdr.msg_iovlen = if packet { 2 } else { 1 };
-            s.gso.iov[i] = libc::iovec {
+            s.gso.iov[i + 1] = libc::iovec {
                 iov_base: payload.cast(),
                 iov_len: size,
             };
         }
-        s.gso.msg.msg_iov = s.gso.iov.as_mut_ptr();
-        s.gso.msg.msg_control = (&raw mut *s.gso.cmsg).cast();
-        s.gso.msg.msg_controllen = size_of::<SegmentCmsg>();
+        s.gso.iov[0] = libc::iovec {
+            iov_base: s.gso.header.as_mut_ptr().cast(),
+            iov_len: VNET_LEN + HEADER_LEN,
+        };
+        if packet {
+            // The whole frame: vnet header + headers, then the payloads.
+            s.gso.msg.msg_iov = s.gso.iov.as_mut_ptr();
+        } else {
+            s.gso.msg.msg_iov = s.gso.iov[1..].as_mut_ptr();
+            s.gso.msg.msg_control = (&raw mut *s.gso.cmsg).cast();
+            s.gso.msg.msg_controllen = size_of::<SegmentCmsg>();
+        }
         Ok(s)
     }
 
@@ -257,6 +276,30 @@ impl Sender {
 
     fn via_gso(&mut self, n: usize, expected: usize, out: &mut Outcome) -> io::Result<()> {
         self.gso.msg.msg_iovlen = n;
+        let mut total = expected * n;
+        if let Egress::Packet { template, .. } = &self.egress {
+            // One frame of n segments: a virtio_net_hdr asking for UDP
+            // segmentation (gso_size = one payload) and a partial UDP
+            // checksum; the headers of the whole run (lengths of all n
+            // payloads), which segmentation rewrites per segment.
+            self.gso.msg.msg_iovlen = n + 1;
+            let (vnet, headers) = self.gso.header.split_at_mut(VNET_LEN);
+            let headers: &mut [u8; HEADER_LEN] = headers
+                .try_into()
+                .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+            template
+                .fill_partial_checksum(headers, self.size * n)
+                .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+            let segment = u16::try_from(self.size).unwrap_or(u16::MAX);
+            let gso = n > 1;
+            vnet[0] = VIRTIO_NET_HDR_F_NEEDS_CSUM;
+            vnet[1] = if gso { VIRTIO_NET_HDR_GSO_UDP_L4 } else { 0 };
+            vnet[2..4].copy_from_slice(&42u16.to_le_bytes()); // hdr_len
+            vnet[4..6].copy_from_slice(&(if gso { segment } else { 0 }).to_le_bytes());
+            vnet[6..8].copy_from_slice(&34u16.to_le_bytes()); // csum_start: UDP header
+            vnet[8..10].copy_from_slice(&6u16.to_le_bytes()); // csum_offset: its checksum
+            total = VNET_LEN + HEADER_LEN + self.size * n;
+        }
         let entry = opcode::SendMsg::new(Fd(self.fd()), &raw const self.gso.msg).build();
         // SAFETY: the message, its iovecs and control message and the
         // payloads they point to are this sender's, untouched until the
@@ -273,7 +316,7 @@ impl Sender {
                 // One completion for the run: its datagrams all went, or
                 // none did.
                 let r = cqe.result();
-                if usize::try_from(r).ok() == Some(expected * n) {
+                if usize::try_from(r).ok() == Some(total) {
                     out.sent += n as u64;
                 } else if r < 0 {
                     *out.errors.entry(-r).or_default() += n as u64;
