@@ -113,6 +113,20 @@ mod tests {
     use super::*;
     use mcrelay_wire::{FlowMatch, parse};
 
+    const SOURCE: Ipv4Addr = Ipv4Addr::new(10, 20, 1, 1);
+    const GROUP: Ipv4Addr = Ipv4Addr::new(239, 1, 1, 1);
+
+    fn template(ttl: u8) -> Template {
+        Template::new(&Endpoints {
+            source_mac: [2, 0, 0, 0, 0, 1],
+            source: SOURCE,
+            source_port: 4000,
+            group: GROUP,
+            port: 5000,
+            ttl,
+        })
+    }
+
     #[test]
     fn group_mac_keeps_the_low_23_bits() {
         assert_eq!(
@@ -123,14 +137,7 @@ mod tests {
 
     #[test]
     fn filled_header_has_lengths_and_a_verifying_checksum() {
-        let t = Template::new(&Endpoints {
-            source_mac: [2, 0, 0, 0, 0, 1],
-            source: Ipv4Addr::new(10, 20, 1, 1),
-            source_port: 4000,
-            group: Ipv4Addr::new(239, 1, 1, 1),
-            port: 5000,
-            ttl: 7,
-        });
+        let t = template(7);
         let mut h = [0u8; HEADER_LEN];
         t.fill(&mut h, 1316).unwrap();
         assert_eq!(&h[12..14], &[0x08, 0x00]);
@@ -144,16 +151,7 @@ mod tests {
 
     #[test]
     fn a_partial_checksum_completes_to_a_verifying_one() {
-        let source = Ipv4Addr::new(10, 20, 1, 1);
-        let group = Ipv4Addr::new(239, 1, 1, 1);
-        let t = Template::new(&Endpoints {
-            source_mac: [2, 0, 0, 0, 0, 1],
-            source,
-            source_port: 4000,
-            group,
-            port: 5000,
-            ttl: 1,
-        });
+        let (source, group, t) = (SOURCE, GROUP, template(1));
         let payload = [7u8; 101];
         let mut h = [0u8; HEADER_LEN];
         t.fill_partial_checksum(&mut h, payload.len()).unwrap();
@@ -180,16 +178,7 @@ mod tests {
 
     #[test]
     fn a_filled_frame_parses_as_the_flows_datagram() {
-        let source = Ipv4Addr::new(10, 20, 1, 1);
-        let group = Ipv4Addr::new(239, 1, 1, 1);
-        let t = Template::new(&Endpoints {
-            source_mac: [2, 0, 0, 0, 0, 1],
-            source,
-            source_port: 4000,
-            group,
-            port: 5000,
-            ttl: 1,
-        });
+        let (source, group, t) = (SOURCE, GROUP, template(1));
         for len in [0, 1, 1316, 8972] {
             let mut frame = vec![0u8; HEADER_LEN + len];
             let mut h = [0u8; HEADER_LEN];
