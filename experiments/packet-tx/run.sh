@@ -75,13 +75,14 @@ ns_r=afpkt-r-$$
 old_backlog=$(sysctl -n net.core.netdev_max_backlog)
 cleanup() {
     local ns pid
+    # No `ip netns list | grep -q` test first: with pipefail, grep quitting
+    # at the first match can SIGPIPE `ip` and fail the test (it left a pair
+    # of namespaces behind once here).
     for ns in "$ns_s" "$ns_r"; do
-        if ip netns list 2>/dev/null | grep -qw "$ns"; then
-            for pid in $(ip netns pids "$ns" 2>/dev/null); do
-                kill -KILL "$pid" 2>/dev/null || true
-            done
-            ip netns del "$ns" 2>/dev/null || true
-        fi
+        for pid in $(ip netns pids "$ns" 2>/dev/null); do
+            kill -KILL "$pid" 2>/dev/null || true
+        done
+        ip netns del "$ns" 2>/dev/null || true
     done
     sysctl -qw "net.core.netdev_max_backlog=$old_backlog" || true
 }
