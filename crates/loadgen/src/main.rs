@@ -282,6 +282,22 @@ fn json_opt<T: std::fmt::Display>(v: Option<T>) -> String {
     v.map_or_else(|| "null".to_owned(), |v| v.to_string())
 }
 
+/// A sender to `dest` out of `iface`, from any local address.
+fn unbound_sender(
+    dest: SocketAddr,
+    iface: Iface,
+    ttl: u32,
+    multicast_loop: bool,
+) -> std::io::Result<UdpSocket> {
+    sock::sender(&sock::SenderOptions {
+        dest,
+        iface,
+        source: None,
+        ttl,
+        multicast_loop,
+    })
+}
+
 fn send(a: &SendArgs) -> anyhow::Result<()> {
     let max_size = 65_507;
     if a.size.is_empty() || a.size.iter().any(|&n| n == 0 || n > max_size) {
@@ -323,14 +339,8 @@ fn send(a: &SendArgs) -> anyhow::Result<()> {
         .copy_dest
         .map(|dest| {
             let iface = Iface::from_options(a.copy_interface.as_deref(), None)?;
-            sock::sender(&sock::SenderOptions {
-                dest,
-                iface,
-                source: None,
-                ttl: a.ttl,
-                multicast_loop: a.multicast_loop,
-            })
-            .with_context(|| format!("copy sender to {dest}"))
+            unbound_sender(dest, iface, a.ttl, a.multicast_loop)
+                .with_context(|| format!("copy sender to {dest}"))
         })
         .transpose()?;
     let stop = stop_flag()?;
@@ -659,14 +669,8 @@ fn relay(a: &RelayArgs) -> anyhow::Result<()> {
         .iter()
         .zip(out_ifaces)
         .map(|(&dest, iface)| {
-            sock::sender(&sock::SenderOptions {
-                dest,
-                iface,
-                source: None,
-                ttl: a.ttl,
-                multicast_loop: a.multicast_loop,
-            })
-            .with_context(|| format!("relay output {dest}"))
+            unbound_sender(dest, iface, a.ttl, a.multicast_loop)
+                .with_context(|| format!("relay output {dest}"))
         })
         .collect::<anyhow::Result<Vec<UdpSocket>>>()?;
     let stop = stop_flag()?;
