@@ -59,31 +59,6 @@ class LatencyBench(rt.Bench):
         return super().relay_prefix()
 
 
-class BeforeBinary:
-    """Mixed into an mcrelay contender: run by the --mcrelayd-before
-    binary, for a before/after comparison inside one interleaved run."""
-
-    def start(self) -> None:
-        saved = self.bench.mcrelayd
-        self.bench.mcrelayd = self.bench.o.mcrelayd_before
-        try:
-            super().start()
-        finally:
-            self.bench.mcrelayd = saved
-
-
-class McrelayPacketBefore(BeforeBinary, rt.McrelayPacket):
-    name = "mcrelay-packet-before"
-
-
-class McrelayBefore(BeforeBinary, rt.Mcrelay):
-    name = "mcrelay-before"
-
-
-rt.CONTENDERS["mcrelay-packet-before"] = McrelayPacketBefore
-rt.CONTENDERS["mcrelay-before"] = McrelayBefore
-
-
 def latency_of(r: dict) -> dict | None:
     rx = r.get("per_receiver") or []
     return rx[0].get("latency") if rx else None
@@ -216,8 +191,10 @@ def main() -> int:
     for c in contenders:
         if c not in rt.CONTENDERS:
             ap.error(f"unknown contender {c!r}; use {','.join(rt.CONTENDERS)}")
-        if c.endswith("-before") and not o.mcrelayd_before:
+        if getattr(rt.CONTENDERS[c], "before", False) and not o.mcrelayd_before:
             ap.error(f"{c} needs --mcrelayd-before PATH")
+        if getattr(rt.CONTENDERS[c], "framing", "loadgen") != "loadgen":
+            ap.error(f"{c} sends RTP: the latency stamp needs the plain loadgen payload")
     given = {}
     for kv in (x for x in o.max_rates.split(",") if x):
         c, _, v = kv.partition("=")

@@ -17,6 +17,7 @@ import os
 import platform
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -28,6 +29,8 @@ HERE = Path(__file__).resolve().parent
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 IN_GROUP, IN_PORT = "239.1.1.1", 5000
+# The second leg of a two-leg (merge) flow: vA2 -> vRA2, its own group.
+IN2_GROUP = "239.1.1.2"
 OUT_GROUP, OUT_PORT = "239.2.2.2", 6000
 FANOUT_MAX = 4  # veth pairs R -> B, always built
 LOSS_LIMIT = 0.001  # a round passes at <= 0.1 % loss
@@ -149,7 +152,8 @@ def group_hex(group: str) -> str:
 
 
 class Topology:
-    """ns A (sender) -- vA/vRA -- ns R (relay) -- vRBi/vBi (i = 1..4) -- ns B."""
+    """ns A (sender) -- vA/vRA -- ns R (relay) -- vRBi/vBi (i = 1..4) -- ns B,
+    and a second path into R, vA2/vRA2, for the second leg of a merge flow."""
 
     def __init__(self, tag: str, relay_cpu: int, harness_cpu: int, keep_uso: bool, workdir: Path):
         self.a, self.r, self.b = (f"mcrtp-{x}-{tag}" for x in "arb")
@@ -171,7 +175,9 @@ class Topology:
             sh("ip", "netns", "add", ns)
             self.ip(ns, "link", "set", "lo", "up")
         sh("ip", "link", "add", "vA", "netns", self.a, "type", "veth", "peer", "name", "vRA", "netns", self.r)
-        addrs = [(self.a, "vA", "10.10.1.1/24"), (self.r, "vRA", "10.10.1.2/24")]
+        sh("ip", "link", "add", "vA2", "netns", self.a, "type", "veth", "peer", "name", "vRA2", "netns", self.r)
+        addrs = [(self.a, "vA", "10.10.1.1/24"), (self.r, "vRA", "10.10.1.2/24"),
+                 (self.a, "vA2", "10.10.3.1/24"), (self.r, "vRA2", "10.10.3.2/24")]
         for i in range(1, FANOUT_MAX + 1):
             sh("ip", "link", "add", f"vRB{i}", "netns", self.r, "type", "veth",
                "peer", "name", f"vB{i}", "netns", self.b)
@@ -182,12 +188,13 @@ class Topology:
         self.ip(self.a, "route", "add", "224.0.0.0/4", "dev", "vA")
         for i in range(1, FANOUT_MAX + 1):
             self.ip(self.b, "route", "add", "224.0.0.0/4", "dev", f"vB{i}", "metric", str(i))
-        for key in ["all", "default", "vRA"] + [f"vRB{i}" for i in range(1, FANOUT_MAX + 1)]:
+        for key in ["all", "default", "vRA", "vRA2"] + [f"vRB{i}" for i in range(1, FANOUT_MAX + 1)]:
             self.nsexec(self.r, "sysctl", "-qw", f"net.ipv4.conf.{key}.rp_filter=0")
         # RPS: a veth delivers on the sending CPU; steer R's receive path to
         # the relay CPU and B's to the harness CPU.
         rmask, hmask = f"{1 << self.relay_cpu:x}", f"{1 << self.harness_cpu:x}"
-        self.nsexec(self.r, "sh", "-c", f"echo {rmask} > /sys/class/net/vRA/queues/rx-0/rps_cpus")
+        for dev in ("vRA", "vRA2"):
+            self.nsexec(self.r, "sh", "-c", f"echo {rmask} > /sys/class/net/{dev}/queues/rx-0/rps_cpus")
         for i in range(1, FANOUT_MAX + 1):
             self.nsexec(self.b, "sh", "-c", f"echo {hmask} > /sys/class/net/vB{i}/queues/rx-0/rps_cpus")
         for i in range(1, FANOUT_MAX + 1):
@@ -229,7 +236,7 @@ class Topology:
             "namespaces": [self.a, self.r, self.b],
             "tx_udp_segmentation": self.uso_state,
             "netdev_max_backlog": {"run": 10000, "restored_to": self.old_backlog},
-            "rps_cpus": {"vRA": f"{1 << self.relay_cpu:x}", "vBi": f"{1 << self.harness_cpu:x}"},
+            "rps_cpus": {"vRA, vRA2": f"{1 << self.relay_cpu:x}", "vBi": f"{1 << self.harness_cpu:x}"},
         }
 
 
@@ -300,16 +307,24 @@ class Relay:
         self.bench.children.add(self.proc)
         return self.proc
 
-    def joined(self) -> bool:
-        """The relay has joined the input group on vRA in R."""
+    def joined(self, want_dev: str = "vRA", group: str = IN_GROUP) -> bool:
+        """The relay has joined `group` on `want_dev` in R."""
         dev = None
         for line in read_proc_file(self.topo.pid(self.topo.r), "igmp").splitlines():
             if not line.startswith("\t"):
                 parts = line.split()
                 dev = parts[1] if len(parts) > 1 else None
-            elif dev == "vRA" and line.split()[0] == group_hex(IN_GROUP):
+            elif dev == want_dev and line.split()[0] == group_hex(group):
                 return True
         return False
+
+    def send_args(self) -> list[str]:
+        """Extra arguments of this contender's `loadgen send`."""
+        return []
+
+    def recv_args(self) -> list[str]:
+        """Extra arguments of this contender's `loadgen recv`s."""
+        return []
 
     def check_alive(self) -> None:
         if self.proc and self.proc.poll() is not None:
@@ -334,6 +349,36 @@ class Relay:
 class Mcrelay(Relay):
     name = "mcrelay"
     ingress = "socket"
+    # The flow's `payload` (None: the default, "udp"), the sender's and
+    # receivers' `--payload`, and the legs (2: a merge flow fed the same
+    # stream on vRA and vRA2).
+    payload: str | None = None
+    framing = "loadgen"
+    legs = 1
+    # Another mcrelayd binary (--mcrelayd-before) runs this contender.
+    before = False
+
+    def send_args(self) -> list[str]:
+        args = ["--payload", self.framing]
+        if self.legs == 2:
+            args += ["--copy-dest", f"{IN2_GROUP}:{IN_PORT}", "--copy-interface", "vA2"]
+        return args
+
+    def recv_args(self) -> list[str]:
+        return ["--payload", self.framing] if self.framing != "loadgen" else []
+
+    def flow_keys(self) -> str:
+        """The flow's input(s) and payload keys."""
+        leg = lambda dev, g: (f'{{ interface = "{dev}", address = "{g}", port = {IN_PORT}, '  # noqa: E731
+                              f'ingress = "{self.ingress}" }}')
+        if self.legs == 2:
+            keys = (f"inputs = [\n  {leg('vRA', IN_GROUP)},\n  {leg('vRA2', IN2_GROUP)},\n]\n"
+                    'redundancy = "merge"\n')
+        else:
+            keys = f"input = {leg('vRA', IN_GROUP)}\n"
+        if self.payload:
+            keys += f'payload = "{self.payload}"\n'
+        return keys
 
     def start(self) -> None:
         outs = ",\n".join(
@@ -351,22 +396,46 @@ class Mcrelay(Relay):
             f'control_socket = "{sock}"\n\n'
             "[[flow]]\n"
             'name = "bench"\n'
-            f'input = {{ interface = "vRA", address = "{IN_GROUP}", port = {IN_PORT}, '
-            f'ingress = "{self.ingress}" }}\n'
+            f"{self.flow_keys()}"
             f"outputs = [\n{outs},\n]\n"
         )
+        self.ctl_sock = sock
         path = self.rdir / "mcrelay.toml"
         path.write_text(conf)
-        self.popen([*self.bench.relay_prefix(), str(self.bench.mcrelayd), "--config", str(path)])
+        binary = self.bench.o.mcrelayd_before if self.before else self.bench.mcrelayd
+        self.popen([*self.bench.relay_prefix(), str(binary), "--config", str(path)])
 
         def ready():
             self.check_alive()
-            return "relaying;" in self.stderr_path.read_text() and self.joined()
+            return ("relaying;" in self.stderr_path.read_text() and self.joined()
+                    and (self.legs == 1 or self.joined("vRA2", IN2_GROUP)))
 
         wait_for(ready, 10, "mcrelayd to start relaying")
 
+    def health(self) -> dict | None:
+        """The flow's stream health and merge counters from the control
+        socket (`stats`), for the contenders that parse their payload."""
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as c:
+                c.settimeout(5)
+                c.connect(str(self.ctl_sock))
+                c.sendall(b'{"v":1,"cmd":"stats"}\n')
+                buf = b""
+                while not buf.endswith(b"\n"):
+                    chunk = c.recv(1 << 16)
+                    if not chunk:
+                        break
+                    buf += chunk
+            flow = json.loads(buf)["result"]["flows"][0]
+            return {"health": flow.get("health"), "redundancy": flow.get("redundancy")}
+        except (OSError, ValueError, KeyError, IndexError) as e:
+            return {"error": repr(e)}
+
     def stop(self) -> dict:
+        health = self.health() if self.payload and self.proc and self.proc.poll() is None else None
         r = super().stop()
+        if health is not None:
+            r["health"] = health
         finals = []
         for line in self.stderr_path.read_text().splitlines():
             if line.startswith("final "):
@@ -397,6 +466,41 @@ class McrelayPacket(Mcrelay):
     space instead of a UDP socket (the cost of bypassing rp_filter)."""
     name = "mcrelay-packet"
     ingress = "packet"
+
+
+class McrelayBefore(Mcrelay):
+    """mcrelay run by the --mcrelayd-before binary: a before/after
+    comparison inside one interleaved run."""
+    name = "mcrelay-before"
+    before = True
+
+
+class McrelayPacketBefore(McrelayPacket):
+    name = "mcrelay-packet-before"
+    before = True
+
+
+class McrelayRtp(Mcrelay):
+    """payload = "rtp": RTP health (sequence, jitter) on every datagram,
+    fed RTP (then the loadgen payload)."""
+    name = "mcrelay-rtp"
+    payload = framing = "rtp"
+
+
+class McrelayRtpMpegts(Mcrelay):
+    """payload = "rtp-mpegts": RTP and per-PID TS continuity on every
+    datagram, fed RTP carrying TS packets (the size is the RTP payload:
+    1316 B = 7 TS packets, 1328 B on the wire)."""
+    name = "mcrelay-rtp-mpegts"
+    payload = framing = "rtp-mpegts"
+
+
+class McrelayMerge(Mcrelay):
+    """A two-leg SMPTE 2022-7 merge flow (payload = "rtp"), fed the same RTP
+    stream on vRA and vRA2: every datagram arrives twice, once leaves."""
+    name = "mcrelay-merge"
+    payload = framing = "rtp"
+    legs = 2
 
 
 class Baseline(Relay):
@@ -455,8 +559,10 @@ class Kernel(Relay):
         return {"ip_mr_cache": read_proc_file(pid, "ip_mr_cache"), "ip_mr_vif": read_proc_file(pid, "ip_mr_vif")}
 
 
-CONTENDERS = {"mcrelay": Mcrelay, "mcrelay-packet": McrelayPacket, "baseline": Baseline,
-              "kernel": Kernel}
+CONTENDERS = {"mcrelay": Mcrelay, "mcrelay-before": McrelayBefore, "mcrelay-packet": McrelayPacket,
+              "mcrelay-packet-before": McrelayPacketBefore, "mcrelay-rtp": McrelayRtp,
+              "mcrelay-rtp-mpegts": McrelayRtpMpegts, "mcrelay-merge": McrelayMerge,
+              "baseline": Baseline, "kernel": Kernel}
 
 
 # ---------------------------------------------------------------- the bench
@@ -517,7 +623,7 @@ class Bench:
                     "nice", "-n", str(self.o.receiver_nice), "taskset", "-c", hc, str(self.loadgen), "recv",
                     "--group", f"{g}:{p}", "--interface", f"vB{i}", "--json", "--run-id", str(run_id),
                     "--idle-exit", "0", "--duration", str(seconds + 60), "--ready-file", str(ready),
-                    *self.recv_extra],
+                    *relay.recv_args(), *self.recv_extra],
                     rdir / f"rx{i}.out"))
                 wait_for(lambda r=ready, p=rxs[-1]: r.exists() or p.poll() is not None, 10, f"receiver {i}")
                 if rxs[-1].poll() is not None:
@@ -532,7 +638,7 @@ class Bench:
             sender = self.spawn(topo.a, [
                 "nice", "-n", str(self.o.sender_nice), "taskset", "-c", hc, str(self.loadgen), "send", "--dest", f"{IN_GROUP}:{IN_PORT}",
                 "--interface", "vA", "--rate", str(rate), "--duration", str(seconds), "--size", str(size),
-                "--run-id", str(run_id), "--json", *self.send_extra], rdir / "sender.out")
+                "--run-id", str(run_id), "--json", *relay.send_args(), *self.send_extra], rdir / "sender.out")
             sender_ru = reap(sender, seconds + 60)
             self.children.discard(sender)
             time.sleep(DRAIN_S)
@@ -597,13 +703,14 @@ class Bench:
         where = {
             "R_udp_rcvbuf_errors": d["snmp_r"]["Udp"]["RcvbufErrors"],
             "R_udp_in_errors": d["snmp_r"]["Udp"]["InErrors"],
-            "R_vRA_rx_drop": d["dev_r"]["vRA"]["rx_drop"],
+            "R_vRA_rx_drop": d["dev_r"]["vRA"]["rx_drop"] + d["dev_r"]["vRA2"]["rx_drop"],
             "R_vRB_tx_drop": sum(d["dev_r"][f"vRB{i}"]["tx_drop"] for i in range(1, FANOUT_MAX + 1)),
             "B_udp_rcvbuf_errors": d["snmp_b"]["Udp"]["RcvbufErrors"],
             "B_vB_rx_drop": sum(d["dev_b"][f"vB{i}"]["rx_drop"] for i in range(1, FANOUT_MAX + 1)),
             "receiver_kernel_drops": sum(o.get("kernel_drops") or 0 for o in outs),
             "softnet_dropped": [c["dropped"] for c in d["softnet"]],
             "R_vRA_rx_packets": d["dev_r"]["vRA"]["rx_packets"],
+            "R_vRA2_rx_packets": d["dev_r"]["vRA2"]["rx_packets"],
             "R_vRB_tx_packets": [d["dev_r"][f"vRB{i}"]["tx_packets"] for i in range(1, FANOUT_MAX + 1)],
         }
         r = {
@@ -612,6 +719,7 @@ class Bench:
             "logdir": str(rdir),
             "sent": sent, "achieved_pps": snd["pps"], "send_seconds": snd["seconds"],
             "send_errors": snd.get("send_errors"),
+            "copies_sent": snd.get("copies_sent"), "copy_send_errors": snd.get("copy_send_errors"),
             "sender_short": snd["pps"] < SENDER_SHORT * rate,
             "delivered": delivered, "expected": expected, "lost": lost, "loss_frac": loss_frac,
             "corrupt": corrupt, "duplicates": dups, "leaked": leaked,
@@ -651,7 +759,7 @@ class Bench:
     @staticmethod
     def where_text(r: dict) -> str:
         w = r["where"]
-        parts = [f"{k}={v}" for k, v in w.items() if k not in ("R_vRA_rx_packets", "R_vRB_tx_packets")
+        parts = [f"{k}={v}" for k, v in w.items() if k not in ("R_vRA_rx_packets", "R_vRA2_rx_packets", "R_vRB_tx_packets")
                  and v and (not isinstance(v, list) or any(v))]
         s = (r["relay"].get("summary") or {}) if isinstance(r.get("relay"), dict) else {}
         for k in ("drop_pool_exhausted", "drop_backlog", "drop_send_error", "drops", "send_errors", "kernel_drops"):
@@ -940,6 +1048,9 @@ def main() -> int:
                     help="nice of mcrelayd / the baseline (kernel forwarding runs in softirq)")
     ap.add_argument("--loadgen", type=Path, required=True)
     ap.add_argument("--mcrelayd", type=Path, required=True)
+    ap.add_argument("--mcrelayd-before", type=Path,
+                    help="another mcrelayd for the contenders mcrelay-before / mcrelay-packet-before "
+                         "(the same configuration: a before/after inside one interleaved run)")
     ap.add_argument("--results", type=Path, default=HERE / "results")
     ap.add_argument("--tag", default=str(os.getpid()), help="suffix of the namespace names")
     o = ap.parse_args()
@@ -953,6 +1064,8 @@ def main() -> int:
     for c in contenders:
         if c not in CONTENDERS:
             ap.error(f"unknown contender {c!r}; use {','.join(CONTENDERS)}")
+        if getattr(CONTENDERS[c], "before", False) and not o.mcrelayd_before:
+            ap.error(f"{c} needs --mcrelayd-before PATH")
     for f in fanouts:
         if not 1 <= f <= FANOUT_MAX:
             ap.error(f"fan-out {f} not in 1..{FANOUT_MAX}")
@@ -978,8 +1091,10 @@ def main() -> int:
     # Private copies: a concurrent `cargo build` must not swap a binary mid-run.
     bindir = logdir / "bin"
     bindir.mkdir()
-    for attr in ("loadgen", "mcrelayd"):
-        dst = bindir / getattr(o, attr).name
+    for attr in ("loadgen", "mcrelayd", "mcrelayd_before"):
+        if getattr(o, attr) is None:
+            continue
+        dst = bindir / (getattr(o, attr).name + ("-before" if attr == "mcrelayd_before" else ""))
         shutil.copy2(getattr(o, attr), dst)
         setattr(o, attr, dst)
     log(f"logs: {logdir}")
@@ -998,7 +1113,8 @@ def main() -> int:
         "cpus": os.cpu_count(), "clk_tck": CLK_TCK,
         "cpu_model": next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?"),
         "options": {k: str(v) if isinstance(v, Path) else v for k, v in vars(o).items()},
-        "binaries": {"loadgen": sha256(o.loadgen), "mcrelayd": sha256(o.mcrelayd)},
+        "binaries": {"loadgen": sha256(o.loadgen), "mcrelayd": sha256(o.mcrelayd),
+                     "mcrelayd_before": sha256(o.mcrelayd_before) if o.mcrelayd_before else None},
         "sysctl": {k: sh("sysctl", "-n", k).strip() for k in
                    ("net.core.rmem_max", "net.core.wmem_max", "net.core.rmem_default", "net.core.netdev_max_backlog")},
         "smcrouted": sh("smcrouted", "-v", check=False).strip().splitlines()[0] if shutil.which("smcrouted") else None,

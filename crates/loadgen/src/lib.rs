@@ -7,6 +7,8 @@
 //! * [`payload`]: the datagram format (header with run id, stream, sequence
 //!   number and length, then a sequence-dependent byte pattern) and its
 //!   byte-by-byte checker;
+//! * [`framing`]: the payload as it is, after an RTP header, or in
+//!   MPEG-TS packets after an RTP header (the stream-health benchmarks);
 //! * [`tracker`]: receiver-side accounting per stream (duplicates,
 //!   reordering, gaps, loss) and of short / corrupt / foreign datagrams;
 //! * [`many`]: many groups at once (the scale experiment's round-robin
@@ -21,6 +23,7 @@
 //!   control messages), the only module with `unsafe`.
 #![deny(unsafe_code)]
 
+pub mod framing;
 pub mod latency;
 pub mod legs;
 pub mod many;

@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand};
+use mcrelay_loadgen::framing::{self, Framer, Framing};
 use mcrelay_loadgen::latency::{self, ClockOffset, Histogram};
 use mcrelay_loadgen::pacer::Pacer;
 use mcrelay_loadgen::payload;
@@ -115,6 +116,20 @@ struct SendArgs {
     /// datagram, for `recv --latency` (sizes of at least 32 bytes).
     #[arg(long)]
     timestamp: bool,
+    /// What carries the checkable payload: `rtp` puts an RTP header before
+    /// it, `rtp-mpegts` spreads it over TS packets after an RTP header
+    /// (then `--size` is the RTP payload, a multiple of 188). The receiver
+    /// needs the same `--payload`.
+    #[arg(long, value_enum, default_value_t = Framing::Loadgen)]
+    payload: Framing,
+    /// Send every datagram a second time, to this group and port (a second
+    /// leg of the same stream: SMPTE 2022-7 merge benchmarks), in the same
+    /// batch right after the first.
+    #[arg(long)]
+    copy_dest: Option<SocketAddr>,
+    /// Multicast output interface of `--copy-dest`, by name.
+    #[arg(long, requires = "copy_dest")]
+    copy_interface: Option<String>,
     /// Print the summary as a JSON object.
     #[arg(long)]
     json: bool,
@@ -169,6 +184,10 @@ struct RecvArgs {
     /// histogram; reported as `latency` (p50, p99, p99.9, max, ...).
     #[arg(long)]
     latency: bool,
+    /// What carries the checkable payload (as `send --payload`); a datagram
+    /// whose RTP or TS framing is wrong counts as corrupt.
+    #[arg(long, value_enum, default_value_t = Framing::Loadgen)]
+    payload: Framing,
     /// Print the summary as a JSON object.
     #[arg(long)]
     json: bool,
@@ -263,6 +282,22 @@ fn json_opt<T: std::fmt::Display>(v: Option<T>) -> String {
     v.map_or_else(|| "null".to_owned(), |v| v.to_string())
 }
 
+/// A sender to `dest` out of `iface`, from any local address.
+fn unbound_sender(
+    dest: SocketAddr,
+    iface: Iface,
+    ttl: u32,
+    multicast_loop: bool,
+) -> std::io::Result<UdpSocket> {
+    sock::sender(&sock::SenderOptions {
+        dest,
+        iface,
+        source: None,
+        ttl,
+        multicast_loop,
+    })
+}
+
 fn send(a: &SendArgs) -> anyhow::Result<()> {
     let max_size = 65_507;
     if a.size.is_empty() || a.size.iter().any(|&n| n == 0 || n > max_size) {
@@ -273,6 +308,18 @@ fn send(a: &SendArgs) -> anyhow::Result<()> {
             "--timestamp needs datagrams of at least {} bytes (--size)",
             latency::MIN_STAMPED_LEN
         );
+    }
+    if a.timestamp && a.payload != Framing::Loadgen {
+        bail!("--timestamp needs --payload loadgen (it writes into the datagram's bytes 24..32)");
+    }
+    for &n in &a.size {
+        a.payload.check_size(n)?;
+        if a.payload.wire_len(n) > max_size {
+            bail!(
+                "--size {n} with --payload {:?} is over {max_size} bytes on the wire",
+                a.payload
+            );
+        }
     }
     let count = a.count.unwrap_or(if a.duration.is_some() {
         u64::MAX
@@ -288,8 +335,17 @@ fn send(a: &SendArgs) -> anyhow::Result<()> {
         multicast_loop: a.multicast_loop,
     })
     .with_context(|| format!("sender to {}", a.dest))?;
+    let copy = a
+        .copy_dest
+        .map(|dest| {
+            let iface = Iface::from_options(a.copy_interface.as_deref(), None)?;
+            unbound_sender(dest, iface, a.ttl, a.multicast_loop)
+                .with_context(|| format!("copy sender to {dest}"))
+        })
+        .transpose()?;
     let stop = stop_flag()?;
     sock::tight_timer_slack();
+    let mut framer = Framer::new(a.payload);
 
     let batch = a.batch.clamp(1, sock::MAX_BATCH);
     // Datagram `seq` is built in buffer `seq % batch`, so datagrams a
@@ -300,6 +356,7 @@ fn send(a: &SendArgs) -> anyhow::Result<()> {
     let sizes = &a.size;
     let nsizes = sizes.len() as u64;
     let (mut sent, mut bytes, mut errors) = (0u64, 0u64, 0u64);
+    let (mut copies, mut copy_errors) = (0u64, 0u64);
     let start = Instant::now();
     let end = deadline(start, a.duration)?;
     let mut pacer = Pacer::starting_at(a.rate, start);
@@ -311,8 +368,7 @@ fn send(a: &SendArgs) -> anyhow::Result<()> {
             let i = slot(seq);
             if built[i] != Some(seq) {
                 let len = sizes[usize::try_from(seq % nsizes).unwrap_or(0)];
-                bufs[i].resize(len, 0);
-                payload::write(&mut bufs[i], a.run_id, a.stream_id, seq);
+                framer.build(&mut bufs[i], len, a.run_id, a.stream_id, seq, a.rate);
                 built[i] = Some(seq);
             }
         }
@@ -330,6 +386,26 @@ fn send(a: &SendArgs) -> anyhow::Result<()> {
                 bytes += (sent..sent + k as u64)
                     .map(|seq| bufs[slot(seq)].len() as u64)
                     .sum::<u64>();
+                if let Some(c) = &copy {
+                    // The same datagrams on the second leg, all of them
+                    // (retrying what a full queue refused).
+                    let mut done = 0u64;
+                    while done < k as u64 && !stop.load(Ordering::Relaxed) {
+                        let from = sent + done;
+                        match sb.send(
+                            c,
+                            (from..sent + k as u64).map(|seq| bufs[slot(seq)].as_slice()),
+                        ) {
+                            Ok(j) => done += j as u64,
+                            Err(e) if transient(&e) => {
+                                copy_errors += 1;
+                                std::thread::sleep(Duration::from_micros(50));
+                            }
+                            Err(e) => return Err(e).context("sendmmsg (--copy-dest)"),
+                        }
+                    }
+                    copies += done;
+                }
                 sent += k as u64;
                 pacer.sent(k);
             }
@@ -346,14 +422,22 @@ fn send(a: &SendArgs) -> anyhow::Result<()> {
     let pps = per_second(sent, secs);
     let mbps = per_second(bytes, secs) * 8.0 / 1e6;
     if a.json {
+        let copy_json = if copy.is_some() {
+            format!(",\"copies_sent\":{copies},\"copy_send_errors\":{copy_errors}")
+        } else {
+            String::new()
+        };
         println!(
-            "{{\"sent\":{sent},\"bytes\":{bytes},\"seconds\":{secs:.6},\"pps\":{pps:.1},\"mbps\":{mbps:.3},\"rate\":{},\"send_errors\":{errors}}}",
+            "{{\"sent\":{sent},\"bytes\":{bytes},\"seconds\":{secs:.6},\"pps\":{pps:.1},\"mbps\":{mbps:.3},\"rate\":{},\"send_errors\":{errors}{copy_json}}}",
             a.rate
         );
     } else {
         println!(
             "sent {sent} datagrams ({bytes} bytes) in {secs:.3} s: {pps:.0} pps, {mbps:.1} Mbit/s, {errors} send errors"
         );
+        if copy.is_some() {
+            println!("copies sent {copies}, {copy_errors} copy send errors");
+        }
     }
     Ok(())
 }
@@ -369,6 +453,12 @@ fn recv(a: &RecvArgs) -> anyhow::Result<()> {
     .with_context(|| format!("receiving on {}", a.group))?;
     let rcvbuf = sock::request_receive_buffer(&s, a.rcvbuf);
     s.set_read_timeout(Some(Duration::from_millis(50)))?;
+    if a.latency && a.payload != Framing::Loadgen {
+        bail!(
+            "--latency needs --payload loadgen (the send stamp sits in the datagram's bytes 24..32)"
+        );
+    }
+    let mut scratch = Vec::new();
     let mut delays = a.latency.then(Latency::default);
     if a.latency {
         sock::enable_rx_timestamps(&s).context("SO_TIMESTAMPNS for --latency")?;
@@ -420,8 +510,24 @@ fn recv(a: &RecvArgs) -> anyhow::Result<()> {
             truncated += u64::from(meta.truncated);
             bytes += data.len() as u64;
             let sent = clocks.and_then(|_| latency::take_stamp(data));
+            let inner = match framing::unwrap(a.payload, data, &mut scratch, a.run_id) {
+                Ok(inner) => inner,
+                Err(framing::FrameError::Payload(payload::PayloadError::WrongRun(run))) => {
+                    t.on_unchecked(data.len(), payload::PayloadError::WrongRun(run));
+                    ended |= a.end_run_id == Some(run);
+                    continue;
+                }
+                Err(framing::FrameError::Payload(e)) => {
+                    t.on_unchecked(data.len(), e);
+                    continue;
+                }
+                Err(_) => {
+                    t.on_unchecked(data.len(), payload::PayloadError::BadMagic);
+                    continue;
+                }
+            };
             // Failures are counted by kind inside.
-            match t.on_datagram(data, a.run_id) {
+            match t.on_datagram(inner, a.run_id) {
                 Err(payload::PayloadError::WrongRun(run)) => ended |= a.end_run_id == Some(run),
                 Err(_) => {}
                 Ok(()) => {
@@ -563,14 +669,8 @@ fn relay(a: &RelayArgs) -> anyhow::Result<()> {
         .iter()
         .zip(out_ifaces)
         .map(|(&dest, iface)| {
-            sock::sender(&sock::SenderOptions {
-                dest,
-                iface,
-                source: None,
-                ttl: a.ttl,
-                multicast_loop: a.multicast_loop,
-            })
-            .with_context(|| format!("relay output {dest}"))
+            unbound_sender(dest, iface, a.ttl, a.multicast_loop)
+                .with_context(|| format!("relay output {dest}"))
         })
         .collect::<anyhow::Result<Vec<UdpSocket>>>()?;
     let stop = stop_flag()?;

@@ -150,15 +150,29 @@ impl Streams {
                 Ok(())
             }
             Err(e) => {
-                match e {
-                    PayloadError::Short => self.short += 1,
-                    PayloadError::WrongRun(_) => self.wrong_run += 1,
-                    PayloadError::BadMagic
-                    | PayloadError::LengthMismatch { .. }
-                    | PayloadError::CorruptByte { .. } => self.corrupt += 1,
-                }
+                self.count_error(e);
                 Err(e)
             }
+        }
+    }
+
+    /// Count a datagram of `len` bytes that failed its check before
+    /// [`Self::on_datagram`] could see it (its RTP or TS framing, or the
+    /// payload inside it), by the kind of `e`.
+    pub fn on_unchecked(&mut self, len: usize, e: PayloadError) {
+        self.received += 1;
+        self.min_len = Some(self.min_len.map_or(len, |m| m.min(len)));
+        self.max_len = self.max_len.max(len);
+        self.count_error(e);
+    }
+
+    fn count_error(&mut self, e: PayloadError) {
+        match e {
+            PayloadError::Short => self.short += 1,
+            PayloadError::WrongRun(_) => self.wrong_run += 1,
+            PayloadError::BadMagic
+            | PayloadError::LengthMismatch { .. }
+            | PayloadError::CorruptByte { .. } => self.corrupt += 1,
         }
     }
 

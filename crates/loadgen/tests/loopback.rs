@@ -329,3 +329,69 @@ fn relay_stops_after_its_duration() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("in 0 out 0"), "{text}");
 }
+
+#[test]
+fn rtp_mpegts_framing_and_a_copy_to_a_second_leg_every_byte_checked() {
+    let (a, b) = (
+        format!("127.0.0.1:{}", port()),
+        format!("127.0.0.1:{}", port()),
+    );
+    let ts = ["--payload", "rtp-mpegts"];
+    let (rx_a, rx_b) = (receiver(&a, 500, &ts), receiver(&b, 500, &ts));
+    let sent = send(
+        &a,
+        &[
+            "--payload",
+            "rtp-mpegts",
+            "--copy-dest",
+            &b,
+            "--count",
+            "500",
+            "--rate",
+            "20000",
+            "--size",
+            "1316",
+        ],
+    );
+    assert_eq!(
+        (field(&sent, "sent"), field(&sent, "copies_sent")),
+        (500, 500),
+        "{sent}"
+    );
+    // RTP + 7 TS packets on the wire; the receiver checked every RTP and
+    // TS header and every payload byte inside.
+    assert_eq!(field(&sent, "bytes"), 500 * 1328, "{sent}");
+    for out in [finish(rx_a), finish(rx_b)] {
+        assert_eq!(
+            (
+                field(&out, "valid"),
+                field(&out, "corrupt"),
+                field(&out, "duplicates"),
+                field(&out, "lost"),
+            ),
+            (500, 0, 0, 0),
+            "{out}"
+        );
+    }
+}
+
+#[test]
+fn a_receiver_expecting_another_framing_counts_every_datagram_corrupt() {
+    let dest = format!("127.0.0.1:{}", port());
+    let rx = receiver(&dest, 200, &["--payload", "rtp-mpegts"]);
+    // RTP carrying the plain payload, not TS packets.
+    send(
+        &dest,
+        &["--payload", "rtp", "--count", "200", "--rate", "20000"],
+    );
+    let out = finish(rx);
+    assert_eq!(
+        (
+            field(&out, "received"),
+            field(&out, "valid"),
+            field(&out, "corrupt")
+        ),
+        (200, 0, 200),
+        "{out}"
+    );
+}
