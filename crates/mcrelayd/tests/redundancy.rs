@@ -357,14 +357,7 @@ fn leg_list(sent: &Value, leg: usize, key: &str) -> Vec<u64> {
 
 /// The receiver saw the whole stream, each datagram valid, once.
 fn complete(t: &Topology, rx: &Value, count: u64) {
-    let whole = rx["ended"] == true
-        && rx["missing"] == 0
-        && rx["duplicates"] == 0
-        && rx["received"] == count
-        && ["corrupt", "foreign", "not_rtp", "truncated", "beyond"]
-            .iter()
-            .all(|k| rx[*k] == 0);
-    if !whole {
+    if !whole(rx, count) {
         // The relay's side of it, for the failure message.
         let s = stats(t);
         panic!(
@@ -372,6 +365,27 @@ fn complete(t: &Topology, rx: &Value, count: u64) {
             flow(&s)
         );
     }
+}
+
+/// Whether receiver summary `rx` is the whole stream of `count`, once,
+/// valid.
+fn whole(rx: &Value, count: u64) -> bool {
+    rx["ended"] == true
+        && rx["missing"] == 0
+        && rx["duplicates"] == 0
+        && rx["received"] == count
+        && ["corrupt", "foreign", "not_rtp", "truncated", "beyond"]
+            .iter()
+            .all(|k| rx[*k] == 0)
+}
+
+/// Why a run of [`merge`] is made again instead of judged.
+enum Again {
+    /// A stalled sender stretched the legs' skew (ms) to near the hold.
+    Skew(f64),
+    /// The relay was stalled longer than the hold less the skew: numbers
+    /// it skipped arrived afterwards from the late leg (its `late` count).
+    RelayStalled(u64),
 }
 
 /// Merge with disjoint 5 % losses on each leg and leg 1 20 ms behind:
@@ -383,25 +397,29 @@ fn merge(merge_delay_ms: u64) {
     // With a hold, the skew must stay under it: a sender that stalled
     // between a number's successor and the number stretched the skew
     // itself, so a run whose skew came within 5 ms of the hold says
-    // nothing about the relay and is made again (at most 3 times).
+    // nothing about the relay and is made again (at most 3 times). So is
+    // one where the relay itself was descheduled for longer than the hold
+    // less the skew (a loaded 2-core machine): the hold ran out in its
+    // time before it read the late leg's copies, which it then counted as
+    // late. The hold's timing in the relay's own time is the core's
+    // fake-clock tests' job.
     for attempt in 1..=3 {
         match merge_once(merge_delay_ms) {
-            Some(skew) if merge_delay_ms > 0 && skew > (merge_delay_ms - 5) as f64 => {
-                eprintln!(
-                    "attempt {attempt}: a stalled sender stretched the legs' skew to {skew} ms, too close to the {merge_delay_ms} ms hold; again"
-                );
-            }
-            _ => return,
+            Some(Again::Skew(skew)) => eprintln!(
+                "attempt {attempt}: a stalled sender stretched the legs' skew to {skew} ms, too close to the {merge_delay_ms} ms hold; again"
+            ),
+            Some(Again::RelayStalled(late)) => eprintln!(
+                "attempt {attempt}: the output missed numbers whose copies reached the relay after the {merge_delay_ms} ms hold ({late} late): the relay was stalled; again"
+            ),
+            None => return,
         }
     }
-    panic!("in 3 runs a stalled sender stretched the legs' skew to near the hold each time");
+    panic!("in 3 runs either the sender or the relay stalled past the hold each time");
 }
 
-/// One run of [`merge`]; the legs' real skew, as the sender measured it
-/// (`None` when skipped, not root). With a hold, a run whose skew a
-/// stalled sender stretched to near the hold is not judged on
-/// completeness and order.
-fn merge_once(merge_delay_ms: u64) -> Option<f64> {
+/// One run of [`merge`]: judged (`None`, also when skipped, not root), or
+/// why it must be made again.
+fn merge_once(merge_delay_ms: u64) -> Option<Again> {
     let t = topology()?;
     // The widest window (1000 ms): a number's fate (recovered or not) is
     // settled in the relay's time, when its window closes, so a relay
@@ -442,7 +460,14 @@ fn merge_once(merge_delay_ms: u64) -> Option<f64> {
     let skew = sent["max_skew_ms"].as_f64().expect("max_skew_ms");
     if merge_delay_ms > 0 && skew > (merge_delay_ms - 5) as f64 {
         relay.stop();
-        return Some(skew);
+        return Some(Again::Skew(skew));
+    }
+    if merge_delay_ms > 0 && !whole(&got, count) {
+        let late = redundancy(&stats(&t))["late"].as_u64().unwrap_or(0);
+        if late > 0 {
+            relay.stop();
+            return Some(Again::RelayStalled(late));
+        }
     }
     complete(&t, &got, count);
     let late = numbers(&got["late_seqs"]);
@@ -476,7 +501,7 @@ fn merge_once(merge_delay_ms: u64) -> Option<f64> {
     let recovered = (lost0.len() + lost1.len()) as u64;
     expect_merge_counters(&t, recovered, count - recovered + 1, 0);
     relay.stop();
-    Some(skew)
+    None
 }
 
 #[test]
