@@ -35,7 +35,7 @@ use mcrelay_control::{
 
 mod select;
 mod top;
-use select::Selection;
+use select::{SelectArgs, Selection};
 
 /// Default `daemon.control_socket`.
 const DEFAULT_SOCKET: &str = "/run/mcrelay/control.sock";
@@ -138,7 +138,7 @@ struct Listing {
     #[command(flatten)]
     output: Output,
     #[command(flatten)]
-    select: Selection,
+    select: SelectArgs,
 }
 
 fn main() -> ExitCode {
@@ -181,8 +181,20 @@ fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
             &Selection::default(),
             |s, _| render_status(s),
         ),
-        Cmd::Flows(l) => show(&client, Request::Flows, &l.output, &l.select, render_flows),
-        Cmd::Stats(l) => show(&client, Request::Stats, &l.output, &l.select, render_stats),
+        Cmd::Flows(l) => show(
+            &client,
+            Request::Flows,
+            &l.output,
+            &l.select.selection(),
+            render_flows,
+        ),
+        Cmd::Stats(l) => show(
+            &client,
+            Request::Stats,
+            &l.output,
+            &l.select.selection(),
+            render_stats,
+        ),
         Cmd::Reload { json, allow_empty } => {
             let outcome: ReloadOutcome = client.ask(Request::Reload {
                 allow_empty: *allow_empty,
