@@ -29,8 +29,8 @@ use clap::{Parser, Subcommand};
 mod mode;
 
 use mcrelay_control::{
-    Rates, ReloadOutcome, Request, Snapshot, encode_request, parse_response, render_flows,
-    render_stats, render_status,
+    Rates, ReloadOutcome, Request, Snapshot, decode_status, encode_request, parse_response,
+    render_flows, render_stats, render_status,
 };
 
 mod select;
@@ -63,8 +63,10 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Cmd {
-    /// Daemon state, uptime, workers and totals.
-    Status(Output),
+    /// Daemon state, uptime, workers, totals, and the flows that are not
+    /// relaying, silent or counting stream errors (at most 20 named in
+    /// each list; `flows --state not-running` lists them all).
+    Status(StatusOutput),
     /// Per flow and output: packets, bytes, rates, drops by reason.
     Flows(Listing),
     /// Flows plus per-worker pool occupancy and loop counters.
@@ -132,6 +134,20 @@ struct Output {
     sample: f64,
 }
 
+/// `status`'s options.
+#[derive(Debug, clap::Args)]
+struct StatusOutput {
+    /// Print the daemon's summary as JSON: state, totals, flows counted by
+    /// state, the problem flows (at most 20 named per list, and how many
+    /// more), workers and pools; `flows --json` has every flow.
+    #[arg(long)]
+    json: bool,
+    /// Accepted for scripts written when `status` shared `flows`'
+    /// options; `status` shows no rates.
+    #[arg(long, hide = true)]
+    sample: Option<f64>,
+}
+
 /// `flows` and `stats`: the output options and which flows to show.
 #[derive(Debug, clap::Args)]
 struct Listing {
@@ -174,13 +190,15 @@ fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
         timeout,
     };
     match &cli.command {
-        Cmd::Status(o) => show(
-            &client,
-            Request::Status,
-            o,
-            &Selection::default(),
-            |s, _| render_status(s),
-        ),
+        Cmd::Status(o) => {
+            let summary = decode_status(client.ask(Request::Status { summary: true })?)?;
+            if o.json {
+                println!("{}", serde_json::to_string_pretty(&summary)?);
+            } else {
+                print!("{}", render_status(&summary));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::Flows(l) => show(
             &client,
             Request::Flows,
@@ -250,7 +268,7 @@ fn show(
         println!("{}", serde_json::to_string_pretty(&first)?);
         return Ok(ExitCode::SUCCESS);
     }
-    if o.sample <= 0.0 || request == Request::Status {
+    if o.sample <= 0.0 {
         if select.needs_rates() {
             bail!("--sort rate needs rates: give --sample a positive number of seconds");
         }
