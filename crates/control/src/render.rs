@@ -162,8 +162,12 @@ pub fn render_flows(s: &Snapshot, rates: Option<&Rates>) -> String {
         ("DROPS", Align::Left),
         ("HEALTH", Align::Left),
     ]);
+    // Each flow's rates through a map, not a search per flow.
+    let by_name: std::collections::HashMap<&str, &FlowRates> = rates
+        .map(|r| r.flows.iter().map(|f| (f.name.as_str(), f)).collect())
+        .unwrap_or_default();
     for flow in &s.flows {
-        let fr = rates.and_then(|r| r.flow(&flow.name));
+        let fr = by_name.get(flow.name.as_str()).copied();
         table.row(vec![
             flow.name.clone(),
             flow_state_text(s, flow),
