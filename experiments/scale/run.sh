@@ -8,8 +8,10 @@
 #   CPU per relayed packet at N flows vs 1 flow, same rate  within 10 %
 #   one /metrics scrape (time, bytes)                       <= 50 ms
 #   mcrelayctl flows (time, bytes of --json)                <= 200 ms
+#   mcrelayctl status (time, bytes of its reply)
 #   a reload changing one flow, under traffic               <= 100 ms, the
-#     other N-1 flows lose nothing (every datagram checked byte by byte)
+#     other N-1 flows lose nothing (every datagram checked byte by byte);
+#     then five idle ones (median), each also as the daemon's log times it
 #   the input interface down and up: until every flow relays again
 #   mcrelayd check of a 10 000-flow file                    <= 1 s
 #
@@ -240,6 +242,47 @@ done
 ctl flows --json --sample 0 >"$work/flows.json"
 echo "  mcrelayctl flows --sample 0: median of 5 $(median "${flows_t[@]}") ms (target 200); text $(stat -c %s "$work/flows.txt") bytes, --json $(stat -c %s "$work/flows.json") bytes"
 
+# mcrelayctl status, and the size of its reply: what this mcrelayctl asks
+# for, and the whole snapshot that a client asking {"cmd":"status"} without
+# "summary" gets (all a daemon before the summary sends to either).
+reply_bytes() { # reply_bytes REQUEST_JSON -> bytes of the reply line
+    in_ns "$R" python3 -c '
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+s.sendall(sys.argv[2].encode() + b"\n")
+b = b""
+while not b.endswith(b"\n"):
+    chunk = s.recv(1 << 20)
+    if not chunk:
+        break
+    b += chunk
+print(len(b))' "$work/control.sock" "$1"
+}
+status_t=()
+for _ in 1 2 3 4 5; do
+    t0=$(now_ns); ctl status >"$work/status.txt"; status_t+=("$(ms_since "$t0")")
+done
+echo "  mcrelayctl status: median of 5 $(median "${status_t[@]}") ms; reply to {\"summary\":true} $(reply_bytes '{"v":1,"cmd":"status","summary":true}') bytes, to a plain status (old clients) $(reply_bytes '{"v":1,"cmd":"status"}') bytes"
+
+# The daemon's own time for its latest reload: its log's "reloading the
+# configuration" to "reloaded", without mcrelayctl and `ip netns exec`.
+daemon_reload_ms() {
+    python3 -c '
+import re, sys, datetime
+start = end = None
+for line in open(sys.argv[1], errors="replace"):
+    m = re.match(r"(\S+Z)\s", line)
+    if not m:
+        continue
+    if "reloading the configuration" in line:
+        start, end = m.group(1), None
+    elif "daemon::reload: reloaded" in line:
+        end = m.group(1)
+t = lambda s: datetime.datetime.fromisoformat(s.replace("Z", "+00:00"))
+print(round((t(end) - t(start)).total_seconds() * 1000, 1) if start and end else "?")' "$1"
+}
+
 # A reload changing flow 0 (its outputs' TTL) half-way through traffic.
 traffic "$flows" "$pern" 0
 sleep "$(python3 -c "print($seconds/2)")"
@@ -250,7 +293,17 @@ reload_ms=$(ms_since "$t0")
 traffic_wait
 lostr=$(($(field "$work/recv-a.json" lost) + $(field "$work/recv-b.json" lost)))
 exlost=$(($(field "$work/recv-a.json" excluded_lost) + $(field "$work/recv-b.json" excluded_lost)))
-echo "  reload changing flow f00000 under traffic: ${reload_ms} ms (target 100); the other $((flows - 1)) flows lost $lostr (target 0); f00000 lost $exlost"
+echo "  reload changing flow f00000 under traffic: ${reload_ms} ms (target 100; the daemon's own $(daemon_reload_ms "$work/many.log") ms); the other $((flows - 1)) flows lost $lostr (target 0); f00000 lost $exlost"
+# Five more, idle, alternating the TTL back and forth: the median.
+reload_t=() reload_d=()
+for round in 1 2 3 4 5; do
+    write_config "$work/many.toml" "$flows" $(((round + 1) % 2 + 1))
+    t0=$(now_ns)
+    ctl reload >/dev/null
+    reload_t+=("$(ms_since "$t0")")
+    reload_d+=("$(daemon_reload_ms "$work/many.log")")
+done
+echo "  reload changing flow f00000, idle: median of 5 $(median "${reload_t[@]}") ms (all: ${reload_t[*]}); the daemon's own: median $(median "${reload_d[@]}") ms"
 
 # The input interface down (every flow pauses), then up: until all relay.
 all_relaying() { ctl status 2>/dev/null | grep -qE "^flows: +[0-9]+ with [0-9]+ outputs$"; }

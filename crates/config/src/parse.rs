@@ -6,6 +6,7 @@
 //! operators want every mistake in the file, each with its line and column.
 
 use std::collections::HashMap;
+use std::fmt::Display;
 use std::net::{IpAddr, SocketAddr};
 use std::ops::Range;
 use std::path::PathBuf;
@@ -137,6 +138,38 @@ fn valid_interface(name: &str) -> bool {
             .any(|c| c == '/' || c == ':' || c.is_whitespace())
 }
 
+/// `BASE.KEY` in a message, formatted only when a message is written (a
+/// thousand flows' paths formatted up front were a sixth of a reload's
+/// parse).
+#[derive(Clone, Copy)]
+struct Dotted<P>(P, &'static str);
+
+impl<P: Display> Display for Dotted<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.0, self.1)
+    }
+}
+
+/// `NAME[INDEX]` in a message, formatted only when one is written.
+#[derive(Clone, Copy)]
+struct Indexed(&'static str, usize);
+
+impl Display for Indexed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}[{}]", self.0, self.1)
+    }
+}
+
+/// ` in PATH`, for [`Walker::check_keys`], formatted only when needed.
+#[derive(Clone, Copy)]
+struct Inside<P>(P);
+
+impl<P: Display> Display for Inside<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, " in {}", self.0)
+    }
+}
+
 struct Walker<'t> {
     lines: LineIndex<'t>,
     errors: Vec<(usize, String)>,
@@ -156,7 +189,13 @@ impl<'t> Walker<'t> {
         self.errors.push((span.start, msg));
     }
 
-    fn check_keys(&mut self, table: &DeTable<'_>, allowed: &[&str], prefix: &str, inside: &str) {
+    fn check_keys(
+        &mut self,
+        table: &DeTable<'_>,
+        allowed: &[&str],
+        prefix: &str,
+        inside: impl Display,
+    ) {
         for (k, _) in table.iter() {
             if !allowed.contains(&k.get_ref().as_ref()) {
                 self.err(
@@ -171,7 +210,7 @@ impl<'t> Walker<'t> {
         }
     }
 
-    fn type_err(&mut self, v: &Value<'_>, prefix: &str, path: &str, want: &str) {
+    fn type_err(&mut self, v: &Value<'_>, prefix: &str, path: impl Display, want: &str) {
         self.err(
             &v.span(),
             format!(
@@ -185,7 +224,7 @@ impl<'t> Walker<'t> {
         &mut self,
         v: &'a Value<'i>,
         prefix: &str,
-        path: &str,
+        path: impl Display,
     ) -> Option<&'a DeTable<'i>> {
         match v.get_ref() {
             DeValue::Table(t) => Some(t),
@@ -196,7 +235,12 @@ impl<'t> Walker<'t> {
         }
     }
 
-    fn string<'a>(&mut self, v: &'a Value<'_>, prefix: &str, path: &str) -> Option<&'a str> {
+    fn string<'a>(
+        &mut self,
+        v: &'a Value<'_>,
+        prefix: &str,
+        path: impl Display,
+    ) -> Option<&'a str> {
         match v.get_ref() {
             DeValue::String(s) => Some(s.as_ref()),
             _ => {
@@ -206,12 +250,16 @@ impl<'t> Walker<'t> {
         }
     }
 
-    /// An integer; the second value is its text as written, for messages.
-    fn int(&mut self, v: &Value<'_>, prefix: &str, path: &str) -> Option<(i128, String)> {
+    /// An integer; the second value is its text as written, for messages
+    /// (formatted only when one is written).
+    fn int<'a>(
+        &mut self,
+        v: &'a Value<'_>,
+        prefix: &str,
+        path: impl Display,
+    ) -> Option<(i128, &'a dyn Display)> {
         match v.get_ref() {
-            DeValue::Integer(i) => {
-                Some((int_value(v.get_ref()).unwrap_or(i128::MAX), i.to_string()))
-            }
+            DeValue::Integer(i) => Some((int_value(v.get_ref()).unwrap_or(i128::MAX), i)),
             _ => {
                 self.type_err(v, prefix, path, "an integer");
                 None
@@ -225,7 +273,7 @@ impl<'t> Walker<'t> {
         &mut self,
         v: &Value<'_>,
         prefix: &str,
-        path: &str,
+        path: impl Display + Copy,
         lo: i128,
         hi: i128,
     ) -> Option<i128> {
@@ -241,7 +289,7 @@ impl<'t> Walker<'t> {
         }
     }
 
-    fn port(&mut self, v: &Value<'_>, prefix: &str, path: &str) -> Option<u16> {
+    fn port(&mut self, v: &Value<'_>, prefix: &str, path: impl Display + Copy) -> Option<u16> {
         let (n, text) = self.int(v, prefix, path)?;
         if n == 0 {
             self.err(
@@ -260,7 +308,7 @@ impl<'t> Walker<'t> {
         }
     }
 
-    fn ip(&mut self, v: &Value<'_>, prefix: &str, path: &str) -> Option<IpAddr> {
+    fn ip(&mut self, v: &Value<'_>, prefix: &str, path: impl Display + Copy) -> Option<IpAddr> {
         let s = self.string(v, prefix, path)?;
         match s.parse::<IpAddr>() {
             Ok(a) => Some(a),
@@ -274,7 +322,12 @@ impl<'t> Walker<'t> {
         }
     }
 
-    fn interface(&mut self, v: &Value<'_>, prefix: &str, path: &str) -> Option<String> {
+    fn interface(
+        &mut self,
+        v: &Value<'_>,
+        prefix: &str,
+        path: impl Display + Copy,
+    ) -> Option<String> {
         let s = self.string(v, prefix, path)?;
         if valid_interface(s) {
             Some(s.to_owned())
@@ -289,14 +342,21 @@ impl<'t> Walker<'t> {
         }
     }
 
-    fn missing(&mut self, span: &Range<usize>, prefix: &str, path: &str, key: &str, example: &str) {
+    fn missing(
+        &mut self,
+        span: &Range<usize>,
+        prefix: &str,
+        path: impl Display,
+        key: &str,
+        example: &str,
+    ) {
         self.err(
             span,
             format!("{prefix}{path} is missing; add {key} = {example}"),
         );
     }
 
-    fn cpu(&mut self, v: &Value<'_>, prefix: &str, path: &str) -> Option<usize> {
+    fn cpu(&mut self, v: &Value<'_>, prefix: &str, path: impl Display + Copy) -> Option<usize> {
         let max = i128::try_from(MAX_CPU).unwrap_or(i128::MAX);
         self.ranged(v, prefix, path, 0, max)
             .and_then(|n| usize::try_from(n).ok())
@@ -463,7 +523,7 @@ impl<'t> Walker<'t> {
             inputs: Vec::new(),
             flow: None,
         };
-        let Some(t) = self.table(v, "", &format!("flow[{index}]")) else {
+        let Some(t) = self.table(v, "", Indexed("flow", index)) else {
             return parts;
         };
         let span = v.span();
@@ -644,24 +704,18 @@ impl<'t> Walker<'t> {
     /// One leg: `input`, or `inputs[i]` (`path`).
     fn input(&mut self, v: &Value<'_>, p: &str, path: &str) -> Option<Input> {
         let t = self.table(v, p, path)?;
-        self.check_keys(t, INPUT_KEYS, p, &format!(" in {path}"));
+        self.check_keys(t, INPUT_KEYS, p, Inside(path));
         let span = v.span();
         let mut ok = true;
         let interface = match t.get("interface") {
-            Some(v) => self.interface(v, p, &format!("{path}.interface")),
+            Some(v) => self.interface(v, p, Dotted(path, "interface")),
             None => {
-                self.missing(
-                    &span,
-                    p,
-                    &format!("{path}.interface"),
-                    "interface",
-                    "\"eth0\"",
-                );
+                self.missing(&span, p, Dotted(path, "interface"), "interface", "\"eth0\"");
                 None
             }
         };
         let address = match t.get("address") {
-            Some(v) => match self.ip(v, p, &format!("{path}.address")) {
+            Some(v) => match self.ip(v, p, Dotted(path, "address")) {
                 Some(a) if a.is_unspecified() => {
                     self.err(&v.span(), format!("{p}{path}.address {a} is unspecified; use a multicast group or a local unicast address"));
                     None
@@ -672,7 +726,7 @@ impl<'t> Walker<'t> {
                 self.missing(
                     &span,
                     p,
-                    &format!("{path}.address"),
+                    Dotted(path, "address"),
                     "address",
                     "\"239.1.1.1\"",
                 );
@@ -680,15 +734,15 @@ impl<'t> Walker<'t> {
             }
         };
         let port = match t.get("port") {
-            Some(v) => self.port(v, p, &format!("{path}.port")),
+            Some(v) => self.port(v, p, Dotted(path, "port")),
             None => {
-                self.missing(&span, p, &format!("{path}.port"), "port", "5000");
+                self.missing(&span, p, Dotted(path, "port"), "port", "5000");
                 None
             }
         };
         let mut source = None;
         if let Some(v) = t.get("source") {
-            match (self.ip(v, p, &format!("{path}.source")), address) {
+            match (self.ip(v, p, Dotted(path, "source")), address) {
                 (None, _) => ok = false,
                 (Some(s), _) if s.is_multicast() || s.is_unspecified() => {
                     self.err(
@@ -715,7 +769,7 @@ impl<'t> Walker<'t> {
         }
         let mut ingress = IngressKind::Socket;
         if let Some(v) = t.get("ingress") {
-            match self.string(v, p, &format!("{path}.ingress")) {
+            match self.string(v, p, Dotted(path, "ingress")) {
                 Some("socket") => ingress = IngressKind::Socket,
                 Some("packet") => ingress = IngressKind::Packet,
                 Some(s) => {
@@ -735,7 +789,7 @@ impl<'t> Walker<'t> {
             match self.ranged(
                 v,
                 p,
-                &format!("{path}.receive_buffer_bytes"),
+                Dotted(path, "receive_buffer_bytes"),
                 1,
                 i128::from(MAX_RECEIVE_BUFFER_BYTES),
             ) {
@@ -760,20 +814,20 @@ impl<'t> Walker<'t> {
     }
 
     fn output(&mut self, v: &Value<'_>, p: &str, i: usize) -> Option<Output> {
-        let path = |key: &str| format!("outputs[{i}].{key}");
-        let t = self.table(v, p, &format!("outputs[{i}]"))?;
-        self.check_keys(t, OUTPUT_KEYS, p, &format!(" in outputs[{i}]"));
+        let path = |key: &'static str| Dotted(Indexed("outputs", i), key);
+        let t = self.table(v, p, Indexed("outputs", i))?;
+        self.check_keys(t, OUTPUT_KEYS, p, Inside(Indexed("outputs", i)));
         let span = v.span();
         let mut ok = true;
         let interface = match t.get("interface") {
-            Some(v) => self.interface(v, p, &path("interface")),
+            Some(v) => self.interface(v, p, path("interface")),
             None => {
-                self.missing(&span, p, &path("interface"), "interface", "\"eth1\"");
+                self.missing(&span, p, path("interface"), "interface", "\"eth1\"");
                 None
             }
         };
         let address = match t.get("address") {
-            Some(v) => match self.ip(v, p, &path("address")) {
+            Some(v) => match self.ip(v, p, path("address")) {
                 Some(a) if a.is_unspecified() => {
                     self.err(
                         &v.span(),
@@ -787,27 +841,27 @@ impl<'t> Walker<'t> {
                 a => a,
             },
             None => {
-                self.missing(&span, p, &path("address"), "address", "\"239.2.2.2\"");
+                self.missing(&span, p, path("address"), "address", "\"239.2.2.2\"");
                 None
             }
         };
         let port = match t.get("port") {
-            Some(v) => self.port(v, p, &path("port")),
+            Some(v) => self.port(v, p, path("port")),
             None => {
-                self.missing(&span, p, &path("port"), "port", "6000");
+                self.missing(&span, p, path("port"), "port", "6000");
                 None
             }
         };
         let mut ttl = None;
         if let Some(v) = t.get("ttl") {
-            match self.ranged(v, p, &path("ttl"), 1, 255) {
+            match self.ranged(v, p, path("ttl"), 1, 255) {
                 Some(n) => ttl = u8::try_from(n).ok(),
                 None => ok = false,
             }
         }
         let mut source_address = None;
         if let Some(v) = t.get("source_address") {
-            match (self.ip(v, p, &path("source_address")), address) {
+            match (self.ip(v, p, path("source_address")), address) {
                 (None, _) => ok = false,
                 (Some(s), _) if s.is_multicast() || s.is_unspecified() => {
                     self.err(&v.span(), format!("{p}{} {s} is not a unicast address; use an address of the egress interface", path("source_address")));
@@ -834,7 +888,7 @@ impl<'t> Walker<'t> {
             match self.ranged(
                 v,
                 p,
-                &path("queue_depth"),
+                path("queue_depth"),
                 1,
                 i128::from(MAX_OUTPUT_QUEUE_DEPTH),
             ) {

@@ -107,12 +107,22 @@ mod tests {
     fn a_reply_is_decoded_and_an_error_reply_is_remote() {
         let path = socket_path("ok");
         let server = serve_once(&path, b"{\"v\":1,\"ok\":true,\"result\":42}\n");
-        let n: u32 = ask(&path, &Request::Status, Duration::from_secs(60)).expect("ask");
+        let n: u32 = ask(
+            &path,
+            &Request::Status { summary: false },
+            Duration::from_secs(60),
+        )
+        .expect("ask");
         assert_eq!(n, 42);
         server.join().expect("server");
 
         let server = serve_once(&path, b"{\"v\":1,\"ok\":false,\"error\":\"nope\"}\n");
-        let e = ask::<u32>(&path, &Request::Status, Duration::from_secs(60)).expect_err("remote");
+        let e = ask::<u32>(
+            &path,
+            &Request::Status { summary: false },
+            Duration::from_secs(60),
+        )
+        .expect_err("remote");
         assert!(
             matches!(e, AskError::Reply(ProtocolError::Remote(ref m)) if m == "nope"),
             "{e:?}"
@@ -120,7 +130,12 @@ mod tests {
         server.join().expect("server");
 
         let server = serve_once(&path, b"");
-        let e = ask::<u32>(&path, &Request::Status, Duration::from_secs(60)).expect_err("closed");
+        let e = ask::<u32>(
+            &path,
+            &Request::Status { summary: false },
+            Duration::from_secs(60),
+        )
+        .expect_err("closed");
         assert!(matches!(e, AskError::Closed), "{e:?}");
         server.join().expect("server");
         let _ = std::fs::remove_file(&path);
@@ -129,7 +144,12 @@ mod tests {
     #[test]
     fn a_missing_socket_says_what_to_check() {
         let path = socket_path("missing");
-        let e = ask::<u32>(&path, &Request::Status, Duration::from_secs(1)).expect_err("none");
+        let e = ask::<u32>(
+            &path,
+            &Request::Status { summary: false },
+            Duration::from_secs(1),
+        )
+        .expect_err("none");
         assert!(e.to_string().contains("is mcrelayd running"), "{e}");
         assert!(matches!(e, AskError::Connect { .. }));
     }

@@ -6,7 +6,8 @@
 //! Where it sits: on the control plane, never on the packet path. The daemon
 //! reads its workers' lock-free counters (pool, flow, output and loop
 //! counters) into a [`Snapshot`]; this crate turns requests into replies
-//! ([`answer_line`]), snapshots into tables ([`render_flows`]) and into
+//! ([`answer_line`]), snapshots into tables ([`render_flows`]), into the
+//! bounded [`Summary`] that `status` answers with, and into
 //! metrics ([`render_metrics`], or OpenMetrics through [`render_metrics_as`]). `mcrelayctl` uses the same types to encode
 //! requests and decode replies, through the one control-socket client both
 //! share ([`client::ask`]). Apart from that client the crate opens no
@@ -29,6 +30,7 @@ mod render;
 pub mod roff;
 mod server;
 mod snapshot;
+mod summary;
 
 pub use framing::{LineEvent, LineReader};
 pub use fuzz::fuzz_request;
@@ -54,4 +56,7 @@ pub use snapshot::{
     DaemonState, FlowSnapshot, FlowState, IngressDropsSnapshot, InputHealth, LegSnapshot,
     OutputSnapshot, PoolClassSnapshot, RedundancySnapshot, RtpHealth, Snapshot, Totals, TsHealth,
     WorkerSnapshot, bench_snapshot, input_label,
+};
+pub use summary::{
+    FlowStateCounts, MAX_NAMED, MAX_TEXT, Named, NotRunning, StreamErrors, Summary, decode_status,
 };

@@ -12,9 +12,12 @@
 //! `active` (answered with a [`ModeOutcome`](crate::ModeOutcome) once
 //! every worker has the new mode). `reload` takes one optional
 //! field, `"allow_empty":true`, which lets a reload remove every flow (see
-//! [`Request::Reload`]); without it, such a reload is refused. Unknown fields
-//! are ignored so that later clients can add optional ones (a daemon that
-//! predates `allow_empty` ignores it). A response is
+//! [`Request::Reload`]); without it, such a reload is refused. `status`
+//! takes one, `"summary":true`, which asks for a [`Summary`](crate::Summary)
+//! (bounded in size however many flows there are) instead of the whole
+//! snapshot. Unknown fields are ignored so that later clients can add
+//! optional ones (a daemon that predates `allow_empty` or `summary` ignores
+//! it: see [`decode_status`](crate::decode_status)). A response is
 //!
 //! ```text
 //! {"v":1,"ok":true,"result":{...}}
@@ -43,8 +46,14 @@ const COMMAND_LIST: &str = "status, flows, stats, reload, standby, active";
 /// A command sent to the daemon.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Request {
-    /// Daemon state, uptime, workers and totals. Answered with a `Snapshot`.
-    Status,
+    /// Daemon state, uptime, workers and totals. Answered with a
+    /// `Snapshot`, or with `summary` a [`Summary`](crate::Summary).
+    Status {
+        /// Answer with the summary, whose size doesn't grow with the
+        /// flows. On the wire, `"summary":true`; absent means false (old
+        /// clients, which get the whole snapshot as before).
+        summary: bool,
+    },
     /// Per-flow and per-output counters. Answered with a `Snapshot`.
     Flows,
     /// Flows plus per-worker pool and loop counters. Answered with a
@@ -70,7 +79,7 @@ pub enum Request {
 impl Request {
     /// Every command, in protocol order.
     pub const ALL: [Request; 6] = [
-        Request::Status,
+        Request::Status { summary: false },
         Request::Flows,
         Request::Stats,
         Request::Reload { allow_empty: false },
@@ -81,7 +90,7 @@ impl Request {
     /// The `cmd` string on the wire.
     pub fn command(self) -> &'static str {
         match self {
-            Request::Status => "status",
+            Request::Status { .. } => "status",
             Request::Flows => "flows",
             Request::Stats => "stats",
             Request::Reload { .. } => "reload",
@@ -177,16 +186,20 @@ pub fn parse_request(line: &[u8]) -> Result<Request, ProtocolError> {
             .and_then(Request::from_command)
             .ok_or_else(|| ProtocolError::UnknownCommand { found: quote(cmd) })?,
     };
+    let flag = |field: &'static str| match object.get(field) {
+        None => Ok(false),
+        Some(v) => v.as_bool().ok_or_else(|| ProtocolError::BadField {
+            field,
+            expected: "true or false",
+            found: quote(v),
+        }),
+    };
     match request {
         Request::Reload { .. } => Ok(Request::Reload {
-            allow_empty: match object.get("allow_empty") {
-                None => false,
-                Some(v) => v.as_bool().ok_or_else(|| ProtocolError::BadField {
-                    field: "allow_empty",
-                    expected: "true or false",
-                    found: quote(v),
-                })?,
-            },
+            allow_empty: flag("allow_empty")?,
+        }),
+        Request::Status { .. } => Ok(Request::Status {
+            summary: flag("summary")?,
         }),
         other => Ok(other),
     }
@@ -196,6 +209,7 @@ pub fn parse_request(line: &[u8]) -> Result<Request, ProtocolError> {
 pub fn encode_request(request: &Request) -> String {
     let extra = match request {
         Request::Reload { allow_empty: true } => ",\"allow_empty\":true",
+        Request::Status { summary: true } => ",\"summary\":true",
         _ => "",
     };
     format!(
@@ -373,7 +387,7 @@ mod tests {
             assert_eq!(parse_request(line.as_bytes()).unwrap(), request);
         }
         assert_eq!(
-            encode_request(&Request::Status),
+            encode_request(&Request::Status { summary: false }),
             "{\"v\":1,\"cmd\":\"status\"}\n"
         );
     }
@@ -403,7 +417,35 @@ mod tests {
         // Other commands ignore it, as any unknown field.
         assert_eq!(
             parse_request(b"{\"v\":1,\"cmd\":\"status\",\"allow_empty\":1}").unwrap(),
-            Request::Status
+            Request::Status { summary: false }
+        );
+    }
+
+    #[test]
+    fn status_may_ask_for_the_summary_and_old_clients_do_not() {
+        let summary = Request::Status { summary: true };
+        let line = encode_request(&summary);
+        assert_eq!(line, "{\"v\":1,\"cmd\":\"status\",\"summary\":true}\n");
+        assert_eq!(parse_request(line.as_bytes()).unwrap(), summary);
+        assert_eq!(
+            parse_request(b"{\"v\":1,\"cmd\":\"status\"}").unwrap(),
+            Request::Status { summary: false }
+        );
+        let e = err("{\"v\":1,\"cmd\":\"status\",\"summary\":1}");
+        assert!(
+            matches!(
+                e,
+                ProtocolError::BadField {
+                    field: "summary",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        // Other commands ignore it.
+        assert_eq!(
+            parse_request(b"{\"v\":1,\"cmd\":\"flows\",\"summary\":true}").unwrap(),
+            Request::Flows
         );
     }
 
@@ -539,7 +581,7 @@ mod tests {
         );
         assert_eq!(
             parse_request(format!("{exact}\n").as_bytes()).unwrap(),
-            Request::Status
+            Request::Status { summary: false }
         );
     }
 

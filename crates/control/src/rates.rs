@@ -5,6 +5,8 @@
 //! restart, and its rate is reported as 0 until the next pair of snapshots
 //! rather than as a negative or huge number.
 
+use std::collections::HashMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::snapshot::{FlowSnapshot, OutputSnapshot, Snapshot};
@@ -49,11 +51,16 @@ impl Rates {
     pub fn between(prev: &Snapshot, cur: &Snapshot) -> Rates {
         let elapsed_ms = cur.taken_at_unix_ms.saturating_sub(prev.taken_at_unix_ms);
         let elapsed_seconds = elapsed_ms as f64 / 1000.0;
+        // By name through a map: a search of `prev` per flow was half a
+        // million name comparisons at 1000 flows, on every `flows` and
+        // every `top` refresh.
+        let before: HashMap<&str, &FlowSnapshot> =
+            prev.flows.iter().map(|p| (p.name.as_str(), p)).collect();
         let flows = cur
             .flows
             .iter()
             .filter_map(|c| {
-                let p = prev.flows.iter().find(|p| p.name == c.name)?;
+                let p = before.get(c.name.as_str())?;
                 Some(flow_rates(p, c, elapsed_seconds))
             })
             .collect();

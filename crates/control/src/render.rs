@@ -10,10 +10,13 @@ use std::time::Duration;
 
 use crate::rates::{FlowRates, OutputRates, Rates};
 use crate::snapshot::{DaemonState, FlowSnapshot, InputHealth, OutputSnapshot, Snapshot};
+use crate::summary::Summary;
 
-/// The daemon's state, uptime, workers, flows and totals, one fact a line.
-pub fn render_status(s: &Snapshot) -> String {
-    let t = s.totals();
+/// The daemon's state, uptime, workers, flows and totals, one fact a line;
+/// then the problem flows by name (at most [`crate::MAX_NAMED`] in each
+/// list, and how many more).
+pub fn render_status(s: &Summary) -> String {
+    let t = &s.totals;
     let state = match &s.state {
         DaemonState::Running => "running".to_string(),
         DaemonState::Degraded(reason) => format!("degraded: {reason}"),
@@ -71,53 +74,63 @@ pub fn render_status(s: &Snapshot) -> String {
         backlog = human_count(t.drops_backlog),
         senderr = human_count(t.drops_send_error),
     );
-    for flow in s.flows.iter().filter(|f| !f.state.is_running()) {
+    for flow in &s.not_running.first {
         let _ = writeln!(out, "  flow {:?}: {}", flow.name, flow.state);
     }
-    let silent: Vec<&str> = s
-        .flows
-        .iter()
-        .filter(|f| f.state.is_running() && f.health.silent)
-        .map(|f| f.name.as_str())
-        .collect();
-    if !silent.is_empty() {
+    if s.not_running.more > 0 {
         let _ = writeln!(
             out,
-            "silent:   {} (no datagram for silence_ms)",
-            silent.join(", ")
+            "  and {} more flows not relaying (mcrelayctl flows --state not-running)",
+            s.not_running.more
         );
     }
-    let errors: Vec<String> = s
-        .flows
-        .iter()
-        .filter(|f| f.health.errors() > 0)
-        .map(|f| format!("{} ({})", f.name, stream_errors(&f.health).join(", ")))
-        .collect();
-    if !errors.is_empty() {
-        let _ = writeln!(out, "stream:   {}", errors.join("; "));
-    }
-    let pauses: u64 = s.flows.iter().map(|f| f.interface_pauses).sum();
-    if pauses > 0 {
+    if !s.silent.is_empty() {
         let _ = writeln!(
             out,
-            "pauses:   {pauses} (flows stopped by an interface going down or away)"
+            "silent:   {}{} (no datagram for silence_ms)",
+            s.silent.first.join(", "),
+            and_more(s.silent.more)
+        );
+    }
+    if !s.stream_errors.is_empty() {
+        let named: Vec<String> = s
+            .stream_errors
+            .first
+            .iter()
+            .map(|f| format!("{} ({})", f.name, f.errors.join(", ")))
+            .collect();
+        let more = match s.stream_errors.more {
+            0 => String::new(),
+            n => format!("; and {n} more"),
+        };
+        let _ = writeln!(out, "stream:   {}{more}", named.join("; "));
+    }
+    if s.interface_pauses > 0 {
+        let _ = writeln!(
+            out,
+            "pauses:   {} (flows stopped by an interface going down or away)",
+            s.interface_pauses
         );
     }
     out
 }
 
+/// `, and N more` for a list cut short, else nothing.
+fn and_more(more: usize) -> String {
+    match more {
+        0 => String::new(),
+        n => format!(", and {n} more"),
+    }
+}
+
 /// `active`, or what a standby does and how many datagrams it discarded.
-fn mode_text(s: &Snapshot) -> String {
+fn mode_text(s: &Summary) -> String {
     if !s.mode.is_standby() {
         return s.mode.to_string();
     }
-    let discarded = s
-        .flows
-        .iter()
-        .fold(0u64, |n, f| n.saturating_add(f.standby_discarded));
     format!(
         "standby: receiving, sending nothing ({} datagrams discarded); `mcrelayctl active` takes over",
-        human_count(discarded)
+        human_count(s.standby_discarded)
     )
 }
 
@@ -149,8 +162,12 @@ pub fn render_flows(s: &Snapshot, rates: Option<&Rates>) -> String {
         ("DROPS", Align::Left),
         ("HEALTH", Align::Left),
     ]);
+    // Each flow's rates through a map, not a search per flow.
+    let by_name: std::collections::HashMap<&str, &FlowRates> = rates
+        .map(|r| r.flows.iter().map(|f| (f.name.as_str(), f)).collect())
+        .unwrap_or_default();
     for flow in &s.flows {
-        let fr = rates.and_then(|r| r.flow(&flow.name));
+        let fr = by_name.get(flow.name.as_str()).copied();
         table.row(vec![
             flow.name.clone(),
             flow_state_text(s, flow),
@@ -291,7 +308,11 @@ pub fn render_stats(s: &Snapshot, rates: Option<&Rates>) -> String {
 /// status, then the flows, workers and pools with the rates since the
 /// previous snapshot.
 pub fn render_top(s: &Snapshot, rates: &Rates) -> String {
-    format!("{}\n{}", render_status(s), render_stats(s, Some(rates)))
+    format!(
+        "{}\n{}",
+        render_status(&Summary::of(s)),
+        render_stats(s, Some(rates))
+    )
 }
 
 /// A count with an SI prefix: `812`, `1.23k`, `45.6M`.
@@ -373,36 +394,6 @@ fn three_digits(x: f64) -> String {
     }
 }
 
-/// The nonzero stream-error counters of an input: "lost 3", "cc 6", ...
-fn stream_errors(h: &InputHealth) -> Vec<String> {
-    let mut parts = Vec::new();
-    if let Some(r) = &h.rtp {
-        for (what, n) in [
-            ("lost", r.lost),
-            ("dup", r.duplicates),
-            ("reordered", r.reordered),
-            ("ssrc changes", r.ssrc_changes),
-            ("not rtp", r.malformed),
-        ] {
-            if n > 0 {
-                parts.push(format!("{what} {}", human_count(n)));
-            }
-        }
-    }
-    if let Some(t) = &h.ts {
-        for (what, n) in [
-            ("cc", t.continuity_errors),
-            ("sync", t.sync_errors),
-            ("tei", t.transport_errors),
-        ] {
-            if n > 0 {
-                parts.push(format!("{what} {}", human_count(n)));
-            }
-        }
-    }
-    parts
-}
-
 /// The HEALTH column of an input: its payload mode, SILENT, the max gap,
 /// the RTP jitter and every nonzero error counter ("ok" if none).
 pub fn health_text(h: &InputHealth) -> String {
@@ -417,7 +408,7 @@ pub fn health_text(h: &InputHealth) -> String {
     if let Some(r) = &h.rtp {
         parts.push(format!("jitter {}", human_ms(r.jitter_ns)));
     }
-    let errors = stream_errors(h);
+    let errors = crate::summary::stream_error_counts(h);
     if errors.is_empty() {
         parts.push("ok".into());
     }
@@ -576,6 +567,10 @@ impl Table {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn status_of(s: &Snapshot) -> String {
+        render_status(&Summary::of(s))
+    }
     use crate::snapshot::sample;
 
     #[test]
@@ -614,7 +609,7 @@ mod tests {
 
     #[test]
     fn status_shows_the_numbers() {
-        let text = render_status(&sample());
+        let text = status_of(&sample());
         for needle in [
             "pid 4242",
             "running",
@@ -633,8 +628,8 @@ mod tests {
         }
         let mut s = sample();
         s.state = DaemonState::Degraded("output eth9 missing".into());
-        assert!(render_status(&s).contains("degraded: output eth9 missing"));
-        assert!(!render_status(&s).contains("pauses:"));
+        assert!(status_of(&s).contains("degraded: output eth9 missing"));
+        assert!(!status_of(&s).contains("pauses:"));
     }
 
     #[test]
@@ -646,7 +641,7 @@ mod tests {
             interface: "vRA".into(),
         };
         s.flows[1].interface_pauses = 2;
-        let text = render_status(&s);
+        let text = status_of(&s);
         for needle in [
             "flows:    2 with 4 outputs (1 relaying, 1 not)",
             "  flow \"video-b\": paused: interface vRA down",
@@ -763,7 +758,7 @@ mod tests {
         s.flows.clear();
         s.workers.clear();
         assert_eq!(render_flows(&s, None), "no flows configured\n");
-        assert!(render_status(&s).contains("flows:    0 with 0 outputs"));
+        assert!(status_of(&s).contains("flows:    0 with 0 outputs"));
         assert!(render_stats(&s, None).contains("WORKER"));
     }
 
@@ -818,7 +813,7 @@ mod tests {
             ),
             "{flows}"
         );
-        let status = render_status(&s);
+        let status = status_of(&s);
         assert!(
             status.contains("stream:   video-a (lost 3, dup 2, reordered 1, ssrc changes 1, not rtp 4, cc 6, sync 5, tei 7)"),
             "{status}"
@@ -827,8 +822,8 @@ mod tests {
         s.flows[0].health.silent = true;
         s.flows[0].health.rtp = Some(Default::default());
         s.flows[0].health.ts = None;
-        assert!(render_status(&s).contains("silent:   video-a"));
-        assert!(!render_status(&s).contains("stream:"));
+        assert!(status_of(&s).contains("silent:   video-a"));
+        assert!(!status_of(&s).contains("stream:"));
         assert!(render_flows(&s, None).contains("rtp-mpegts SILENT gap 25ms jitter 0.00ms ok"));
         s.flows[0].health = InputHealth::default();
         assert!(!render_flows(&s, None).contains("gap"));
@@ -837,10 +832,10 @@ mod tests {
     #[test]
     fn standby_shows_in_status_and_flows() {
         let mut s = sample();
-        assert!(render_status(&s).contains("\nmode:     active\n"));
+        assert!(status_of(&s).contains("\nmode:     active\n"));
         assert!(!render_flows(&s, None).contains("standby"));
         s.mode = crate::Mode::Standby;
-        let status = render_status(&s);
+        let status = status_of(&s);
         assert!(
             status
                 .contains("mode:     standby: receiving, sending nothing (9 datagrams discarded)"),
@@ -858,5 +853,36 @@ mod tests {
             interface: "vRA".into(),
         };
         assert!(render_flows(&s, None).contains("paused: interface vRA down"));
+    }
+
+    #[test]
+    fn status_names_twenty_problem_flows_per_list_and_counts_the_rest() {
+        let mut s = crate::snapshot::bench_snapshot(1000);
+        for (i, f) in s.flows.iter_mut().enumerate() {
+            f.health.silent = true;
+            if i >= 100 {
+                f.state = crate::FlowState::WaitingForInterface {
+                    interface: "vX".into(),
+                };
+            }
+        }
+        let text = status_of(&s);
+        assert!(text.contains("flows:    1000 with 2000 outputs (100 relaying, 900 not)"));
+        assert_eq!(
+            text.matches("waiting for interface vX").count(),
+            20,
+            "{text}"
+        );
+        assert!(text.contains("  flow \"channel-0100\": waiting for interface vX\n"));
+        assert!(text.contains(
+            "  and 880 more flows not relaying (mcrelayctl flows --state not-running)\n"
+        ));
+        assert!(text.contains("channel-0000, channel-0001"), "{text}");
+        assert!(
+            text.contains(", and 80 more (no datagram for silence_ms)\n"),
+            "{text}"
+        );
+        assert!(text.contains("; and 980 more\n"), "{text}");
+        assert!(text.len() < 8000, "{} bytes:\n{text}", text.len());
     }
 }

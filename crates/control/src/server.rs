@@ -26,7 +26,12 @@ pub trait ControlHandler {
 /// response whose message tells the client what to send instead.
 pub fn answer_line(line: &[u8], handler: &mut impl ControlHandler) -> Response {
     match parse_request(line) {
-        Ok(Request::Status | Request::Flows | Request::Stats) => Response::ok(&handler.snapshot()),
+        Ok(Request::Status { summary: true }) => {
+            Response::ok(&crate::Summary::of(&handler.snapshot()))
+        }
+        Ok(Request::Status { summary: false } | Request::Flows | Request::Stats) => {
+            Response::ok(&handler.snapshot())
+        }
         Ok(Request::Reload { allow_empty }) => Response::ok(&handler.reload(allow_empty)),
         Ok(Request::Standby) => mode_response(handler.set_mode(crate::Mode::Standby)),
         Ok(Request::Active) => mode_response(handler.set_mode(crate::Mode::Active)),
@@ -141,5 +146,17 @@ mod tests {
             replies[7]
         );
         assert!(replies.iter().all(|r| r.matches('\n').count() == 1));
+    }
+
+    #[test]
+    fn status_with_summary_answers_the_summary() {
+        let mut fake = Fake::default();
+        let line = encode_request(&Request::Status { summary: true });
+        let reply = answer_line(line.as_bytes(), &mut fake).encode();
+        let summary: crate::Summary = parse_response(reply.as_bytes())
+            .unwrap()
+            .into_result()
+            .unwrap();
+        assert_eq!(summary, crate::Summary::of(&sample()));
     }
 }

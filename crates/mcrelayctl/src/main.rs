@@ -28,12 +28,13 @@ use clap::{Parser, Subcommand};
 mod mode;
 
 use mcrelay_control::{
-    Rates, ReloadOutcome, Request, Snapshot, render_flows, render_stats, render_status,
+    Rates, ReloadOutcome, Request, Snapshot, decode_status, render_flows, render_stats,
+    render_status,
 };
 
 mod select;
 mod top;
-use select::Selection;
+use select::{SelectArgs, Selection};
 
 /// Default `daemon.control_socket`.
 const DEFAULT_SOCKET: &str = "/run/mcrelay/control.sock";
@@ -57,8 +58,10 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Cmd {
-    /// Daemon state, uptime, workers and totals.
-    Status(Output),
+    /// Daemon state, uptime, workers, totals, and the flows that are not
+    /// relaying, silent or counting stream errors (at most 20 named in
+    /// each list; `flows --state not-running` lists them all).
+    Status(StatusOutput),
     /// Per flow and output: packets, bytes, rates, drops by reason.
     Flows(Listing),
     /// Flows plus per-worker pool occupancy and loop counters.
@@ -126,13 +129,27 @@ struct Output {
     sample: f64,
 }
 
+/// `status`'s options.
+#[derive(Debug, clap::Args)]
+struct StatusOutput {
+    /// Print the daemon's summary as JSON: state, totals, flows counted by
+    /// state, the problem flows (at most 20 named per list, and how many
+    /// more), workers and pools; `flows --json` has every flow.
+    #[arg(long)]
+    json: bool,
+    /// Accepted for scripts written when `status` shared `flows`'
+    /// options; `status` shows no rates.
+    #[arg(long, hide = true)]
+    sample: Option<f64>,
+}
+
 /// `flows` and `stats`: the output options and which flows to show.
 #[derive(Debug, clap::Args)]
 struct Listing {
     #[command(flatten)]
     output: Output,
     #[command(flatten)]
-    select: Selection,
+    select: SelectArgs,
 }
 
 fn main() -> ExitCode {
@@ -168,15 +185,29 @@ fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
         timeout,
     };
     match &cli.command {
-        Cmd::Status(o) => show(
+        Cmd::Status(o) => {
+            let summary = decode_status(client.ask(Request::Status { summary: true })?)?;
+            if o.json {
+                println!("{}", serde_json::to_string_pretty(&summary)?);
+            } else {
+                print!("{}", render_status(&summary));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Flows(l) => show(
             &client,
-            Request::Status,
-            o,
-            &Selection::default(),
-            |s, _| render_status(s),
+            Request::Flows,
+            &l.output,
+            &l.select.selection(),
+            render_flows,
         ),
-        Cmd::Flows(l) => show(&client, Request::Flows, &l.output, &l.select, render_flows),
-        Cmd::Stats(l) => show(&client, Request::Stats, &l.output, &l.select, render_stats),
+        Cmd::Stats(l) => show(
+            &client,
+            Request::Stats,
+            &l.output,
+            &l.select.selection(),
+            render_stats,
+        ),
         Cmd::Reload { json, allow_empty } => {
             let outcome: ReloadOutcome = client.ask(Request::Reload {
                 allow_empty: *allow_empty,
@@ -232,7 +263,7 @@ fn show(
         println!("{}", serde_json::to_string_pretty(&first)?);
         return Ok(ExitCode::SUCCESS);
     }
-    if o.sample <= 0.0 || request == Request::Status {
+    if o.sample <= 0.0 {
         if select.needs_rates() {
             bail!("--sort rate needs rates: give --sample a positive number of seconds");
         }

@@ -18,7 +18,8 @@ use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::time::{Duration, Instant};
 
 use mcrelay_control::{
-    LineEvent, LineReader, Mode, ModeOutcome, ReloadOutcome, Request, Response, parse_request,
+    LineEvent, LineReader, Mode, ModeOutcome, ReloadOutcome, Request, Response, Summary,
+    parse_request,
 };
 
 use crate::daemon::{SharedHandle, lock};
@@ -291,7 +292,12 @@ fn answer(
     supervisor: &mpsc::Sender<ToSupervisor>,
 ) -> Response {
     match request {
-        Request::Status | Request::Flows | Request::Stats => {
+        Request::Status { summary: true } => {
+            // Locked to take the snapshot only, not to summarise it.
+            let snapshot = lock(shared).read();
+            Response::ok(&Summary::of(&snapshot))
+        }
+        Request::Status { summary: false } | Request::Flows | Request::Stats => {
             // Locked to take the snapshot only, not to serialize it.
             let snapshot = lock(shared).read();
             Response::ok(&snapshot)

@@ -5,15 +5,13 @@
 //!
 //! The table is a list of [`Row`]s: each flow that passes the filters,
 //! then, unless it is folded, its input legs and its outputs as child rows.
-//! The sort and filter here are deliberately small and self-contained
-//! (`mcrelayctl flows`/`stats` get theirs elsewhere) so the two can be
-//! unified into one module later.
+//! Which flows pass and in which order is [`crate::select`]'s, the same
+//! selection `mcrelayctl flows` and `stats` use.
 
-use std::cmp::Ordering;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use mcrelay_control::{FlowRates, FlowSnapshot, FlowState, Rates, Snapshot};
+use mcrelay_control::{FlowRates, FlowSnapshot, Rates, Snapshot};
 
 use super::history::{History, sample};
 
@@ -34,106 +32,15 @@ pub enum Key {
     Interrupt,
 }
 
-/// What the flow table is ordered by; ties go by name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SortKey {
-    Name,
-    /// Input packets per second.
-    Rate,
-    /// Drops per second (ingress, receive errors and every output), then
-    /// drops in total.
-    Drops,
-}
-
-impl SortKey {
-    pub fn label(self) -> &'static str {
-        match self {
-            SortKey::Name => "name",
-            SortKey::Rate => "rate",
-            SortKey::Drops => "drops",
-        }
-    }
-}
-
-/// Which flows the table shows, by [`FlowState`]; `f` steps through them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StateFilter {
-    All,
-    Running,
-    NotRunning,
-    InterfaceDown,
-    WaitingForInterface,
-    OpenFailed,
-}
-
-impl StateFilter {
-    fn next(self) -> Self {
-        match self {
-            StateFilter::All => StateFilter::Running,
-            StateFilter::Running => StateFilter::NotRunning,
-            StateFilter::NotRunning => StateFilter::InterfaceDown,
-            StateFilter::InterfaceDown => StateFilter::WaitingForInterface,
-            StateFilter::WaitingForInterface => StateFilter::OpenFailed,
-            StateFilter::OpenFailed => StateFilter::All,
-        }
-    }
-
-    /// The state's tag as `FlowState::tag` spells it (`all`, `not_running`
-    /// for the two that aren't one state).
-    pub fn label(self) -> &'static str {
-        match self {
-            StateFilter::All => "all",
-            StateFilter::Running => "running",
-            StateFilter::NotRunning => "not_running",
-            StateFilter::InterfaceDown => "interface_down",
-            StateFilter::WaitingForInterface => "waiting_for_interface",
-            StateFilter::OpenFailed => "open_failed",
-        }
-    }
-
-    fn admits(self, state: &FlowState) -> bool {
-        match self {
-            StateFilter::All => true,
-            StateFilter::NotRunning => !state.is_running(),
-            other => state.tag() == other.label(),
-        }
-    }
-}
+use crate::select::{NamePattern, Selection};
+pub use crate::select::{Sort as SortKey, StateFilter, drops_total};
 
 /// Whether `name` matches the operator's filter: a glob (`*` any run of
 /// characters, `?` one) matched against the whole name if it has a
 /// wildcard, else a substring. An empty filter matches every name.
+#[cfg(test)]
 pub fn name_matches(pattern: &str, name: &str) -> bool {
-    if !pattern.contains(['*', '?']) {
-        return name.contains(pattern);
-    }
-    let p: Vec<char> = pattern.chars().collect();
-    let s: Vec<char> = name.chars().collect();
-    // Greedy with one backtrack point: the latest `*` and where its run
-    // currently ends. Linear in practice, O(p·s) at worst.
-    let (mut pi, mut si) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while si < s.len() {
-        match p.get(pi) {
-            Some('*') => {
-                star = Some((pi, si));
-                pi += 1;
-            }
-            Some(&c) if c == '?' || c == s[si] => {
-                pi += 1;
-                si += 1;
-            }
-            _ => match star {
-                Some((sp, ss)) => {
-                    pi = sp + 1;
-                    si = ss + 1;
-                    star = Some((sp, ss + 1));
-                }
-                None => return false,
-            },
-        }
-    }
-    p[pi..].iter().all(|&c| c == '*')
+    NamePattern::search(pattern).matches(name)
 }
 
 /// What a row of the flow table shows.
@@ -204,7 +111,8 @@ pub struct Model {
     /// drops descending).
     reversed: bool,
     name_filter: String,
-    state_filter: StateFilter,
+    /// `None`: every state.
+    state_filter: Option<StateFilter>,
     /// Whether flows are folded unless listed in `fold_toggled`.
     fold_default: bool,
     fold_toggled: HashSet<String>,
@@ -236,7 +144,7 @@ impl Model {
             sort: SortKey::Name,
             reversed: false,
             name_filter: String::new(),
-            state_filter: StateFilter::All,
+            state_filter: None,
             fold_default: false,
             fold_toggled: HashSet::new(),
             rows: Vec::new(),
@@ -390,12 +298,12 @@ impl Model {
                 }
             }
             Key::Char('f') => {
-                self.state_filter = self.state_filter.next();
+                self.state_filter = StateFilter::cycle(self.state_filter);
                 self.rebuild();
             }
             Key::Char('c') => {
                 self.name_filter.clear();
-                self.state_filter = StateFilter::All;
+                self.state_filter = None;
                 self.rebuild();
             }
             Key::Char('?') | Key::Char('h') => self.mode = Mode::Help,
@@ -480,13 +388,14 @@ impl Model {
         let Some(s) = &self.snapshot else {
             return;
         };
-        let mut order: Vec<usize> = (0..s.flows.len())
-            .filter(|&i| {
-                let f = &s.flows[i];
-                self.state_filter.admits(&f.state) && name_matches(&self.name_filter, &f.name)
-            })
-            .collect();
-        order.sort_by(|&a, &b| self.compare(&s.flows[a], &s.flows[b]));
+        let order = Selection {
+            name: Some(NamePattern::search(&self.name_filter)),
+            state: self.state_filter,
+            sort: Some(self.sort),
+            reversed: self.reversed,
+            limit: None,
+        }
+        .order(s, self.rates.as_ref());
         self.shown_flows = order.len();
         for i in order {
             let flow = &s.flows[i];
@@ -523,34 +432,6 @@ impl Model {
             at(*kind).or_else(|| at(RowKind::Flow))
         });
         self.select(found.unwrap_or(self.selected));
-    }
-
-    fn compare(&self, a: &FlowSnapshot, b: &FlowSnapshot) -> Ordering {
-        let by_key = match self.sort {
-            SortKey::Name => Ordering::Equal,
-            SortKey::Rate => self.packet_rate(b).total_cmp(&self.packet_rate(a)),
-            SortKey::Drops => self
-                .drop_rate(b)
-                .total_cmp(&self.drop_rate(a))
-                .then_with(|| drops_total(b).cmp(&drops_total(a))),
-        };
-        let ordered = by_key.then_with(|| a.name.cmp(&b.name));
-        if self.reversed {
-            ordered.reverse()
-        } else {
-            ordered
-        }
-    }
-
-    fn packet_rate(&self, flow: &FlowSnapshot) -> f64 {
-        self.flow_rates(&flow.name)
-            .map_or(0.0, |r| r.packets_per_second)
-    }
-
-    fn drop_rate(&self, flow: &FlowSnapshot) -> f64 {
-        self.flow_rates(&flow.name).map_or(0.0, |r| {
-            r.drops_per_second + r.outputs.iter().map(|o| o.drops_per_second).sum::<f64>()
-        })
     }
 
     pub fn snapshot(&self) -> Option<&Snapshot> {
@@ -619,7 +500,7 @@ impl Model {
         &self.name_filter
     }
 
-    pub fn state_filter(&self) -> StateFilter {
+    pub fn state_filter(&self) -> Option<StateFilter> {
         self.state_filter
     }
 
@@ -643,15 +524,6 @@ fn per_second(before: u64, now: u64, seconds: f64) -> f64 {
     } else {
         0.0
     }
-}
-
-/// Drops of a flow in total: ingress (every reason), receive errors and
-/// every output's.
-pub fn drops_total(flow: &FlowSnapshot) -> u64 {
-    flow.outputs.iter().fold(
-        flow.drops.total().saturating_add(flow.receive_errors),
-        |t, o| t.saturating_add(o.drops()),
-    )
 }
 
 #[cfg(test)]
@@ -734,6 +606,7 @@ pub(crate) mod fixtures {
 mod tests {
     use super::fixtures::{flow, snapshot};
     use super::*;
+    use mcrelay_control::FlowState;
 
     /// A model that has seen two snapshots a second apart: flow `f<i>`
     /// received `rates[i]` packets per second.
@@ -858,7 +731,7 @@ mod tests {
         let mut seen = Vec::new();
         for _ in 0..6 {
             m.key(Key::Char('f'));
-            seen.push((m.state_filter().label(), flow_order(&m)));
+            seen.push((StateFilter::label_of(m.state_filter()), flow_order(&m)));
         }
         assert_eq!(
             seen,

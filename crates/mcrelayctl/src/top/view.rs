@@ -17,7 +17,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Cell, Clear, Paragraph, Row as TableRow, Sparkline, Table, Wrap};
 
 use super::history::{HISTORY, History};
-use super::model::{Mode, Model, Row, RowKind, SortKey, drops_total, leg_count};
+use super::model::{Mode, Model, Row, RowKind, SortKey, StateFilter, drops_total, leg_count};
 
 const HEADER: u16 = 2;
 const FOOTER: u16 = 1;
@@ -249,7 +249,7 @@ fn flow_table(frame: &mut Frame<'_>, area: Rect, model: &Model) {
         key.label(),
         if descending { "↓" } else { "↑" },
         if filter.is_empty() { "*" } else { filter },
-        model.state_filter().label(),
+        StateFilter::label_of(model.state_filter()),
     );
     let rows = model.rows();
     let in_view = model.visible_rows().count();

@@ -123,9 +123,18 @@ impl Daemon {
         }
         // The diff against the flows configured now, running or not (they
         // are exactly `self.config.flows`).
+        // A set, not a search of every flow per flow: at 1000 flows that
+        // search was half a million name comparisons per reload.
+        let running: std::collections::HashSet<&str> = self
+            .flows
+            .iter()
+            .filter(|m| m.running)
+            .map(|m| m.flow.name.as_str())
+            .collect();
         let plan = ReloadPlan::new(&self.config.flows, &new.flows, |name| {
-            self.flows.iter().any(|m| m.running && m.flow.name == name)
+            running.contains(name)
         });
+        drop(running);
         let mut outcome = plan.outcome();
         let mut problems = Vec::new();
         // Changed flows relaying now whose interfaces are up are replaced

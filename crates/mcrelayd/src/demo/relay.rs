@@ -56,7 +56,7 @@ impl Daemon {
             // Up, and every flow relaying: a freshly created veth reports
             // its carrier a moment after it is set up, and until then the
             // daemon holds the flows that use it.
-            if ask::<Snapshot>(&daemon.socket, Request::Status).is_ok_and(|s| {
+            if ask::<Snapshot>(&daemon.socket, Request::Flows).is_ok_and(|s| {
                 !s.flows.is_empty()
                     && s.flows
                         .iter()
