@@ -16,7 +16,7 @@
 # removed at the end. Prints per round the relay process's CPU (utime +
 # stime) and the relay CPU's busy time per delivered packet, the loss, and
 # whether the napi worker found and registered its input's NAPI id;
-# results JSON in experiments/levers/results/napi/.
+# results JSON and this script's output in experiments/levers/results/napi/.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -62,14 +62,16 @@ tag=napi$$
 mcrtp_backstop "$tag"
 out=$here/results/napi
 mkdir -p "$out"
+# Everything from here on also goes to results/napi/napi-<UTC>.txt.
+exec > >(tee "$out/napi-$(date -u +%Y%m%dT%H%M%SZ).txt") 2>&1
 for rate in $rates; do
     echo "napi.sh: rate $rate pps, load $(cut -d' ' -f1-3 /proc/loadavg), waiting for the bench lock" >&2
     flock /tmp/mcrelay-bench.lock python3 experiments/relay-throughput/relay_throughput.py \
         --loadgen "$bin/loadgen" --mcrelayd "$bin/mcrelayd-napi" --mcrelayd-before "$bin/mcrelayd-base" \
         --contenders mcrelay-before,mcrelay --sizes 1316 --fanouts 1 --reps "$reps" \
         --round-seconds "$seconds" --input-gro --max-steps 1 --start-rate "$rate" --no-warm-start \
-        --no-saturation --tag "$tag" --results "$out" | tee "$out/last.txt"
-    json=$(sed -n 's/^results: //p' "$out/last.txt")
+        --no-saturation --tag "$tag" --results "$out" | tee "$bin/last.txt"
+    json=$(sed -n 's/^results: //p' "$bin/last.txt")
     python3 - "$json" <<'PY'
 import json, statistics, sys
 from pathlib import Path
