@@ -4,7 +4,10 @@ pool's fill sets the length but copies nothing: the upper bound of what
 receiving straight into pool buffers could save), cqe16/cqe256 (CQE_BATCH),
 regfiles (every socket a registered file, slot = fd number, sends and
 multishot receives with IOSQE_FIXED_FILE), sendzc (plain sends as SEND_ZC,
-the buffer released on the notification).
+the buffer released on the notification), napi / napiN (io_uring NAPI busy
+polling on the worker's ring, N µs busy-poll timeout, default 50, prefer busy
+poll on; static tracking: the worker adds its input sockets' NAPI id, read
+with SO_INCOMING_NAPI_ID on each loop turn until one has one, and logs it).
 """
 import os, sys
 v = sys.argv[1]
@@ -49,5 +52,51 @@ elif v=='sendzc':
                 let result = if cqueue::notif(flags) { 1 } else { cqe.result() };
                 if let Some(token) = u.token() {''')
     rep('worker/driver.rs','''                    core.complete(token, cqe.result(), &mut |req, inf| {''','''                    core.complete(token, result, &mut |req, inf| {''')
+elif v.startswith('napi'):
+    us = int(v[4:] or 50)
+    # Registered at the start of run(): static tracking, because dynamic
+    # tracking learns a socket's id only when a poll is armed on it, and
+    # the worker arms its multishot receives before the first datagram
+    # (when the socket has no NAPI id yet).
+    rep('worker/driver.rs', '''        let mut stopping: Option<Instant> = None;
+        loop {''', '''        let mut stopping: Option<Instant> = None;
+        let mut napi = io_uring::types::Napi::new()
+            .set_busy_poll_timeout(%d)
+            .set_prefer_busy_poll(true)
+            .set_tracking(io_uring::types::NapiTracking::Static);
+        self.uring
+            .submitter()
+            .register_napi(&mut napi)
+            .map_err(|source| WorkerError::Enter { worker, source })?;
+        tracing::info!(worker, busy_poll_us = %d, "napi variant: NAPI busy polling registered");
+        let mut napi_ids: Vec<u32> = Vec::new();
+        loop {''' % (us, us))
+    rep('worker/driver.rs', '''            self.loop_counters.turns.inc();''', '''            self.loop_counters.turns.inc();
+            if napi_ids.is_empty() {
+                for fl in self.flows.iter().flatten() {
+                    for l in &fl.legs {
+                        let mut id: u32 = 0;
+                        let mut len = std::mem::size_of::<u32>() as libc::socklen_t;
+                        // SAFETY: id and len are live locals of the sizes passed.
+                        let rc = unsafe {
+                            libc::getsockopt(
+                                l.fd,
+                                libc::SOL_SOCKET,
+                                libc::SO_INCOMING_NAPI_ID,
+                                (&raw mut id).cast(),
+                                &raw mut len,
+                            )
+                        };
+                        if rc == 0 && id != 0 && !napi_ids.contains(&id) {
+                            self.uring
+                                .submitter()
+                                .register_napi_add_id(id)
+                                .map_err(|source| WorkerError::Enter { worker, source })?;
+                            napi_ids.push(id);
+                            tracing::info!(worker, napi_id = id, "napi variant: busy polling the input's NAPI id");
+                        }
+                    }
+                }
+            }''')
 else:
     raise SystemExit('unknown '+v)

@@ -163,6 +163,10 @@ class Topology:
         self.anchors: dict[str, subprocess.Popen] = {}
         self.old_backlog: str | None = None
         self.uso_state: dict[str, str] = {}
+        # --input-gro: GRO and rx-udp-gro-forwarding on R's input veths,
+        # which gives their receive a NAPI instance (SO_INCOMING_NAPI_ID).
+        self.input_gro = False
+        self.gro_state: dict[str, str] = {}
 
     def ip(self, ns: str, *args: str) -> str:
         return sh("ip", "-n", ns, *args)
@@ -205,6 +209,13 @@ class Topology:
             self.uso_state[dev] = next(
                 (l.split(":", 1)[1].strip() for l in feat.splitlines() if l.strip().startswith("tx-udp-segmentation:")),
                 "?")
+        for dev in ("vRA", "vRA2"):
+            if self.input_gro:
+                self.nsexec(self.r, "ethtool", "-K", dev, "gro", "on", "rx-udp-gro-forwarding", "on")
+            feat = self.nsexec(self.r, "ethtool", "-k", dev)
+            self.gro_state[dev] = ", ".join(
+                l.strip() for l in feat.splitlines()
+                if l.strip().startswith(("generic-receive-offload:", "rx-udp-gro-forwarding:")))
         self.old_backlog = sh("sysctl", "-n", "net.core.netdev_max_backlog").strip()
         sh("sysctl", "-qw", "net.core.netdev_max_backlog=10000")
         # One idle process per namespace: its /proc/PID/net/* is that
@@ -235,6 +246,7 @@ class Topology:
         return {
             "namespaces": [self.a, self.r, self.b],
             "tx_udp_segmentation": self.uso_state,
+            "input_gro": self.gro_state,
             "netdev_max_backlog": {"run": 10000, "restored_to": self.old_backlog},
             "rps_cpus": {"vRA, vRA2": f"{1 << self.relay_cpu:x}", "vBi": f"{1 << self.harness_cpu:x}"},
         }
@@ -1028,6 +1040,9 @@ def main() -> int:
                     help="smoke test: 1 rep, 1316 B only, 1.5 s rounds, at most 6 steps per search")
     ap.add_argument("--keep-uso", action="store_true",
                     help="leave tx-udp-segmentation on on R's output veths (default: off)")
+    ap.add_argument("--input-gro", action="store_true",
+                    help="turn gro and rx-udp-gro-forwarding on on R's input veths (default: as created, off), "
+                         "which gives their receive a NAPI id (for NAPI busy polling)")
     ap.add_argument("--start-rate", type=int, default=20000, help="first rate of a cold search (pps)")
     ap.add_argument("--max-steps", type=int, default=9, help="rounds per search at most")
     ap.add_argument("--resolution", type=float, default=0.05, help="bisection stops at this relative gap")
@@ -1099,6 +1114,7 @@ def main() -> int:
         setattr(o, attr, dst)
     log(f"logs: {logdir}")
     topo = Topology(o.tag, o.relay_cpu, o.harness_cpu, o.keep_uso, logdir)
+    topo.input_gro = o.input_gro
     bench = Bench(o, topo, logdir / "rounds")
 
     def on_signal(signum, _frame):
@@ -1127,6 +1143,7 @@ def main() -> int:
         meta["topology"] = topo.sysinfo()
         log(f"USO (tx-udp-segmentation) on R's output veths: "
             f"{'left ON (--keep-uso)' if o.keep_uso else 'OFF'} {topo.uso_state}")
+        log(f"GRO on R's input veths{' (--input-gro)' if o.input_gro else ''}: {topo.gro_state}")
         if not o.skip_preflight:
             preflight = bench.preflight(contenders)
             leak = [k for k, v in preflight.items() if not v["ok"] and not k.startswith("kernel")]
