@@ -92,6 +92,12 @@ pub fn take_stamp(buf: &mut [u8]) -> Option<u64> {
     Some(sent)
 }
 
+/// Tries of [`ClockOffset::sample`] at most.
+const SAMPLE_TRIES: usize = 8;
+/// A gap between the two monotonic readings this short means the thread
+/// was not descheduled in between: no further try.
+const TIGHT_GAP_NS: u64 = 2_000;
+
 /// `CLOCK_REALTIME − CLOCK_MONOTONIC`, to convert kernel receive stamps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClockOffset {
@@ -108,12 +114,30 @@ impl ClockOffset {
         }
     }
 
-    /// Read the clocks now.
+    /// Read the clocks now: the tightest of a few tries, since a thread
+    /// descheduled between two readings (a loaded machine) would put the
+    /// offset off by up to half the time it was away.
     pub fn sample() -> Self {
-        let before = crate::sock::monotonic_ns();
-        let realtime = crate::sock::realtime_ns();
-        let after = crate::sock::monotonic_ns();
-        Self::from_readings(before, realtime, after)
+        let read = || {
+            let before = crate::sock::monotonic_ns();
+            let realtime = crate::sock::realtime_ns();
+            let after = crate::sock::monotonic_ns();
+            (
+                after.saturating_sub(before),
+                Self::from_readings(before, realtime, after),
+            )
+        };
+        let mut best = read();
+        for _ in 1..SAMPLE_TRIES {
+            if best.0 < TIGHT_GAP_NS {
+                break;
+            }
+            let next = read();
+            if next.0 < best.0 {
+                best = next;
+            }
+        }
+        best.1
     }
 
     /// The delay from `sent_mono` (`CLOCK_MONOTONIC` ns) to the kernel
