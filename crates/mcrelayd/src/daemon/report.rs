@@ -87,6 +87,8 @@ pub struct Shared {
     pub(super) started: Instant,
     /// The mode every worker has confirmed (or was started in).
     pub(super) mode: mcrelay_control::Mode,
+    /// The metrics endpoint's connection counters, once it listens.
+    pub(crate) metrics_endpoint: Option<Arc<crate::metrics::EndpointCounters>>,
 }
 
 /// Readers' handle.
@@ -131,6 +133,7 @@ impl Shared {
                 .map(|f| flow_snapshot(f, take_gaps))
                 .collect(),
             mode: self.mode,
+            metrics_endpoint: self.metrics_endpoint.as_ref().map(|c| c.snapshot()),
         }
     }
 }
