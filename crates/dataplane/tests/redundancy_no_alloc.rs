@@ -55,6 +55,7 @@ fn merge_failover_and_their_timers_never_allocate() {
                 depth: 256,
                 gso: true,
                 counters: Arc::default(),
+                resume_after: None,
             };
             let id = core
                 .add_flow([spec], Arc::clone(&counters), legs, rule, 16)

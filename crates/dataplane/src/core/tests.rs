@@ -28,6 +28,7 @@ fn outputs(depths: &[u32], gso: bool) -> (Vec<OutputSpec>, Vec<Arc<OutputCounter
             depth,
             gso,
             counters: Arc::clone(c),
+            resume_after: None,
         })
         .collect();
     (specs, counters)

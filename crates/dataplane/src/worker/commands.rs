@@ -160,11 +160,18 @@ impl Worker {
             }
             self.removing.swap_remove(i);
             if let Some(flow) = self.flows[f.index()].take() {
+                // Every receive has completed: what the flow relayed is
+                // final, and so is the last number it saw.
+                let last_rtp = self
+                    .core
+                    .last_sent(f)
+                    .or_else(|| flow.legs.first().and_then(|leg| leg.health.rtp_highest()));
                 self.core.forget(f);
                 tracing::info!(worker = self.index, flow = %flow.name, "flow removed");
                 self.report(Event::FlowRemoved {
                     worker: self.index,
                     flow: flow.name,
+                    last_rtp,
                 });
             }
         }

@@ -71,6 +71,7 @@ impl Flow {
                 depth: o.queue_depth,
                 gso: gso && crate::sockets::supports_gso(&o.socket),
                 counters: Arc::clone(&o.counters),
+                resume_after: o.resume_after,
             })
             .collect();
         let output_fds = f.outputs.iter().map(|o| o.socket.as_raw_fd()).collect();

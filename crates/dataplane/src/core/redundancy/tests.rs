@@ -51,6 +51,7 @@ impl Harness {
             depth: 100_000,
             gso: false,
             counters: Arc::clone(&out),
+            resume_after: None,
         };
         let flow = core
             .add_flow([spec], Arc::clone(&counters), legs, redundancy, 8)
