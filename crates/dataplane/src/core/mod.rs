@@ -255,6 +255,18 @@ impl Core {
         }
     }
 
+    /// Datagrams every output of `flow` still has room for (0 for an
+    /// unknown flow).
+    pub fn room(&self, flow: FlowId) -> u32 {
+        self.flow(flow).map_or(0, |f| {
+            f.outputs
+                .iter()
+                .map(|o| o.depth.saturating_sub(o.in_flight))
+                .min()
+                .unwrap_or(0)
+        })
+    }
+
     /// The highest RTP number (and SSRC) a merge or failover flow sent;
     /// `None` for a one-leg flow (its stream health has it) or one that
     /// sent no RTP.
