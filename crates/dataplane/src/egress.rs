@@ -1,7 +1,7 @@
 //! The kernel-facing half of UDP GSO sends: one `msghdr` per GSO run
 //! record of the core (same numbers), with its `iovec`s and its
 //! `UDP_SEGMENT` control message, filled from the run's in-flight slots
-//! when the send is queued. The core decides the runs (`core::queue`);
+//! when the send is queued. The core decides the runs (`mcrelay_relay::queue`);
 //! this only lays them out as the kernel reads them. The kernel then
 //! routes, builds headers for and queues the run once, and segments it
 //! late (in the NIC where it offloads UDP segmentation, else in software
@@ -12,8 +12,8 @@
 
 use std::mem::size_of;
 
-use crate::core::queue::MAX_SEGMENTS;
-use crate::core::{InFlight, Slot};
+use mcrelay_relay::queue::MAX_SEGMENTS;
+use mcrelay_relay::{InFlight, Slot};
 
 /// `CMSG_ALIGN` of glibc and the kernel: round up to the size of a long.
 const fn cmsg_align(len: usize) -> usize {

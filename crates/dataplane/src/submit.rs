@@ -7,8 +7,8 @@
 use io_uring::types::Fd;
 use io_uring::{IoUring, opcode, squeue};
 
-use crate::core::{FlowId, InFlight, LegId, OutputId, SendToken, Slot};
 use crate::egress::GsoMessages;
+use mcrelay_relay::{FlowId, InFlight, LegId, OutputId, SendToken, Slot};
 
 /// What a completion is for, packed into the SQE's `user_data`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -296,7 +296,7 @@ mod tests {
 
     #[test]
     fn the_cores_errno_values_are_linuxs() {
-        use crate::core::errno;
+        use mcrelay_relay::errno;
         assert_eq!(errno::EIO, libc::EIO);
         assert_eq!(errno::EINVAL, libc::EINVAL);
         assert_eq!(errno::EMSGSIZE, libc::EMSGSIZE);

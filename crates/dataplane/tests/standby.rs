@@ -10,12 +10,12 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use mcrelay_config::{IngressKind, Input, Output};
-use mcrelay_dataplane::counters::{FlowCounters, OutputCounters};
 use mcrelay_dataplane::{
     Command, Event, FlowSockets, IngressSocket, OutputSocket, ReceiveMode, WorkerConfig,
 };
 use mcrelay_helper::{interface_index, open_egress, open_ingress};
 use mcrelay_pool::PoolConfig;
+use mcrelay_relay::counters::{FlowCounters, OutputCounters};
 
 const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 

@@ -12,12 +12,13 @@ pub struct Counter(AtomicU64);
 impl Counter {
     /// Add `n`. Only the owning worker calls this.
     #[inline(always)]
-    pub(crate) fn add(&self, n: u64) {
+    pub fn add(&self, n: u64) {
         self.0.store(self.0.load(Relaxed).wrapping_add(n), Relaxed);
     }
 
+    /// Add one. Only the owning worker calls this.
     #[inline(always)]
-    pub(crate) fn inc(&self) {
+    pub fn inc(&self) {
         self.add(1);
     }
 
@@ -60,7 +61,9 @@ pub struct FrameDrops {
 }
 
 impl FrameDrops {
-    pub(crate) fn count(&self, reason: mcrelay_wire::Reject) {
+    /// Count one frame rejected for `reason`. Only the owning worker calls
+    /// this.
+    pub fn count(&self, reason: mcrelay_wire::Reject) {
         use mcrelay_wire::Reject;
         match reason {
             Reject::Truncated => self.truncated.inc(),
@@ -103,7 +106,7 @@ pub struct FlowCounters {
     /// socket buffer held, or dropped and counted, what came meanwhile).
     pub receive_resumes: Counter,
     /// Datagrams received while the worker was in standby: read and
-    /// discarded on purpose (not a drop; see [`crate::core::standby`]).
+    /// discarded on purpose (not a drop; see [`crate::standby`]).
     pub standby_discarded: Counter,
     /// Stream health of the input, or of its first leg (see
     /// [`crate::health`]); [`FlowCounters::leg_health`] has every leg's.
@@ -111,7 +114,7 @@ pub struct FlowCounters {
     /// Stream health of legs 1 to 3 of a flow with several inputs.
     pub more_health: [crate::health::HealthCounters; 3],
     /// What the flow's redundancy rule did with each leg's datagrams
-    /// (see [`crate::core::redundancy`]).
+    /// (see [`crate::redundancy`]).
     pub redundancy: RedundancyCounters,
 }
 
@@ -165,7 +168,7 @@ pub struct RedundancyCounters {
     pub unknown_leg: Counter,
     /// Merge with a delay: sequence numbers skipped before their delay was
     /// over because the hold spans at most
-    /// [`crate::core::redundancy::SPAN`] numbers.
+    /// [`crate::redundancy::SPAN`] numbers.
     pub hold_overflows: Counter,
 }
 

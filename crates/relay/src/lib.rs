@@ -1,9 +1,22 @@
+//! mcrelay's relay crate: the packet path's decisions, with no I/O. It sits
+//! between the io_uring driver (`mcrelay-uring`), which receives a datagram
+//! and hands its bytes here, and the sends that driver submits: what this
+//! crate decides (admit or drop and why, which pool buffer, which outputs,
+//! GSO grouping, redundancy merge and failover, standby) comes back as plain
+//! data. Its dependencies are the buffer pool (`mcrelay-pool`) and the
+//! parsers (`mcrelay-wire`) only: no io_uring, libc, nix or socket crate,
+//! and `unsafe` is forbidden. Beside the core it holds the per-datagram
+//! pieces that need no kernel: the flow, output and loop [`counters`]
+//! (relaxed atomics the driver writes and the supervisor reads) and stream
+//! [`health`] (RTP/TS observation of every datagram; the one clock read,
+//! [`health::now_ns`], is the driver's to call once per batch).
+//!
 //! The relay core: every rule of the packet path, with no sockets, no
 //! io_uring, no fds and no clock (the model is quinn-proto). It takes
 //! events — a datagram received on flow F with these bytes, send N
 //! completed with result R, a loop turn — and hands out sends as plain
 //! data ([`SendRequest`]: output, in-flight slots, segment size). The
-//! worker's driver (`worker::driver`) only translates between these and
+//! driver (`mcrelay_uring::worker::driver`) only translates between these and
 //! the kernel's SQEs and CQEs, its receive buffers and its packet rings.
 //!
 //! Rules and where they live:
@@ -31,7 +44,9 @@
 #![forbid(unsafe_code)]
 
 pub mod admission;
+pub mod counters;
 pub mod gso;
+pub mod health;
 pub mod ids;
 pub mod inflight;
 pub mod queue;

@@ -42,8 +42,8 @@ mod tests {
 
     use mcrelay_pool::{Class, PoolConfig, PoolSet};
 
-    use super::super::{Core, OutputSpec, Received, SendKind};
     use crate::counters::{FlowCounters, OutputCounters};
+    use crate::{Core, OutputSpec, Received, SendKind};
 
     fn core() -> Core {
         Core::new(
@@ -61,13 +61,7 @@ mod tests {
     }
 
     /// A flow with two outputs of depth 4.
-    fn flow(
-        core: &mut Core,
-    ) -> (
-        super::super::FlowId,
-        Arc<FlowCounters>,
-        Vec<Arc<OutputCounters>>,
-    ) {
+    fn flow(core: &mut Core) -> (crate::FlowId, Arc<FlowCounters>, Vec<Arc<OutputCounters>>) {
         let outs: Vec<Arc<OutputCounters>> = (0..2).map(|_| Arc::default()).collect();
         let specs = outs.iter().map(|c| OutputSpec {
             depth: 4,
@@ -80,7 +74,7 @@ mod tests {
                 specs,
                 Arc::clone(&counters),
                 1,
-                crate::core::Redundancy::Single,
+                crate::Redundancy::Single,
                 8,
             )
             .expect("room");

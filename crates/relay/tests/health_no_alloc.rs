@@ -5,8 +5,8 @@
 
 use std::sync::Arc;
 
-use mcrelay_dataplane::counters::FlowCounters;
-use mcrelay_dataplane::health::{HealthSettings, InputHealth};
+use mcrelay_relay::counters::FlowCounters;
+use mcrelay_relay::health::{HealthSettings, InputHealth};
 use mcrelay_wire::health::Payload;
 use mcrelay_wire::{rtp, ts};
 
@@ -39,13 +39,13 @@ fn observing_never_allocates() {
         })
         .collect();
     // The clock's epoch is set on first use: before the window.
-    let _ = mcrelay_dataplane::health::now_ns();
+    let _ = mcrelay_relay::health::now_ns();
     // This thread's allocations only: the test harness's own threads may
     // allocate meanwhile (seen on a loaded machine).
     let before = on_this_thread();
     for round in 0..100 {
         for (i, d) in datagrams.iter().enumerate() {
-            let now = mcrelay_dataplane::health::now_ns();
+            let now = mcrelay_relay::health::now_ns();
             for t in &mut trackers {
                 t.observe_at(d, now);
                 // Cut short, too.

@@ -9,9 +9,9 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use mcrelay_dataplane::core::{Core, FlowId, LegId, OutputSpec, Redundancy, SendToken};
-use mcrelay_dataplane::counters::FlowCounters;
 use mcrelay_pool::{PoolConfig, PoolSet};
+use mcrelay_relay::counters::FlowCounters;
+use mcrelay_relay::{Core, FlowId, LegId, OutputSpec, Redundancy, SendToken};
 use mcrelay_wire::rtp;
 
 mod counting;

@@ -9,7 +9,7 @@
 //! a flow is placed (on the control plane's schedule), never on the packet
 //! path.
 
-use crate::core::FlowId;
+use mcrelay_relay::FlowId;
 
 #[derive(Debug, Default)]
 pub(super) struct Attention {

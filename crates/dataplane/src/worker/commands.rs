@@ -6,7 +6,7 @@
 use super::driver::Worker;
 use super::flow::Flow;
 use super::{Command, Event, FlowSockets};
-use crate::core::{FlowId, Handover, LegId};
+use mcrelay_relay::{FlowId, Handover, LegId};
 
 impl Worker {
     /// Give a flow a number in the core and here; its name back when
@@ -170,7 +170,7 @@ impl Worker {
         }
     }
 
-    /// Flip warm standby ([`crate::core::standby`]): the flows' sockets
+    /// Flip warm standby ([`mcrelay_relay::standby`]): the flows' sockets
     /// and receives stay as they are.
     fn set_standby(&mut self, standby: bool) {
         if self.core.is_standby() != standby {

@@ -1,6 +1,6 @@
 //! The io_uring driver of one worker: the loop, and the translation of the
 //! core's send requests into SQEs and of send completions back. Every relay
-//! rule is the core's ([`crate::core`]); receives and packet rings are in
+//! rule is the core's ([`mcrelay_relay`]); receives and packet rings are in
 //! [`super::receive`], the commands of a reload in [`super::commands`], what
 //! it keeps per flow and leg in [`super::flow`].
 #![allow(unsafe_code)]
@@ -16,12 +16,12 @@ use mcrelay_pool::{PoolConfig, PoolSet};
 
 use super::flow::{Flow, Leg};
 use super::{Command, Event, ReceiveMode, WorkerConfig, WorkerError, WorkerStats, receive_buffers};
-use crate::core::{Core, FlowId, InFlight, LegId, SendKind, SendRequest};
-use crate::counters::LoopCounters;
 use crate::egress::GsoMessages;
 use crate::packet_ring::WAKE_INTERVAL;
 use crate::receive_buffers::ReceiveBuffers;
 use crate::submit::{self, UserData};
+use mcrelay_relay::counters::LoopCounters;
+use mcrelay_relay::{Core, FlowId, InFlight, LegId, SendKind, SendRequest};
 
 /// The longest a loop turn waits for a completion: how soon a stop request
 /// or a command is noticed.
@@ -53,7 +53,7 @@ pub(super) struct Worker {
     pub(super) index: usize,
     cpu: Option<usize>,
     pub(super) loop_counters: Arc<LoopCounters>,
-    /// The monotonic clock ([`crate::health::now_ns`]), read once per
+    /// The monotonic clock ([`mcrelay_relay::health::now_ns`]), read once per
     /// completion batch and loop turn: the arrival time of what it holds.
     pub(super) now_ns: u64,
     /// Legs whose stream health saw datagrams not yet published, each at
@@ -165,7 +165,7 @@ impl Worker {
             index: worker,
             cpu: config.cpu,
             loop_counters: Arc::new(LoopCounters::default()),
-            now_ns: crate::health::now_ns(),
+            now_ns: mcrelay_relay::health::now_ns(),
             health_unpublished: Vec::new(),
             commands,
             events,
@@ -257,7 +257,8 @@ impl Worker {
             // or WAKE_INTERVAL when a busy frame-slot ring is walked by
             // interval.
             let mut wait_ns = self.core.next_tick_ns().map_or(TICK_NS, |at| {
-                at.saturating_sub(crate::health::now_ns()).min(TICK_NS)
+                at.saturating_sub(mcrelay_relay::health::now_ns())
+                    .min(TICK_NS)
             });
             // Frames left in a packet ring (only flows queued for attention
             // can have some, or walk by interval), or a timer due: look for
@@ -303,7 +304,7 @@ impl Worker {
                 }
                 // One clock reading per batch: every datagram in it
                 // arrived by now (the core and stream health take it).
-                self.now_ns = crate::health::now_ns();
+                self.now_ns = mcrelay_relay::health::now_ns();
                 self.loop_counters.completions.add(n as u64);
                 for cqe in batch.iter_mut().take(n).filter_map(Option::take) {
                     self.complete(&cqe);
@@ -323,7 +324,7 @@ impl Worker {
                     self.arm_wake();
                 }
                 self.take_commands();
-                self.now_ns = crate::health::now_ns();
+                self.now_ns = mcrelay_relay::health::now_ns();
                 let visit = self.attention.take();
                 for &f in &visit {
                     self.turn(f);

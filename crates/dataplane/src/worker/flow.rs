@@ -7,9 +7,9 @@ use std::os::fd::AsRawFd;
 use std::sync::Arc;
 
 use super::FlowSockets;
-use crate::core::{LegId, OutputSpec, Redundancy};
 use crate::ingress::IngressSocket;
 use crate::packet_ring::{Layout, PacketRing, Wake};
+use mcrelay_relay::{LegId, OutputSpec, Redundancy};
 
 /// What the driver keeps of one leg (input) of a flow: its socket, the
 /// state of its receive in the kernel, its packet ring and its health.
@@ -22,7 +22,7 @@ pub(super) struct Leg {
     /// Stream health of the leg: every datagram is shown to it before
     /// the core, with the batch's clock reading; published once per batch
     /// ([`Worker::publish_health`]).
-    pub(super) health: crate::health::InputHealth,
+    pub(super) health: mcrelay_relay::health::InputHealth,
     /// Packet ingress: the frames' filter, checked again per frame.
     pub(super) packet: Option<mcrelay_wire::FlowMatch>,
     /// Packet ingress: frames are left in the packet ring for the next turn.
@@ -61,7 +61,7 @@ impl Flow {
     ) -> (
         Self,
         Vec<OutputSpec>,
-        Arc<crate::counters::FlowCounters>,
+        Arc<mcrelay_relay::counters::FlowCounters>,
         Redundancy,
     ) {
         let specs = f
@@ -117,8 +117,8 @@ impl Leg {
         flow: &str,
         index: usize,
         ingress: IngressSocket,
-        health: crate::health::HealthSettings,
-        counters: &Arc<crate::counters::FlowCounters>,
+        health: mcrelay_relay::health::HealthSettings,
+        counters: &Arc<mcrelay_relay::counters::FlowCounters>,
     ) -> Self {
         let packet_ring =
             ingress
@@ -154,7 +154,11 @@ impl Leg {
             fd: ingress.fd(),
             armed: false,
             error_logged: false,
-            health: crate::health::InputHealth::for_leg(health, Arc::clone(counters), index),
+            health: mcrelay_relay::health::InputHealth::for_leg(
+                health,
+                Arc::clone(counters),
+                index,
+            ),
             packet: ingress.packet_filter(),
             ring_pending: false,
             packet_ring,

@@ -4,11 +4,11 @@
 //! Each loop turn makes one `io_uring_enter` that submits everything queued
 //! since the last turn and waits for at least one completion (or a 100 ms
 //! tick, to notice a stop request; sooner when the core's redundancy rules
-//! have a timer due, [`crate::core::Core::next_tick_ns`]); a command from
+//! have a timer due, [`mcrelay_relay::Core::next_tick_ns`]); a command from
 //! the control plane wakes it at once (an eventfd polled on the same ring,
 //! [`wake`]). The monotonic clock is read once per completion batch and per
 //! turn, never per datagram; each turn ends with
-//! [`crate::core::Core::tick`]. Then it handles the completions in
+//! [`mcrelay_relay::Core::tick`]. Then it handles the completions in
 //! batches: a receive copies the datagram into a pool buffer (the one copy),
 //! gives the receive buffer back to the kernel, and queues the datagram on
 //! each output that has room; at the end of the batch each output's queue
@@ -18,7 +18,7 @@
 //! datagram, and the last one gives it back. Nothing in the turn allocates,
 //! locks, blocks (outside the enter) or logs per packet.
 //!
-//! Every one of those rules is the [`crate::core`]'s; this module is the
+//! Every one of those rules is the [`mcrelay_relay`]'s; this module is the
 //! public API, `driver` the loop and the translation of send requests into
 //! SQEs (and send completions back), `receive` that of receives and packet
 //! ring frames into the core's "datagram received".
@@ -38,10 +38,10 @@ use std::thread::JoinHandle;
 
 use mcrelay_pool::{PoolConfig, PoolStatsHandle};
 
-use crate::core::Redundancy;
-use crate::counters::{FlowCounters, FlowStats, LoopCounters, OutputCounters};
 use crate::ingress::IngressSocket;
 use driver::Worker;
+use mcrelay_relay::Redundancy;
+use mcrelay_relay::counters::{FlowCounters, FlowStats, LoopCounters, OutputCounters};
 
 /// How ingress is received.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,14 +82,14 @@ impl OutputSocket {
 #[derive(Debug)]
 pub struct FlowSockets {
     pub name: String,
-    /// Each leg's ingress (1 to [`crate::core::LegId::MAX_LEGS`]), in config order:
+    /// Each leg's ingress (1 to [`mcrelay_relay::LegId::MAX_LEGS`]), in config order:
     /// the leg's number is its index here.
     pub legs: Vec<IngressSocket>,
     pub outputs: Vec<OutputSocket>,
     /// Written by the worker, read by anyone.
     pub counters: Arc<FlowCounters>,
     /// What the datagrams carry, for stream health.
-    pub health: crate::health::HealthSettings,
+    pub health: mcrelay_relay::health::HealthSettings,
     /// How the legs combine (`Single` for one leg).
     pub redundancy: Redundancy,
 }
@@ -102,12 +102,12 @@ impl FlowSockets {
             legs: vec![ingress],
             outputs,
             counters: Arc::default(),
-            health: crate::health::HealthSettings::default(),
+            health: mcrelay_relay::health::HealthSettings::default(),
             redundancy: Redundancy::Single,
         }
     }
 
-    /// A flow fed by `legs` (2 to [`crate::core::LegId::MAX_LEGS`]; any further ones
+    /// A flow fed by `legs` (2 to [`mcrelay_relay::LegId::MAX_LEGS`]; any further ones
     /// are refused by the worker) combined by `redundancy`.
     pub fn with_legs(
         name: String,
@@ -120,13 +120,13 @@ impl FlowSockets {
             legs,
             outputs,
             counters: Arc::default(),
-            health: crate::health::HealthSettings::default(),
+            health: mcrelay_relay::health::HealthSettings::default(),
             redundancy,
         }
     }
 
     /// With stream-health settings other than the default (`udp`).
-    pub fn with_health(self, health: crate::health::HealthSettings) -> Self {
+    pub fn with_health(self, health: mcrelay_relay::health::HealthSettings) -> Self {
         Self { health, ..self }
     }
 
@@ -156,7 +156,7 @@ pub enum Command {
     /// Replace the running flow of the same name by this one, make
     /// before break (a reload that changes a flow and keeps its worker):
     /// in one step the old flow stops receiving, the new one takes over
-    /// its redundancy state ([`crate::core::Core::take_over`]) and starts
+    /// its redundancy state ([`mcrelay_relay::Core::take_over`]) and starts
     /// receiving, so no sequence number leaves twice. `kept`: the new
     /// flow's legs that are the old one's leg of the same index, a bit per
     /// leg. Answered with [`Event::FlowAdded`] (or `FlowRefused`) for the
@@ -165,7 +165,7 @@ pub enum Command {
     Replace { flow: Box<FlowSockets>, kept: u8 },
     /// Enter (`true`) or leave (`false`) warm standby: every flow stays
     /// open and receiving, and while in standby nothing is sent
-    /// ([`crate::core::standby`]). Answered with [`Event::ModeSet`].
+    /// ([`mcrelay_relay::standby`]). Answered with [`Event::ModeSet`].
     SetStandby(bool),
 }
 

@@ -12,15 +12,15 @@ use io_uring::types::{CancelBuilder, Fd};
 
 use super::driver::{CQE_BATCH, Worker, single_buffer};
 use super::flow::Leg;
-use crate::core::{FlowId, LegId, Received};
 use crate::packet_ring::{Layout, PacketRing, Wake};
 use crate::receive_buffers::BUFFER_LEN;
 use crate::submit::{self, UserData};
+use mcrelay_relay::{FlowId, LegId, Received};
 
 /// A receive (or packet ring poll) failed with `errno`: counted, and the
 /// first per leg logged.
 fn receive_failed(
-    counters: Option<&crate::counters::FlowCounters>,
+    counters: Option<&mcrelay_relay::counters::FlowCounters>,
     leg: &mut Leg,
     at: (usize, FlowId, LegId),
     what: &str,

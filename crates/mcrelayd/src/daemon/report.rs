@@ -12,7 +12,7 @@ use mcrelay_control::{
     PoolClassSnapshot, RedundancySnapshot, Snapshot, WorkerSnapshot,
 };
 use mcrelay_dataplane::WorkerStats;
-use mcrelay_dataplane::counters::{FlowCounters, FlowStats};
+use mcrelay_relay::counters::{FlowCounters, FlowStats};
 
 use crate::outputs::{OutputState, Unconnected};
 use crate::sockets::output_label;

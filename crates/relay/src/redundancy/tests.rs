@@ -8,8 +8,8 @@ use mcrelay_pool::{PoolConfig, PoolSet};
 
 use super::timers::SHIFT;
 use super::*;
-use crate::core::{Core, FlowId, OutputId, OutputSpec, Received, SendKind, SendToken};
 use crate::counters::{FlowCounters, OutputCounters};
+use crate::{Core, FlowId, OutputId, OutputSpec, Received, SendKind, SendToken};
 
 const MS: u64 = 1_000_000;
 /// A timer slot: rules fire at most this late.

@@ -8,7 +8,7 @@
 //! one further off than the wheel spans fires early, and the flow simply
 //! arms again for what is left.
 
-use crate::core::FlowId;
+use crate::FlowId;
 
 /// log2 of a slot's length in ns.
 pub const SHIFT: u32 = 20;

@@ -5,7 +5,7 @@
 use proptest::prelude::*;
 
 use super::*;
-use crate::core::Handover;
+use crate::Handover;
 use mcrelay_pool::Class;
 
 impl Harness {
