@@ -1,7 +1,7 @@
 //! Everything an operator can see of a running daemon, as plain data.
 //!
 //! The daemon fills a [`Snapshot`] from its workers' published counters
-//! (`mcrelay_pool::PoolStatsHandle`, `mcrelay_dataplane` flow, output and
+//! (`mcrelay_pool::PoolStatsHandle`, `mcrelay_uring` flow, output and
 //! loop counters); `mcrelayctl` decodes it from the control socket. Every
 //! counter is a `u64` that only grows while its flow or worker lives, so
 //! rates come from the difference of two snapshots ([`crate::Rates`]).

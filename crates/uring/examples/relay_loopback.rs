@@ -6,7 +6,7 @@
 //! builds against older versions of the crate for a before/after count:
 //!
 //! ```console
-//! cargo build --release -p mcrelay-dataplane --example relay_loopback
+//! cargo build --release -p mcrelay-uring --example relay_loopback
 //! valgrind --tool=callgrind --toggle-collect='*Worker*run*' \
 //!     target/release/examples/relay_loopback [size] [gso: 0|1] [depth]
 //! ```
@@ -21,10 +21,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use mcrelay_dataplane::{
-    FlowSockets, IngressSocket, OutputSocket, ReceiveMode, WorkerConfig, spawn,
-};
 use mcrelay_pool::PoolConfig;
+use mcrelay_uring::{FlowSockets, IngressSocket, OutputSocket, ReceiveMode, WorkerConfig, spawn};
 
 const ROUNDS: usize = 200;
 const BURST: usize = 32;

@@ -9,9 +9,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use mcrelay_config::{IngressKind, Input, Output};
-use mcrelay_dataplane::{FlowSockets, IngressSocket, OutputSocket, ReceiveMode, WorkerConfig};
 use mcrelay_helper::{interface_index, open_egress, open_ingress};
 use mcrelay_pool::PoolConfig;
+use mcrelay_uring::{FlowSockets, IngressSocket, OutputSocket, ReceiveMode, WorkerConfig};
 
 mod counting;
 use counting::ALLOCATIONS;
@@ -72,7 +72,7 @@ fn relay_and_count(mode: ReceiveMode, gso: bool, same_size: bool) {
     let stats = flow.stats();
     let (events, _events_rx) = std::sync::mpsc::channel();
     let stop = Arc::new(AtomicBool::new(false));
-    let worker = mcrelay_dataplane::spawn(
+    let worker = mcrelay_uring::spawn(
         WorkerConfig {
             index: 0,
             cpu: None,

@@ -9,12 +9,12 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use mcrelay_config::{IngressKind, Input, Output};
-use mcrelay_dataplane::{
+use mcrelay_helper::{interface_index, open_egress, open_ingress};
+use mcrelay_pool::PoolConfig;
+use mcrelay_uring::{
     Command, Event, FlowSockets, IngressSocket, OutputSocket, ReceiveMode, WorkerConfig,
     WorkerHandle,
 };
-use mcrelay_helper::{interface_index, open_egress, open_ingress};
-use mcrelay_pool::PoolConfig;
 
 const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
@@ -105,7 +105,7 @@ fn start(
 ) -> (WorkerHandle, Arc<AtomicBool>, mpsc::Receiver<Event>) {
     let stop = Arc::new(AtomicBool::new(false));
     let (events, events_rx) = mpsc::channel();
-    let worker = mcrelay_dataplane::spawn(
+    let worker = mcrelay_uring::spawn(
         WorkerConfig {
             index: 0,
             cpu: None,

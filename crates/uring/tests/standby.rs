@@ -10,12 +10,12 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use mcrelay_config::{IngressKind, Input, Output};
-use mcrelay_dataplane::{
-    Command, Event, FlowSockets, IngressSocket, OutputSocket, ReceiveMode, WorkerConfig,
-};
 use mcrelay_helper::{interface_index, open_egress, open_ingress};
 use mcrelay_pool::PoolConfig;
 use mcrelay_relay::counters::{FlowCounters, OutputCounters};
+use mcrelay_uring::{
+    Command, Event, FlowSockets, IngressSocket, OutputSocket, ReceiveMode, WorkerConfig,
+};
 
 const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
@@ -114,7 +114,7 @@ fn run(mode: ReceiveMode) {
     let output: Arc<OutputCounters> = Arc::clone(&sockets.outputs[0].counters);
     let stop = Arc::new(AtomicBool::new(false));
     let (events_tx, events) = mpsc::channel();
-    let worker = mcrelay_dataplane::spawn(
+    let worker = mcrelay_uring::spawn(
         WorkerConfig {
             index: 0,
             cpu: None,

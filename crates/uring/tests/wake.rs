@@ -10,10 +10,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use mcrelay_dataplane::{
+use mcrelay_pool::PoolConfig;
+use mcrelay_uring::{
     Command, Event, FlowSockets, IngressSocket, OutputSocket, ReceiveMode, WorkerConfig,
 };
-use mcrelay_pool::PoolConfig;
 
 /// How long a wait for something expected may take before the test fails:
 /// generous for a loaded 2-core machine; a passing run never waits it out.
@@ -22,7 +22,7 @@ const DEADLINE: Duration = Duration::from_secs(60);
 fn added_flow_is_applied_on_its_wake_up(receive: ReceiveMode) {
     let stop = Arc::new(AtomicBool::new(false));
     let (events_tx, events) = mpsc::channel();
-    let worker = mcrelay_dataplane::spawn(
+    let worker = mcrelay_uring::spawn(
         WorkerConfig {
             index: 0,
             cpu: None,

@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use mcrelay_config::RelayMode;
 use mcrelay_control::{Mode, ModeOutcome};
-use mcrelay_dataplane::{Command, Event};
+use mcrelay_uring::{Command, Event};
 
 use super::{COMMAND_TIMEOUT, Daemon, lock};
 
