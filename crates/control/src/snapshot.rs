@@ -480,7 +480,8 @@ impl Snapshot {
 /// A snapshot of `flows` flows, each a copy of [`sample`]'s fully
 /// populated one (two outputs, RTP and TS health) under its own name, on
 /// one worker: what the renderers' benchmarks (benches/metrics.rs) feed
-/// them.
+/// them. Only with the `test-support` feature (or in this crate's tests).
+#[cfg(any(test, feature = "test-support"))]
 #[doc(hidden)]
 pub fn bench_snapshot(flows: usize) -> Snapshot {
     let mut s = sample();
@@ -495,6 +496,7 @@ pub fn bench_snapshot(flows: usize) -> Snapshot {
 }
 
 /// A small, fully populated snapshot for tests across the crate.
+#[cfg(any(test, feature = "test-support"))]
 pub(crate) fn sample() -> Snapshot {
     let pool = |class: &str, buffer_bytes, capacity, in_use, exhausted| PoolClassSnapshot {
         class: class.into(),

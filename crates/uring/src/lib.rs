@@ -47,7 +47,9 @@ pub mod worker;
 pub use receive_buffers::RECEIVE_BUFFER_BYTES;
 
 /// Internals the benchmarks drive directly (the packet path without the
-/// kernel). Not a stable API.
+/// kernel). Not a stable API; only with the `test-support` feature, never
+/// in the product build.
+#[cfg(feature = "test-support")]
 #[doc(hidden)]
 pub mod bench_support {
     pub use crate::submit::UserData;
