@@ -10,9 +10,9 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use gungraun::{library_benchmark, library_benchmark_group, main};
-use mcrelay_dataplane::core::{Core, FlowId, OutputSpec, Redundancy, SendToken};
-use mcrelay_dataplane::counters::OutputCounters;
 use mcrelay_pool::{PoolConfig, PoolSet};
+use mcrelay_relay::counters::OutputCounters;
+use mcrelay_relay::{Core, FlowId, OutputSpec, Redundancy, SendToken};
 
 const WARM: usize = 16;
 const N: usize = 1000;
@@ -40,6 +40,7 @@ fn setup() -> State {
         depth: 256,
         gso: false,
         counters: Arc::clone(&out),
+        resume_after: None,
     };
     let flow = add(&mut core, spec);
     let mut s = (core, flow, out, vec![0x47u8; 1316], Vec::with_capacity(4));

@@ -6,9 +6,9 @@
 use std::hint::black_box;
 use std::sync::Arc;
 
-use mcrelay_dataplane::core::{Core, FlowId, LegId, OutputSpec, Redundancy, SendToken};
-use mcrelay_dataplane::counters::OutputCounters;
 use mcrelay_pool::{PoolConfig, PoolSet};
+use mcrelay_relay::counters::OutputCounters;
+use mcrelay_relay::{Core, FlowId, LegId, OutputSpec, Redundancy, SendToken};
 
 /// Sequence numbers (delivered packets) per iteration.
 pub const BLOCK: i32 = 1000;
@@ -113,6 +113,7 @@ impl Run {
             depth: 256,
             gso: false,
             counters: Arc::clone(&out),
+            resume_after: None,
         };
         let flow = core
             .add_flow([spec], Arc::default(), s.legs, s.redundancy, 1)

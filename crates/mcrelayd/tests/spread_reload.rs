@@ -46,10 +46,11 @@ fn config(socket: &Path, payload: &str, spread: usize) -> String {
     )
 }
 
-/// Datagrams the kernel dropped before any relay socket could have them:
-/// the machine's per-CPU backlog drops (`/proc/net/softnet_stat`, every
-/// namespace's: an upper bound) and R's UDP receive-buffer errors. A
-/// datagram lost there is lost to every output whatever the relay does.
+/// Datagrams the kernel dropped outside the relay's control: the
+/// machine's per-CPU backlog drops (`/proc/net/softnet_stat`, every
+/// namespace's: an upper bound) and the UDP receive-buffer errors in R
+/// and in B (a receiver starved of CPU on a loaded machine). A datagram
+/// lost there is missing whatever the relay does.
 fn upstream_drops(t: &Topology) -> u64 {
     let softnet: u64 = fs::read_to_string("/proc/net/softnet_stat")
         .unwrap_or_default()
@@ -57,21 +58,26 @@ fn upstream_drops(t: &Topology) -> u64 {
         .filter_map(|l| l.split_whitespace().nth(1))
         .filter_map(|d| u64::from_str_radix(d, 16).ok())
         .sum();
-    let out = std::process::Command::new("ip")
-        .args(["netns", "exec", &t.r, "cat", "/proc/net/snmp"])
-        .output()
-        .expect("snmp");
-    let snmp = String::from_utf8_lossy(&out.stdout);
-    let mut udp = snmp.lines().filter(|l| l.starts_with("Udp:"));
-    let rcvbuf = match (udp.next(), udp.next()) {
-        (Some(names), Some(values)) => names
-            .split_whitespace()
-            .zip(values.split_whitespace())
-            .find(|(n, _)| *n == "RcvbufErrors")
-            .and_then(|(_, v)| v.parse().ok())
-            .unwrap_or(0),
-        _ => 0,
-    };
+    let rcvbuf: u64 = [&t.r, &t.b]
+        .into_iter()
+        .map(|ns| {
+            let out = std::process::Command::new("ip")
+                .args(["netns", "exec", ns, "cat", "/proc/net/snmp"])
+                .output()
+                .expect("snmp");
+            let snmp = String::from_utf8_lossy(&out.stdout).into_owned();
+            let mut udp = snmp.lines().filter(|l| l.starts_with("Udp:"));
+            match (udp.next(), udp.next()) {
+                (Some(names), Some(values)) => names
+                    .split_whitespace()
+                    .zip(values.split_whitespace())
+                    .find(|(n, _)| *n == "RcvbufErrors")
+                    .and_then(|(_, v)| v.parse().ok())
+                    .unwrap_or(0),
+                _ => 0,
+            }
+        })
+        .sum();
     softnet + rcvbuf
 }
 
