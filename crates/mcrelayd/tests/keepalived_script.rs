@@ -32,10 +32,8 @@ struct Scratch(PathBuf);
 
 impl Scratch {
     fn new(tag: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!(
-            "mcrelay-ka-script-{tag}-{}",
-            std::process::id()
-        ));
+        let dir =
+            std::env::temp_dir().join(format!("mcrelay-ka-script-{tag}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir(&dir).expect("scratch dir");
         fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).expect("chmod");
@@ -224,7 +222,8 @@ fn the_state_lives_in_a_root_only_directory_and_is_put_back() {
     let calls = s.calls();
     let after: Vec<&str> = calls.lines().skip(before).collect();
     assert!(
-        after.iter().any(|c| c.ends_with(" status")) && after.last().is_some_and(|c| c.ends_with(" active")),
+        after.iter().any(|c| c.ends_with(" status"))
+            && after.last().is_some_and(|c| c.ends_with(" active")),
         "check must restore active: {after:?}"
     );
     // A daemon that agrees: check only asks.

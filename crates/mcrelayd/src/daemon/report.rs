@@ -101,6 +101,19 @@ pub fn lock(shared: &SharedHandle) -> std::sync::MutexGuard<'_, Shared> {
 }
 
 impl Shared {
+    /// No flows, no workers: what the endpoints' unit tests serve.
+    #[cfg(test)]
+    pub fn empty() -> SharedHandle {
+        Arc::new(Mutex::new(Shared {
+            flows: Vec::new(),
+            workers: Vec::new(),
+            state: DaemonState::Running,
+            config_path: String::new(),
+            started: Instant::now(),
+            mode: mcrelay_control::Mode::Active,
+        }))
+    }
+
     /// Every counter, read without stopping a worker.
     pub fn snapshot(&self) -> Snapshot {
         self.snapshot_with(false)
