@@ -43,7 +43,8 @@ use mcrelay_pool::PoolConfig;
 use self::error::FlowCommandError;
 pub use self::error::StartError;
 use self::interfaces::blocked;
-use self::placement::{Placement, start_order, worker_cpus};
+use self::placement::{Placement, start_order};
+pub use self::placement::{spread_fits, worker_cpus};
 pub use self::report::{Shared, SharedHandle, lock};
 use self::report::{entry_mut, new_entry, note_outputs, print_final, share};
 use crate::links::LinkTable;
@@ -145,6 +146,7 @@ impl Daemon {
                 None => match shards::open(&mut opener, flow, &entry.stats, &entry.shard_inputs) {
                     Ok(opened) => {
                         entry.ingress = Some(opened.ingress);
+                        entry.own = opened.own;
                         unconnected = note_outputs(&mut entry, opened.pending);
                         for (shard, &w) in opened.shards.into_iter().zip(&ws) {
                             per_worker[w].push(shard);
@@ -395,6 +397,7 @@ impl Daemon {
         let mut shared = lock(&self.shared);
         let e = entry_mut(&mut shared, &name).ok_or(FlowCommandError::NotPublished)?;
         e.ingress = Some(opened.ingress);
+        e.own = opened.own;
         self.flows[i].unconnected = note_outputs(e, opened.pending);
         Ok(std::mem::replace(&mut e.state, FlowState::Running))
     }
