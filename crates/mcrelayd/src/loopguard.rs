@@ -17,8 +17,8 @@
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
 
-use mcrelay_dataplane::FlowSockets;
-use mcrelay_dataplane::ingress::IngressSocket;
+use mcrelay_uring::FlowSockets;
+use mcrelay_uring::ingress::IngressSocket;
 
 /// The local addresses of `outputs` that have one (bound and connected).
 pub fn own_endpoints<'a>(outputs: impl Iterator<Item = &'a UdpSocket>) -> Vec<SocketAddr> {
