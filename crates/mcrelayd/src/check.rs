@@ -109,11 +109,15 @@ fn on_this_host(config: &Config, found: &mut Findings, local: &dyn Fn(IpAddr) ->
         Err(e) => found.errors.push(format!("daemon.cores: {e}")),
     }
     let user = &config.daemon.user;
-    if let Err(e) = mcrelay_helper::lookup_user(user) {
-        found.errors.push(format!(
-            "daemon.user {user:?} does not exist on this host ({e}); create it \
+    match mcrelay_helper::lookup_user(user) {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => found.errors.push(format!(
+            "daemon.user {user:?} does not exist on this host; create it \
              (systemd-sysusers deploy/mcrelay.sysusers, or the Debian package does) or name another"
-        ));
+        )),
+        Err(e) => found
+            .errors
+            .push(format!("daemon.user {user:?}: looking it up failed: {e}")),
     }
     let mut missing: Vec<&str> = Vec::new();
     for f in config.flows.iter() {
