@@ -44,6 +44,7 @@ fn merge_failover_and_their_timers_never_allocate() {
                 after_ns: 20 * MS,
                 revert_after_ns: Some(100 * MS),
                 rtp: true,
+                gap_factor: 4,
             },
         ),
     ];

@@ -303,6 +303,7 @@ fn redundancy() -> impl Strategy<Value = Redundancy> {
                 after_ns: 2 * MS,
                 revert_after_ns,
                 rtp,
+                gap_factor: 4,
             }),
     ]
 }
