@@ -10,7 +10,7 @@
 //! an isolated corrupt or stray datagram never shifts the stream.
 //!
 //! Stream health ([`crate::rtp::RtpTracker`]) uses it per input; the
-//! relay core's `core::sequence` builds the multi-leg frame that merge
+//! relay core's `mcrelay_relay::sequence` builds the multi-leg frame that merge
 //! and failover follow on it (it lives here, below the core, so the
 //! health tracker in this crate and the core share one engine). Pure,
 //! fixed size, no allocation, a few compares per datagram.
