@@ -29,8 +29,8 @@
 //! confirmed (an encoder restart, a new source) restarts the guard.
 
 use super::{LegId, SPAN};
-use crate::sequence::{LegSeq, Step};
 use crate::counters::RedundancyCounters;
+use crate::sequence::{LegSeq, Step};
 
 /// What a datagram of a failover flow becomes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

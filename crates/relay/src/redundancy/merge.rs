@@ -44,8 +44,8 @@
 use mcrelay_pool::Buffer;
 
 use super::{LegId, SPAN};
-use crate::sequence::{Frame, MAX_MISORDER, Place};
 use crate::counters::RedundancyCounters;
+use crate::sequence::{Frame, MAX_MISORDER, Place};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
