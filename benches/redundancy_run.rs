@@ -85,6 +85,7 @@ pub fn scenarios() -> [Scenario; 5] {
                 after_ns: 100 * MS,
                 revert_after_ns: Some(10_000 * MS),
                 rtp: true,
+                gap_factor: 4,
             },
             skew: 0,
             lossy: false,

@@ -58,6 +58,7 @@ pub mod redundancy;
 mod request;
 mod resume;
 mod send;
+pub mod sequence;
 pub mod standby;
 mod takeover;
 
