@@ -29,7 +29,7 @@
 //! `unsafe fn`), the driver modules calling it (`worker::driver`,
 //! `worker::receive`), and [`sockets`] and [`affinity`] (socket options and
 //! CPU masks via libc). Sockets arrive open: the privileged helper
-//! (`mcrelay-helper`) opens them.
+//! opens them (`mcrelay-sockets::open_flow`).
 #![deny(unsafe_code)]
 
 pub mod affinity;

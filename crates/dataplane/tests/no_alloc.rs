@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use mcrelay_config::{IngressKind, Input, Output};
 use mcrelay_dataplane::{FlowSockets, IngressSocket, OutputSocket, ReceiveMode, WorkerConfig};
-use mcrelay_helper::{interface_index, open_egress, open_ingress};
 use mcrelay_pool::PoolConfig;
+use mcrelay_sockets::{interface_index, open_egress, open_ingress};
 
 mod counting;
 use counting::ALLOCATIONS;

@@ -13,8 +13,8 @@ use mcrelay_dataplane::{
     Command, Event, FlowSockets, IngressSocket, OutputSocket, ReceiveMode, WorkerConfig,
     WorkerHandle,
 };
-use mcrelay_helper::{interface_index, open_egress, open_ingress};
 use mcrelay_pool::PoolConfig;
+use mcrelay_sockets::{interface_index, open_egress, open_ingress};
 
 const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 

@@ -14,8 +14,8 @@ use mcrelay_dataplane::counters::{FlowCounters, OutputCounters};
 use mcrelay_dataplane::{
     Command, Event, FlowSockets, IngressSocket, OutputSocket, ReceiveMode, WorkerConfig,
 };
-use mcrelay_helper::{interface_index, open_egress, open_ingress};
 use mcrelay_pool::PoolConfig;
+use mcrelay_sockets::{interface_index, open_egress, open_ingress};
 
 const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
