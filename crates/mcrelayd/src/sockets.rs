@@ -210,7 +210,9 @@ impl Opener {
         match self {
             Opener::Helper { client, zygote, .. } => {
                 match hung_up(client.as_fd(), Some(Duration::ZERO)) {
-                    Ok(false) => None,
+                    Ok(false) => client
+                        .broken()
+                        .map(|why| format!("privileged helper stopped answering: {why}")),
                     Ok(true) => Some(match zygote.exited() {
                         Some(why) => format!("privileged helper exited with its zygote: {why}"),
                         None => "privileged helper exited (its connection closed)".to_owned(),
