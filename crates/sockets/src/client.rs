@@ -1,6 +1,8 @@
 //! The daemon's side of the helper connection: ask for a flow's sockets, a
 //! reload, or a ping, and wait a bounded time for the answer — a dead or
-//! stuck helper is an error, never a hang.
+//! stuck helper is an error, never a hang. After an error that may leave a
+//! reply unread the client is [`HelperClient::broken`] for good, and the
+//! daemon replaces the helper.
 
 use std::io;
 use std::os::fd::OwnedFd;
