@@ -11,13 +11,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mcrelay_config::{Flow, IngressKind, Output};
-use mcrelay_dataplane::core::Redundancy;
-use mcrelay_dataplane::{FlowSockets, IngressSocket, OutputSocket};
+use mcrelay_relay::Redundancy;
 use mcrelay_sockets::packet::flow_match;
 use mcrelay_sockets::{
     EGRESS_SEND_BUFFER_BYTES, HelperClient, HelperError, OpenFlowError, OpenedFlow, Zygote,
     ZygoteError, hung_up, open_flow, watch_hangup,
 };
+use mcrelay_uring::{FlowSockets, IngressSocket, OutputSocket};
 
 use crate::outputs::Unconnected;
 
