@@ -22,7 +22,7 @@ echo "built $deb"
 listing=$(dpkg-deb -c "$deb" | awk '{print $NF}')
 missing=0
 for path in \
-    ./usr/bin/mcrelayd ./usr/bin/mcrelayctl \
+    ./usr/bin/mcrelayd ./usr/bin/mcrelayctl ./usr/libexec/mcrelay/mcrelay-helper \
     ./usr/lib/systemd/system/mcrelay.service \
     ./usr/lib/sysusers.d/mcrelay.conf ./usr/lib/tmpfiles.d/mcrelay.conf \
     ./etc/mcrelay/mcrelay.toml \
@@ -57,6 +57,9 @@ trap cleanup EXIT
 dpkg -i "$deb"
 /usr/bin/mcrelayd check --config /etc/mcrelay/mcrelay.toml
 /usr/bin/mcrelayctl --version
+/usr/libexec/mcrelay/mcrelay-helper --version
+[ "$(stat -c %a:%U /usr/libexec/mcrelay/mcrelay-helper)" = 755:root ] \
+    || { echo "the helper program must be root-owned 0755"; exit 1; }
 getent passwd mcrelay >/dev/null || { echo "postinst did not create the mcrelay user"; exit 1; }
 # The shipped alert rules are the repository's, and valid (promtool comes
 # with .ci/steps/27-prometheus.sh; checked where it is installed).
@@ -84,7 +87,7 @@ if command -v systemctl >/dev/null; then
 fi
 
 dpkg --purge mcrelay
-for gone in /usr/bin/mcrelayd /usr/bin/mcrelayctl /etc/mcrelay /usr/lib/systemd/system/mcrelay.service \
+for gone in /usr/bin/mcrelayd /usr/bin/mcrelayctl /usr/libexec/mcrelay /etc/mcrelay /usr/lib/systemd/system/mcrelay.service \
     /usr/share/mcrelay /usr/share/bash-completion/completions/mcrelayctl; do
     [ ! -e "$gone" ] || { echo "$gone is still there after purge"; exit 1; }
 done

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the Debian package of mcrelay with dpkg-deb alone (no cargo-deb to
-# compile first): a release build of both binaries, a staged tree, the
+# compile first): a release build of the three binaries (mcrelayd, mcrelayctl
+# and the privileged helper program mcrelay-helper), a staged tree, the
 # control files in this directory, dpkg-deb --build --root-owner-group.
 #
 #   deploy/deb/build.sh [OUTDIR]     # default OUTDIR: target/deb
@@ -19,7 +20,7 @@ out=$(mkdir -p "${1:-target/deb}" && cd "${1:-target/deb}" && pwd)
 command -v dpkg-shlibdeps >/dev/null || { echo "build.sh: dpkg-shlibdeps missing: apt-get install dpkg-dev" >&2; exit 1; }
 
 if [ "${MCRELAY_DEB_NO_BUILD:-0}" != 1 ]; then
-    cargo build --release --locked -p mcrelayd -p mcrelayctl >&2
+    cargo build --release --locked -p mcrelayd -p mcrelayctl -p mcrelay-helper >&2
 fi
 bin=target/release
 # Reproducible timestamps (gzip -n, dpkg-deb and the changelog use it).
@@ -34,7 +35,7 @@ trap 'rm -rf "$stage"' EXIT
 pkg=$stage/mcrelay
 doc=$pkg/usr/share/doc/mcrelay
 
-install -d -m 0755 "$pkg/DEBIAN" "$pkg/usr/bin" "$pkg/usr/lib/systemd/system" \
+install -d -m 0755 "$pkg/DEBIAN" "$pkg/usr/bin" "$pkg/usr/libexec/mcrelay" "$pkg/usr/lib/systemd/system" \
     "$pkg/usr/lib/sysusers.d" "$pkg/usr/lib/tmpfiles.d" "$pkg/etc/mcrelay" \
     "$pkg/usr/share/man/man8" "$pkg/usr/share/man/man5" "$doc" "$pkg/usr/share/mcrelay" \
     "$pkg/usr/share/bash-completion/completions" "$pkg/usr/share/zsh/vendor-completions" \
@@ -45,6 +46,11 @@ for b in mcrelayd mcrelayctl; do
     install -m 0755 "$bin/$b" "$pkg/usr/bin/$b"
     strip --strip-unneeded --remove-section=.comment --remove-section=.note "$pkg/usr/bin/$b"
 done
+# The privileged helper program: started by mcrelayd (which looks for it
+# here), not a command for people, so not on PATH.
+helper=$pkg/usr/libexec/mcrelay/mcrelay-helper
+install -m 0755 "$bin/mcrelay-helper" "$helper"
+strip --strip-unneeded --remove-section=.comment --remove-section=.note "$helper"
 
 install -m 0644 deploy/mcrelay.service "$pkg/usr/lib/systemd/system/mcrelay.service"
 install -m 0644 deploy/mcrelay.sysusers "$pkg/usr/lib/sysusers.d/mcrelay.conf"
@@ -96,7 +102,7 @@ install -m 0644 "$here/conffiles" "$pkg/DEBIAN/conffiles"
 # symbol versions they use. dpkg-shlibdeps wants a debian/control to exist.
 mkdir -p "$stage/src/debian"
 printf 'Source: mcrelay\n\nPackage: mcrelay\nArchitecture: any\n' >"$stage/src/debian/control"
-depends=$(cd "$stage/src" && dpkg-shlibdeps -O "$pkg/usr/bin/mcrelayd" "$pkg/usr/bin/mcrelayctl" \
+depends=$(cd "$stage/src" && dpkg-shlibdeps -O "$pkg/usr/bin/mcrelayd" "$pkg/usr/bin/mcrelayctl" "$helper" \
     | sed -n 's/^shlibs:Depends=//p')
 [ -n "$depends" ] || { echo "build.sh: dpkg-shlibdeps found no dependencies" >&2; exit 1; }
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Licences of the Rust crates statically linked into mcrelayd and mcrelayctl.
+"""Licences of the Rust crates statically linked into mcrelayd, mcrelayctl and
+mcrelay-helper.
 
 Walks `cargo metadata`'s resolved graph from the two binaries' packages
 along normal (not dev or build) dependencies and prints, per crate, its
@@ -13,7 +14,7 @@ import os
 import subprocess
 import sys
 
-ROOTS = ("mcrelayd", "mcrelayctl")
+ROOTS = ("mcrelayd", "mcrelayctl", "mcrelay-helper")
 PREFIXES = ("license", "licence", "copying", "notice", "copyright", "unlicense")
 
 
@@ -46,7 +47,8 @@ def main():
 
     out = sys.stdout
     out.write(
-        "Rust crates statically linked into /usr/bin/mcrelayd and /usr/bin/mcrelayctl\n"
+        "Rust crates statically linked into /usr/bin/mcrelayd, /usr/bin/mcrelayctl\n"
+        "and /usr/libexec/mcrelay/mcrelay-helper\n"
         "(the mcrelay crates themselves are Apache-2.0, see copyright), with the\n"
         "licence and notice files each one ships.\n"
     )

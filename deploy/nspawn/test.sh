@@ -211,6 +211,7 @@ step "stop"
 systemctl stop "$unit"
 [ "$(prop ActiveState)" = inactive ] || fail "not inactive after stop: $(prop ActiveState)"
 if grep -qx mcrelayd /proc/[0-9]*/comm 2>/dev/null; then fail "mcrelayd processes left after stop"; fi
+if grep -qx mcrelay-helper /proc/[0-9]*/comm 2>/dev/null; then fail "mcrelay-helper processes left after stop"; fi
 journalctl -u "$unit" -o cat --no-pager | grep -q 'final ' || fail "no final counters on stop"
 
 step "purge"

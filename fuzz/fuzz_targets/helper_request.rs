@@ -1,5 +1,5 @@
-//! The privileged helper's request decoder (`mcrelay_helper::fuzz_request`,
+//! The privileged helper's request decoder (`mcrelay_sockets::fuzz_request`,
 //! run over crates/helper/tests/corpus in the normal tests): refuse, never
 //! panic.
 #![cfg_attr(feature = "libfuzzer", no_main)]
-mcrelay_fuzz::fuzz_target!(mcrelay_helper::fuzz_request);
+mcrelay_fuzz::fuzz_target!(mcrelay_sockets::fuzz_request);

@@ -4,13 +4,8 @@
 //! port or option — so a compromised daemon can only obtain the sockets the
 //! configuration already defines.
 
-use std::io;
-
-use mcrelay_config::{Config, Flow, IngressKind};
-
-use crate::opened::OpenedFlow;
-use crate::packet::open_packet_ingress;
-use crate::sockets::{interface_index, open_egress_or_pending, open_ingress};
+use mcrelay_config::{Config, Flow};
+use mcrelay_sockets::{OpenFlowError, OpenedFlow, open_flow};
 
 /// The flows the helper may open sockets for.
 #[derive(Debug, Clone)]
@@ -27,41 +22,9 @@ pub enum Refusal {
         "no flow named {0:?} in the configuration the helper loaded; add it to the file and reload"
     )]
     UnknownFlow(String),
-    /// An interface of the flow does not exist on this host.
-    #[error(
-        "flow {flow:?}: {field}: {source}; fix the name in the configuration or create the interface"
-    )]
-    Interface {
-        /// The flow.
-        flow: String,
-        /// `input.interface`, `inputs[i].interface` or
-        /// `outputs[i].interface`.
-        field: String,
-        /// From [`interface_index`]: names the interface.
-        source: io::Error,
-    },
-    /// Opening, binding or joining a leg's ingress socket failed.
-    #[error("flow {flow:?}: cannot open the input socket ({input}): {source}")]
-    Ingress {
-        /// The flow.
-        flow: String,
-        /// The input, as `interface address:port`.
-        input: String,
-        /// What the kernel said.
-        source: io::Error,
-    },
-    /// Opening one output's socket failed.
-    #[error("flow {flow:?}: cannot open outputs[{index}] ({output}): {source}")]
-    Egress {
-        /// The flow.
-        flow: String,
-        /// The output's position in the flow.
-        index: usize,
-        /// The output, as `interface address:port`.
-        output: String,
-        /// What the kernel said.
-        source: io::Error,
-    },
+    /// The flow is allowed, but opening its sockets failed.
+    #[error(transparent)]
+    Open(#[from] OpenFlowError),
 }
 
 impl Policy {
@@ -75,80 +38,21 @@ impl Policy {
         &self.config
     }
 
-    /// The flow called `name`, if the helper may open it: it exists and its
-    /// ingress kind is supported. Pure: opens nothing, looks up nothing.
+    /// The flow called `name`, if the helper may open it: it exists.
+    /// Pure: opens nothing, looks up nothing.
     pub fn allowed(&self, name: &str) -> Result<&Flow, Refusal> {
-        let flow = self
-            .config
+        self.config
             .flows
             .by_name(name)
-            .ok_or_else(|| Refusal::UnknownFlow(name.to_owned()))?;
-        Ok(flow)
+            .ok_or_else(|| Refusal::UnknownFlow(name.to_owned()))
     }
 
     /// Open every leg's ingress socket and every output socket of the
-    /// flow called `name`, exactly as the configuration defines them.
-    /// Interfaces are looked up first, so a missing one opens nothing.
+    /// flow called `name`, exactly as the configuration defines them
+    /// ([`open_flow`], the same call the daemon makes when it runs
+    /// without privileges).
     pub fn open_flow(&self, name: &str) -> Result<OpenedFlow, Refusal> {
-        let flow = self.allowed(name)?;
-        let interface = |field: String, name: &str| {
-            interface_index(name).map_err(|source| Refusal::Interface {
-                flow: flow.name.clone(),
-                field,
-                source,
-            })
-        };
-        let leg_field = |i: usize| {
-            if flow.inputs.len() == 1 {
-                "input".to_owned()
-            } else {
-                format!("inputs[{i}]")
-            }
-        };
-        let leg_indexes = flow
-            .inputs
-            .iter()
-            .enumerate()
-            .map(|(i, input)| interface(format!("{}.interface", leg_field(i)), &input.interface))
-            .collect::<Result<Vec<u32>, Refusal>>()?;
-        let output_indexes = flow
-            .outputs
-            .iter()
-            .enumerate()
-            .map(|(i, o)| interface(format!("outputs[{i}].interface"), &o.interface))
-            .collect::<Result<Vec<u32>, Refusal>>()?;
-        let mut legs = Vec::with_capacity(flow.inputs.len());
-        for (input, ifindex) in flow.inputs.iter().zip(leg_indexes) {
-            let open = match input.ingress {
-                IngressKind::Socket => open_ingress,
-                IngressKind::Packet => open_packet_ingress,
-            };
-            legs.push(open(input, ifindex).map_err(|source| Refusal::Ingress {
-                flow: flow.name.clone(),
-                input: input.to_string(),
-                source,
-            })?);
-        }
-        let mut outputs = Vec::with_capacity(flow.outputs.len());
-        let mut unconnected = Vec::new();
-        for (index, (output, ifindex)) in flow.outputs.iter().zip(output_indexes).enumerate() {
-            let (socket, pending) =
-                open_egress_or_pending(output, ifindex).map_err(|source| Refusal::Egress {
-                    flow: flow.name.clone(),
-                    index,
-                    output: output.to_string(),
-                    source,
-                })?;
-            if let Some(e) = pending {
-                unconnected.push((index, e.raw_os_error().unwrap_or(0)));
-            }
-            outputs.push(socket);
-        }
-        Ok(OpenedFlow {
-            legs,
-            outputs,
-            unconnected,
-        })
+        Ok(open_flow(self.allowed(name)?)?)
     }
 }
 

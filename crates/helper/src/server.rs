@@ -14,15 +14,16 @@ use mcrelay_config::ConfigErrors;
 use mcrelay_sys::prctl;
 use tracing::{info, warn};
 
-use crate::fdpass::{MAX_FDS_PER_MESSAGE, recv_with_fds, send_with_fds};
-use crate::opened::OpenedFlow;
-use crate::policy::Policy;
-use crate::privileges::status_of;
-use crate::protocol::{MAX_REQUEST_BYTES, Reply, Request};
+use mcrelay_sockets::OpenedFlow;
+use mcrelay_sockets::fdpass::{MAX_FDS_PER_MESSAGE, recv_with_fds, send_with_fds};
+use mcrelay_sockets::protocol::{MAX_REQUEST_BYTES, Reply, Request};
+use mcrelay_sys::privileges::status_of;
 
-/// The fd the helper finds its connection on ([`crate::spawn_helper`] puts
-/// it there).
-pub const HELPER_FD: RawFd = 3;
+use crate::policy::Policy;
+
+/// The fd the helper finds its connection on (`mcrelay_sockets::spawn`
+/// puts it there).
+pub use mcrelay_sockets::HELPER_FD;
 
 /// Environment variables the helper keeps; every other one is removed.
 ///
@@ -309,7 +310,7 @@ pub unsafe fn sanitize_process(connection_fd: RawFd) -> io::Result<()> {
 
 /// The helper process's entry point, after argument parsing: sanitize the
 /// process keeping `connection_fd` ([`HELPER_FD`] when started by
-/// [`crate::spawn_helper`]), check that fd is a Unix `SOCK_SEQPACKET`
+/// `mcrelay_sockets::spawn_helper`), check that fd is a Unix `SOCK_SEQPACKET`
 /// socket, take ownership of it and [`serve`] on it.
 ///
 /// # Safety
@@ -356,7 +357,7 @@ pub(crate) unsafe fn take_connection(connection_fd: RawFd) -> Result<UnixStream,
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fdpass::pair;
+    use mcrelay_sockets::fdpass::pair;
     use std::os::fd::AsFd;
     use std::path::PathBuf;
 

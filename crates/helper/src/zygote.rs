@@ -2,7 +2,8 @@
 //! helpers, so that a helper that dies comes back with its privileges.
 //!
 //! The daemon starts it once, while it still holds privileges
-//! ([`Zygote::spawn`]), then drops its own. The zygote sanitizes its process
+//! (`mcrelay_sockets::spawn::Zygote::spawn` runs this program), then drops
+//! its own. The zygote sanitizes its process
 //! like the helper ([`crate::sanitize_process`]), ignores `SIGHUP` and
 //! `SIGINT` (a `systemctl kill -s HUP` reaches the whole cgroup; it and its
 //! helpers follow the daemon, not the signal), keeps only
@@ -12,167 +13,28 @@
 //! new connection pair, forks, and passes the daemon's end back; the child
 //! raises the kept capabilities and becomes a helper ([`crate::serve`]) on
 //! the other end. Forking (not exec) keeps the helper the very code the
-//! daemon was started with, even after a package upgrade replaced the
+//! zygote was started with, even after a package upgrade replaced the
 //! binary on disk.
 //!
-//! The daemon learns that a helper died when its connection hangs up
-//! ([`hung_up`], [`watch_hangup`]) and asks the zygote for another.
+//! The daemon learns that a helper died when its connection hangs up, or
+//! that it is stuck when it stops answering (`mcrelay_sockets::spawn`), and
+//! asks the zygote for another.
 #![allow(unsafe_code)]
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::process::Child;
-use std::time::Duration;
 
+use mcrelay_sockets::fdpass::{pair, recv_with_fds, send_with_fds};
+use mcrelay_sockets::spawn::{FORK, FORKED};
 use mcrelay_sys::prctl;
+use mcrelay_sys::privileges::{
+    HELPER_CAPABILITIES, keep_only_capabilities, raise_kept_capabilities,
+};
 use tracing::{info, warn};
 
-use crate::client::{DEFAULT_TIMEOUT, HelperClient};
-use crate::fdpass::{pair, recv_with_fds, send_with_fds};
-use crate::privileges::{
-    HELPER_CAPABILITIES, keep_only_capabilities, raise_kept_capabilities, spawn_connected,
-};
 use crate::server::{ServeError, sanitize_process, serve, take_connection};
-
-/// The one request.
-const FORK: &[u8] = b"FORK";
-/// The answer's prefix, followed by the new helper's pid; one fd attached.
-const FORKED: &str = "FORKED ";
-
-/// Why the zygote could not give the daemon a helper.
-#[derive(Debug, thiserror::Error)]
-pub enum ZygoteError {
-    /// Starting the zygote process failed.
-    #[error("cannot start the privileged zygote: {0}")]
-    Spawn(#[source] io::Error),
-    /// The request could not be sent: the zygote is gone or stuck.
-    #[error("cannot ask the privileged zygote for a helper (it exited or is stuck): {0}")]
-    Send(#[source] io::Error),
-    /// No answer: the zygote is gone or stuck.
-    #[error("the privileged zygote did not answer (it exited or is stuck): {0}")]
-    Receive(#[source] io::Error),
-    /// The zygote closed the connection.
-    #[error("the privileged zygote closed its connection (it exited or was killed)")]
-    Closed,
-    /// An answer that is not `FORKED <pid>` with one fd.
-    #[error("the privileged zygote sent a malformed answer: {0}")]
-    Malformed(String),
-    /// The new helper's connection could not be set up.
-    #[error("cannot set up the new helper's connection: {0}")]
-    Client(#[source] io::Error),
-}
-
-/// The daemon's handle on the zygote.
-#[derive(Debug)]
-pub struct Zygote {
-    conn: UnixStream,
-    child: Child,
-}
-
-impl Zygote {
-    /// Start `exe args...` as the zygote (its connection on fd 3, as
-    /// [`crate::spawn_helper`] does, with the same contract: call it from
-    /// the main thread before other threads start).
-    pub fn spawn(exe: &Path, args: &[&str]) -> Result<Self, ZygoteError> {
-        let (child, conn) = spawn_connected(exe, args).map_err(ZygoteError::Spawn)?;
-        let set = |conn: &UnixStream| {
-            conn.set_read_timeout(Some(DEFAULT_TIMEOUT))?;
-            conn.set_write_timeout(Some(DEFAULT_TIMEOUT))
-        };
-        let mut zygote = Zygote { conn, child };
-        if let Err(e) = set(&zygote.conn) {
-            let _ = zygote.child.kill();
-            let _ = zygote.child.wait();
-            return Err(ZygoteError::Spawn(e));
-        }
-        Ok(zygote)
-    }
-
-    /// The zygote's pid.
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// Why the zygote is gone, if it is.
-    pub fn exited(&mut self) -> Option<String> {
-        match self.child.try_wait() {
-            Ok(Some(status)) => Some(format!("the privileged zygote exited ({status})")),
-            Ok(None) => None,
-            Err(e) => Some(format!("the privileged zygote: {e}")),
-        }
-    }
-
-    /// A new helper: its pid and a client on its connection.
-    pub fn helper(&mut self) -> Result<(u32, HelperClient), ZygoteError> {
-        send_with_fds(&self.conn, FORK, &[]).map_err(ZygoteError::Send)?;
-        let mut buf = [0u8; 64];
-        let (n, mut fds) = recv_with_fds(&self.conn, &mut buf, 1).map_err(|e| {
-            if e.kind() == io::ErrorKind::ConnectionReset {
-                ZygoteError::Closed
-            } else {
-                ZygoteError::Receive(e)
-            }
-        })?;
-        if n == 0 {
-            return Err(ZygoteError::Closed);
-        }
-        let text = String::from_utf8_lossy(&buf[..n]);
-        let pid = text
-            .strip_prefix(FORKED)
-            .and_then(|p| p.parse::<u32>().ok())
-            .ok_or_else(|| ZygoteError::Malformed(format!("{text:?}")))?;
-        let fd = match (fds.pop(), fds.is_empty()) {
-            (Some(fd), true) => fd,
-            _ => return Err(ZygoteError::Malformed(format!("{text:?} without one fd"))),
-        };
-        let client = HelperClient::new(UnixStream::from(fd)).map_err(ZygoteError::Client)?;
-        Ok((pid, client))
-    }
-}
-
-/// Whether the peer of `conn` has closed it (the process at the other end
-/// exited or was killed), waiting at most `timeout` (`None`: for ever).
-/// Pending data does not count: only a hang-up does.
-pub fn hung_up(conn: BorrowedFd<'_>, timeout: Option<Duration>) -> io::Result<bool> {
-    let millis = timeout.map_or(-1, |t| i32::try_from(t.as_millis()).unwrap_or(i32::MAX));
-    // A raw poll: nix's `PollFd::revents` drops every flag it has no name
-    // for, and it names no POLLRDHUP, so a hang-up would read as nothing.
-    let mut pfd = libc::pollfd {
-        fd: conn.as_raw_fd(),
-        events: libc::POLLRDHUP,
-        revents: 0,
-    };
-    loop {
-        // SAFETY: `pfd` is one live pollfd, the count passed; `conn` is
-        // borrowed, so the fd stays open during the call.
-        let rc = unsafe { libc::poll(&raw mut pfd, 1, millis) };
-        if rc >= 0 {
-            return Ok(pfd.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0);
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    }
-}
-
-/// A thread that calls `then` once the peer of `conn` (a duplicate of the
-/// daemon's end of a helper connection) hangs up. The thread keeps `conn`
-/// open; that is harmless since only a dead helper is ever replaced.
-pub fn watch_hangup(
-    conn: OwnedFd,
-    then: impl FnOnce() + Send + 'static,
-) -> io::Result<std::thread::JoinHandle<()>> {
-    std::thread::Builder::new()
-        .name("mcrelay-helper-watch".into())
-        .spawn(move || match hung_up(conn.as_fd(), None) {
-            Ok(true) => then(),
-            Ok(false) => {}
-            Err(e) => warn!("cannot watch the privileged helper: {e}"),
-        })
-}
 
 /// What the process is, after [`zygote_loop`] returns.
 enum Role {

@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use mcrelay_helper::{HelperClient, HelperError, ServeError, fdpass, serve};
+use mcrelay_helper::{ServeError, serve};
+use mcrelay_sockets::{HelperClient, HelperError, fdpass};
 
 struct Helper {
     config: PathBuf,

@@ -15,9 +15,10 @@ use std::process::{Command, ExitCode};
 use std::time::Duration;
 
 use mcrelay_helper::server::KEPT_ENVIRONMENT;
-use mcrelay_helper::{
-    HELPER_CAPABILITIES, HELPER_FD, HelperError, drop_all_capabilities, drop_to_user,
-    keep_only_capabilities, lookup_user, run_helper, sanitize_process, serve, spawn_helper,
+use mcrelay_helper::{run_helper, sanitize_process, serve};
+use mcrelay_sockets::{HELPER_FD, HelperError, spawn_helper};
+use mcrelay_sys::privileges::{
+    HELPER_CAPABILITIES, drop_all_capabilities, drop_to_user, keep_only_capabilities, lookup_user,
     status_of,
 };
 

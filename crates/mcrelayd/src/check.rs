@@ -109,7 +109,7 @@ fn on_this_host(config: &Config, found: &mut Findings, local: &dyn Fn(IpAddr) ->
         Err(e) => found.errors.push(format!("daemon.cores: {e}")),
     }
     let user = &config.daemon.user;
-    match mcrelay_helper::lookup_user(user) {
+    match mcrelay_sys::privileges::lookup_user(user) {
         Ok(_) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => found.errors.push(format!(
             "daemon.user {user:?} does not exist on this host; create it \

@@ -118,7 +118,7 @@ impl Policy {
     fn for_socket(path: &Path) -> Self {
         // The effective uid from /proc/self/status: /proc/self itself is
         // root's once the process is no longer dumpable.
-        let me = mcrelay_helper::status_of(std::process::id()).map_or(0, |s| s.uid[1]);
+        let me = mcrelay_sys::privileges::status_of(std::process::id()).map_or(0, |s| s.uid[1]);
         let gid = std::fs::metadata(path).map(|m| m.gid()).unwrap_or(0);
         Self { uid: me, gid }
     }

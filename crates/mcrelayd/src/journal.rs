@@ -19,10 +19,8 @@
 //! fields stay in the message text, as on a terminal.
 
 use std::fmt;
-use std::os::fd::AsFd;
-use std::os::unix::fs::MetadataExt;
 
-use tracing::{Event, Level, Subscriber};
+use tracing::{Event, Subscriber};
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::format::{FormatEvent, FormatFields, Writer};
 use tracing_subscriber::fmt::{FmtContext, format};
@@ -67,37 +65,7 @@ pub fn eprint_error(message: &dyn fmt::Display) {
     }
 }
 
-/// Whether stderr is the journal stream `JOURNAL_STREAM` names.
-fn stderr_is_journal() -> bool {
-    let Some(value) = std::env::var_os("JOURNAL_STREAM") else {
-        return false;
-    };
-    let Some(named) = value.to_str().and_then(parse_journal_stream) else {
-        return false;
-    };
-    let stderr = std::io::stderr()
-        .as_fd()
-        .try_clone_to_owned()
-        .map(std::fs::File::from)
-        .and_then(|f| f.metadata());
-    stderr.is_ok_and(|m| (m.dev(), m.ino()) == named)
-}
-
-/// `JOURNAL_STREAM`'s `device:inode`, both decimal.
-fn parse_journal_stream(value: &str) -> Option<(u64, u64)> {
-    let (dev, ino) = value.split_once(':')?;
-    Some((dev.parse().ok()?, ino.parse().ok()?))
-}
-
-/// The syslog priority journald reads from a line's `<N>` prefix.
-fn priority(level: Level) -> u8 {
-    match level {
-        Level::ERROR => 3, // LOG_ERR
-        Level::WARN => 4,  // LOG_WARNING
-        Level::INFO => 6,  // LOG_INFO
-        _ => 7,            // LOG_DEBUG: debug and trace
-    }
-}
+use mcrelay_sys::journal::{priority, stderr_is_journal};
 
 /// An event format that puts the level's `<N>` on each line the inner
 /// format writes (a message with newlines becomes several journal entries,
@@ -187,14 +155,5 @@ mod tests {
         let lines: Vec<&str> = out.lines().collect();
         assert_eq!(lines.len(), 3, "{out}");
         assert!(lines.iter().all(|l| l.starts_with("<4>")), "{out}");
-    }
-
-    #[test]
-    fn journal_stream_is_device_colon_inode() {
-        assert_eq!(parse_journal_stream("8:12345"), Some((8, 12345)));
-        assert_eq!(parse_journal_stream("0:0"), Some((0, 0)));
-        for bad in ["", "8", "8:", ":5", "a:b", "8:5:1", "-1:5"] {
-            assert_eq!(parse_journal_stream(bad), None, "{bad:?}");
-        }
     }
 }

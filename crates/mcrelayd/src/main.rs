@@ -60,6 +60,13 @@ struct Cli {
     #[arg(long, value_enum, default_value_t = Gso::On)]
     gso: Gso,
 
+    /// The privileged helper program to start when mcrelayd has
+    /// privileges to hand over [default: mcrelay-helper beside this
+    /// executable if there is one, else
+    /// /usr/libexec/mcrelay/mcrelay-helper].
+    #[arg(long, value_name = "FILE")]
+    helper: Option<PathBuf>,
+
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -78,17 +85,6 @@ enum Gso {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// The privileged zygote (started by mcrelayd itself, its connection
-    /// on fd 3): forks helpers, which open the sockets the config allows,
-    /// nothing else; as `--user` (started as root) with only the network
-    /// capabilities.
-    #[command(hide = true)]
-    Helper {
-        #[arg(long, value_name = "FILE")]
-        config: PathBuf,
-        #[arg(long, value_name = "USER")]
-        user: Option<String>,
-    },
     /// Validate a configuration file: print a one-line summary and exit 0,
     /// or print every error (file:line:column: message) and exit 1.
     Check {
@@ -127,7 +123,6 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Some(Command::Check { config, offline }) => check::run(&config, offline),
-        Some(Command::Helper { config, user }) => helper(&config, user.as_deref()),
         Some(Command::Man { config_file }) => man(config_file),
         Some(Command::Completions { shell }) => completions(shell),
         Some(Command::Demo(args)) => demo::run(&args),
@@ -137,31 +132,11 @@ fn main() -> ExitCode {
                 Receive::Single => mcrelay_uring::ReceiveMode::Single,
             };
             let gso = cli.gso == Gso::On;
-            run::run(&cli.config, daemon::RunOptions { receive, gso })
-        }
-    }
-}
-
-/// The zygote process's whole life, and each helper's it forks.
-#[allow(unsafe_code)]
-fn helper(config: &std::path::Path, user: Option<&str>) -> ExitCode {
-    // The daemon's log level (`daemon.log_level`) from the file the helper
-    // serves; the helper re-reads it (and reports errors) when it starts.
-    // Reading it here closes the file again before sanitize_process.
-    let level = mcrelay_config::load(config).map_or_else(
-        |_| mcrelay_config::DEFAULT_LOG_LEVEL.to_owned(),
-        |c| c.daemon.log_level,
-    );
-    journal::init(&level);
-    // SAFETY: called first thing in a process that owns no fds but the
-    // standard three and the connection `spawn_helper` put on fd 3; the
-    // tracing subscriber holds none. Closing every other fd is exactly what
-    // is wanted.
-    match unsafe { mcrelay_helper::run_zygote(mcrelay_helper::HELPER_FD, config, user) } {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            journal::eprint_error(&format_args!("mcrelayd helper: {e}"));
-            ExitCode::from(1)
+            run::run(
+                &cli.config,
+                cli.helper.as_deref(),
+                daemon::RunOptions { receive, gso },
+            )
         }
     }
 }

@@ -4,7 +4,7 @@
 //! output: the worker sends on the bad one's socket, which fails fast
 //! (`EDESTADDRREQ`, counted as a send error) without touching the others.
 //! The supervisor keeps a duplicate of that socket and retries binding and
-//! connecting it ([`mcrelay_helper::sockets::connect_egress`], which needs
+//! connecting it ([`mcrelay_sockets::udp::connect_egress`], which needs
 //! no privilege) every second and on every interface change; once connected
 //! the worker's next send on it succeeds. Logged once when it fails, once
 //! when it recovers; every failed attempt is counted.
@@ -13,7 +13,7 @@ use std::io;
 use std::net::UdpSocket;
 
 use mcrelay_config::{Flow, Output};
-use mcrelay_helper::sockets::connect_egress;
+use mcrelay_sockets::udp::connect_egress;
 
 /// An output still to connect: a duplicate of the socket its worker uses.
 #[derive(Debug)]

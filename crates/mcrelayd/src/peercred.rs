@@ -67,7 +67,7 @@ mod tests {
         let me = std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m));
         assert_eq!(Some(cred.uid), me.ok());
         let groups = peer_groups(&a).expect("groups");
-        let status = mcrelay_helper::status_of(std::process::id()).expect("status");
+        let status = mcrelay_sys::privileges::status_of(std::process::id()).expect("status");
         assert_eq!(groups, status.groups);
     }
 }

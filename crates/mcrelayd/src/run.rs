@@ -21,7 +21,9 @@ use crate::netlink::LinkWatch;
 use crate::notify::Notifier;
 use crate::sockets::Opener;
 
-pub fn run(path: &Path, options: RunOptions) -> ExitCode {
+/// Run the relay with the config at `path`; `helper`: the privileged
+/// helper program, if `--helper` named one.
+pub fn run(path: &Path, helper: Option<&Path>, options: RunOptions) -> ExitCode {
     let config = match mcrelay_config::load(path) {
         Ok(c) => c,
         Err(errors) => {
@@ -30,7 +32,7 @@ pub fn run(path: &Path, options: RunOptions) -> ExitCode {
         }
     };
     crate::journal::init(&config.daemon.log_level);
-    match supervise(path, config, options) {
+    match supervise(path, helper, config, options) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             let e = crate::chain::Chain(&e);
@@ -116,6 +118,7 @@ const TICK: Duration = Duration::from_secs(1);
 
 fn supervise(
     path: &Path,
+    helper: Option<&Path>,
     config: mcrelay_config::Config,
     options: RunOptions,
 ) -> Result<(), SuperviseError> {
@@ -132,7 +135,12 @@ fn supervise(
     crate::fdbudget::at_start(path, &config)?;
     crate::kernel_limits::at_load(path, &config)?;
     let opener = if privileges.any() {
-        Opener::spawn_helper(path, privileges.user.as_ref().map(|u| u.name.as_str()))?
+        let program = crate::sockets::helper_program(helper)?;
+        Opener::spawn_helper(
+            &program,
+            path,
+            privileges.user.as_ref().map(|u| u.name.as_str()),
+        )?
     } else {
         tracing::info!("started without privileges: opening sockets in this process, no helper");
         Opener::direct()
@@ -323,19 +331,22 @@ struct Privileges {
     root: bool,
     capabilities: bool,
     /// The service user, looked up when started as root.
-    user: Option<mcrelay_helper::User>,
+    user: Option<mcrelay_sys::privileges::User>,
 }
 
 impl Privileges {
     fn of_this_process(user: &str) -> Result<Self, PrivilegeError> {
-        let me = mcrelay_helper::status_of(std::process::id()).map_err(PrivilegeError::Status)?;
+        let me = mcrelay_sys::privileges::status_of(std::process::id())
+            .map_err(PrivilegeError::Status)?;
         let root = me.uid[1] == 0;
         let capabilities = me.cap_prm != 0 || me.cap_eff != 0 || me.cap_amb != 0;
         let user = if root {
             Some(
-                mcrelay_helper::lookup_user(user).map_err(|source| PrivilegeError::NoUser {
-                    user: user.to_owned(),
-                    source,
+                mcrelay_sys::privileges::lookup_user(user).map_err(|source| {
+                    PrivilegeError::NoUser {
+                        user: user.to_owned(),
+                        source,
+                    }
                 })?,
             )
         } else {
@@ -362,7 +373,7 @@ impl Privileges {
     /// Only while single-threaded: both act on the calling thread.
     fn drop(&self) -> Result<(), PrivilegeError> {
         if let Some(user) = &self.user {
-            mcrelay_helper::drop_to_user(&user.name).map_err(|source| {
+            mcrelay_sys::privileges::drop_to_user(&user.name).map_err(|source| {
                 PrivilegeError::SwitchUser {
                     user: user.name.clone(),
                     source,
@@ -370,10 +381,11 @@ impl Privileges {
             })?;
         }
         if self.any() {
-            mcrelay_helper::drop_all_capabilities().map_err(PrivilegeError::Capabilities)?;
+            mcrelay_sys::privileges::drop_all_capabilities()
+                .map_err(PrivilegeError::Capabilities)?;
             crate::hardening::seal().map_err(PrivilegeError::Seal)?;
-            let me =
-                mcrelay_helper::status_of(std::process::id()).map_err(PrivilegeError::Status)?;
+            let me = mcrelay_sys::privileges::status_of(std::process::id())
+                .map_err(PrivilegeError::Status)?;
             tracing::info!(
                 uid = me.uid[1],
                 gid = me.gid[1],

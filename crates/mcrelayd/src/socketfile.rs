@@ -74,7 +74,7 @@ fn trusted_owner(uid: u32, owner: Option<(u32, u32)>) -> bool {
 }
 
 fn effective_uid() -> Option<u32> {
-    mcrelay_helper::status_of(std::process::id())
+    mcrelay_sys::privileges::status_of(std::process::id())
         .ok()
         .map(|s| s.uid[1])
 }

@@ -6,18 +6,17 @@
 
 use std::net::SocketAddr;
 use std::os::fd::AsFd;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use mcrelay_config::{Flow, IngressKind, Output};
-use mcrelay_helper::packet::{flow_match, open_packet_ingress};
-use mcrelay_helper::sockets::open_egress_or_pending;
-use mcrelay_helper::{
-    EGRESS_SEND_BUFFER_BYTES, HelperClient, HelperError, OpenedFlow, Zygote, ZygoteError, hung_up,
-    interface_index, open_ingress, watch_hangup,
-};
 use mcrelay_relay::Redundancy;
+use mcrelay_sockets::packet::flow_match;
+use mcrelay_sockets::{
+    EGRESS_SEND_BUFFER_BYTES, HelperClient, HelperError, OpenFlowError, OpenedFlow, Zygote,
+    ZygoteError, hung_up, open_flow, watch_hangup,
+};
 use mcrelay_uring::{FlowSockets, IngressSocket, OutputSocket};
 
 use crate::outputs::Unconnected;
@@ -33,10 +32,51 @@ pub enum Opener {
     /// same privileges, when it dies.
     Helper {
         client: HelperClient,
+        /// The helper's pid, to end it when it stops answering.
+        pid: u32,
         zygote: Zygote,
         /// Called (from a watcher thread) when the helper hangs up.
         on_exit: Option<HelperWaker>,
     },
+}
+
+/// Where the helper program is installed (the .deb puts it there).
+pub const DEFAULT_HELPER: &str = "/usr/libexec/mcrelay/mcrelay-helper";
+
+/// The helper program's file name, next to `mcrelayd` in a build tree.
+const HELPER_NAME: &str = "mcrelay-helper";
+
+/// The helper program to start: `explicit` (`--helper`) when given; else
+/// `mcrelay-helper` next to this executable, if there is one (a build
+/// tree: `target/debug/`); else [`DEFAULT_HELPER`].
+pub fn helper_program(explicit: Option<&Path>) -> Result<PathBuf, SpawnHelperError> {
+    if let Some(path) = explicit {
+        return Ok(path.to_owned());
+    }
+    let exe = std::env::current_exe().map_err(SpawnHelperError::OwnExecutable)?;
+    let beside = exe.with_file_name(HELPER_NAME);
+    Ok(if beside.is_file() {
+        beside
+    } else {
+        PathBuf::from(DEFAULT_HELPER)
+    })
+}
+
+/// Refuse a helper program that others than its owner (and root) may
+/// replace: it will hold the network capabilities.
+fn check_program(path: &Path) -> Result<(), SpawnHelperError> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).map_err(|source| SpawnHelperError::Program {
+        path: path.to_owned(),
+        source,
+    })?;
+    if !meta.is_file() || meta.mode() & 0o022 != 0 {
+        return Err(SpawnHelperError::Unsafe {
+            path: path.to_owned(),
+            mode: meta.mode() & 0o7777,
+        });
+    }
+    Ok(())
 }
 
 /// What wakes the supervisor when the helper dies.
@@ -56,24 +96,38 @@ impl std::fmt::Debug for Opener {
 }
 
 impl Opener {
-    /// Start the privileged zygote (`mcrelayd helper --config FILE
-    /// [--user USER]`, fd 3 its end of the connection; `user` when started
-    /// as root) and have it fork the first helper. Call it from the main
-    /// thread before any other thread starts: the zygote's parent-death
-    /// signal follows this thread.
-    pub fn spawn_helper(config: &Path, user: Option<&str>) -> Result<Self, SpawnHelperError> {
-        let exe = std::env::current_exe().map_err(SpawnHelperError::OwnExecutable)?;
+    /// Start the privileged zygote (`program --config FILE [--user
+    /// USER]`, the `mcrelay-helper` program, fd 3 its end of the
+    /// connection; `user` when started as root) and have it fork the first
+    /// helper. Call it from the main thread before any other thread starts:
+    /// the zygote's parent-death signal follows this thread.
+    pub fn spawn_helper(
+        program: &Path,
+        config: &Path,
+        user: Option<&str>,
+    ) -> Result<Self, SpawnHelperError> {
+        check_program(program)?;
         let config = config
             .to_str()
             .ok_or(SpawnHelperError::ConfigPathNotUtf8)?
             .to_owned();
-        let mut args = vec!["helper", "--config", &config];
+        let mut args = vec!["--config", &config];
         args.extend(user.iter().flat_map(|u| ["--user", u]));
-        let mut zygote = Zygote::spawn(&exe, &args).map_err(SpawnHelperError::Zygote)?;
+        let mut zygote =
+            Zygote::spawn(program, &args).map_err(|source| SpawnHelperError::Zygote {
+                program: program.to_owned(),
+                source,
+            })?;
         let (pid, client) = first_helper(&mut zygote)?;
-        tracing::info!(pid, zygote = zygote.pid(), "privileged helper started");
+        tracing::info!(
+            pid,
+            zygote = zygote.pid(),
+            program = %program.display(),
+            "privileged helper started"
+        );
         Ok(Opener::Helper {
             client,
+            pid,
             zygote,
             on_exit: None,
         })
@@ -91,19 +145,24 @@ impl Opener {
         Ok(())
     }
 
-    /// Replace a dead helper with a new one from the zygote, as privileged
-    /// as the first; its pid.
+    /// Replace a dead or stuck helper with a new one from the zygote, as
+    /// privileged as the first; its pid. A helper still there (stuck: it
+    /// stopped answering) is killed first, so it can't answer late.
     pub fn restart_helper(&mut self) -> Result<u32, RestartHelperError> {
         let Opener::Helper {
             client,
+            pid,
             zygote,
             on_exit,
         } = self
         else {
             return Err(RestartHelperError::NoHelper);
         };
-        let (pid, new) = first_helper(zygote)?;
+        end_helper(*pid, client);
+        let (new_pid, new) = first_helper(zygote)?;
         *client = new;
+        *pid = new_pid;
+        let pid = new_pid;
         if let Some(waker) = on_exit {
             watch(client, Arc::clone(waker))?;
         }
@@ -144,12 +203,16 @@ impl Opener {
         Ok(())
     }
 
-    /// Why the helper is gone, if it is: its connection hung up.
+    /// Why the helper is gone or unusable, if it is: its connection hung
+    /// up, or a request to it went unanswered (timed out) or out of step,
+    /// so it can't be trusted to answer the next one.
     pub fn helper_exited(&mut self) -> Option<String> {
         match self {
             Opener::Helper { client, zygote, .. } => {
                 match hung_up(client.as_fd(), Some(Duration::ZERO)) {
-                    Ok(false) => None,
+                    Ok(false) => client
+                        .broken()
+                        .map(|why| format!("privileged helper stopped answering: {why}")),
                     Ok(true) => Some(match zygote.exited() {
                         Some(why) => format!("privileged helper exited with its zygote: {why}"),
                         None => "privileged helper exited (its connection closed)".to_owned(),
@@ -169,7 +232,7 @@ impl Opener {
         flow: &Flow,
     ) -> Result<(FlowSockets, Vec<(Unconnected, std::io::Error)>), OpenError> {
         let opened = match self {
-            Opener::Direct => open_here(flow)?,
+            Opener::Direct => open_flow(flow)?,
             Opener::Helper { client, .. } => {
                 client
                     .open_flow(&flow.name)
@@ -295,6 +358,26 @@ pub fn restart_helper(opener: &mut Opener, why: &str) -> Option<String> {
     }
 }
 
+/// End the helper `pid` on `client`'s connection if it is still there: a
+/// stuck one (stopped, or blocked). A dead one is not signalled: its
+/// connection hung up, and the zygote (which ignores `SIGCHLD`) has
+/// reaped it, so its pid may be reused. The helper runs as this process's
+/// user, so this process may signal it; `SIGKILL` also ends a stopped
+/// process. The window between the check and the signal is the helper
+/// dying and its pid being reused within microseconds; pids cycle through
+/// `pid_max` first.
+fn end_helper(pid: u32, client: &HelperClient) {
+    if !matches!(hung_up(client.as_fd(), Some(Duration::ZERO)), Ok(false)) {
+        return;
+    }
+    let Ok(raw) = i32::try_from(pid) else { return };
+    match nix::sys::signal::kill(nix::unistd::Pid::from_raw(raw), nix::sys::signal::SIGKILL) {
+        Ok(()) => tracing::warn!(pid, "ended the privileged helper that stopped answering"),
+        Err(nix::errno::Errno::ESRCH) => {}
+        Err(e) => tracing::warn!(pid, "cannot end the old privileged helper: {e}"),
+    }
+}
+
 /// A helper from `zygote`, answering a ping.
 fn first_helper(zygote: &mut Zygote) -> Result<(u32, HelperClient), FirstHelperError> {
     let (pid, mut client) = zygote.helper().map_err(FirstHelperError::Start)?;
@@ -315,12 +398,31 @@ fn watch(client: &HelperClient, waker: HelperWaker) -> Result<(), WatchError> {
 /// Why the privileged helper (and its zygote) did not start.
 #[derive(Debug, thiserror::Error)]
 pub enum SpawnHelperError {
-    #[error("finding mcrelayd's own executable")]
+    #[error("finding mcrelayd's own executable (to find mcrelay-helper beside it)")]
     OwnExecutable(#[source] std::io::Error),
+    #[error(
+        "the privileged helper program {}; install it there or name it with --helper",
+        path.display()
+    )]
+    Program {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "the privileged helper program {} is not a regular file only its owner may change \
+         (mode {mode:o}); it would hold the network capabilities: chmod go-w it",
+        path.display()
+    )]
+    Unsafe { path: PathBuf, mode: u32 },
     #[error("the config path is not UTF-8")]
     ConfigPathNotUtf8,
-    #[error(transparent)]
-    Zygote(ZygoteError),
+    #[error("starting {}", program.display())]
+    Zygote {
+        program: PathBuf,
+        #[source]
+        source: ZygoteError,
+    },
     #[error(transparent)]
     FirstHelper(#[from] FirstHelperError),
 }
@@ -378,31 +480,9 @@ pub enum OpenError {
         opened: (usize, usize),
         configured: (usize, usize),
     },
-    #[error("flow {flow:?}")]
-    Interface {
-        flow: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("flow {flow:?}: opening {kind} input {address}:{port} on {interface}")]
-    Input {
-        flow: String,
-        kind: IngressKind,
-        address: std::net::IpAddr,
-        port: u16,
-        interface: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("flow {flow:?}: opening output {address}:{port} on {interface}")]
-    Output {
-        flow: String,
-        address: std::net::IpAddr,
-        port: u16,
-        interface: String,
-        #[source]
-        source: std::io::Error,
-    },
+    /// Opened in this process (no helper).
+    #[error(transparent)]
+    Open(#[from] OpenFlowError),
     #[error(transparent)]
     Pending(#[from] crate::outputs::PendingError),
 }
@@ -412,57 +492,6 @@ pub enum OpenError {
 /// different interfaces).
 pub fn output_label(o: &Output) -> String {
     format!("{}@{}", SocketAddr::new(o.address, o.port), o.interface)
-}
-
-/// `flow`'s sockets, opened in this process (no helper).
-fn open_here(flow: &Flow) -> Result<OpenedFlow, OpenError> {
-    let index_of = |name: &str| -> Result<u32, OpenError> {
-        interface_index(name).map_err(|source| OpenError::Interface {
-            flow: flow.name.clone(),
-            source,
-        })
-    };
-    let mut legs = Vec::with_capacity(flow.inputs.len());
-    for input in &flow.inputs {
-        let open = match input.ingress {
-            IngressKind::Socket => open_ingress,
-            // Needs CAP_NET_RAW, which an unprivileged run lacks: EPERM, said.
-            IngressKind::Packet => open_packet_ingress,
-        };
-        legs.push(
-            open(input, index_of(&input.interface)?).map_err(|source| OpenError::Input {
-                flow: flow.name.clone(),
-                kind: input.ingress,
-                address: input.address,
-                port: input.port,
-                interface: input.interface.clone(),
-                source,
-            })?,
-        );
-    }
-    let mut outputs = Vec::with_capacity(flow.outputs.len());
-    let mut unconnected = Vec::new();
-    for (i, o) in flow.outputs.iter().enumerate() {
-        let (socket, pending) =
-            open_egress_or_pending(o, index_of(&o.interface)?).map_err(|source| {
-                OpenError::Output {
-                    flow: flow.name.clone(),
-                    address: o.address,
-                    port: o.port,
-                    interface: o.interface.clone(),
-                    source,
-                }
-            })?;
-        if let Some(e) = pending {
-            unconnected.push((i, e.raw_os_error().unwrap_or(0)));
-        }
-        outputs.push(socket);
-    }
-    Ok(OpenedFlow {
-        legs,
-        outputs,
-        unconnected,
-    })
 }
 
 #[cfg(test)]

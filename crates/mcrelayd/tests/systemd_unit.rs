@@ -499,7 +499,7 @@ fn syscall_filter_allows_what_the_daemon_needs() {
         ("sched_getaffinity", "finding the allowed CPUs"),
         ("set_mempolicy", "NUMA-local buffer pools"),
         ("mbind", "NUMA-local buffer pools"),
-        ("execve", "re-executing as the helper"),
+        ("execve", "starting the helper program"),
         ("clone", "threads and the helper process"),
         ("clone3", "threads and the helper process"),
         ("wait4", "reaping the helper"),

@@ -329,3 +329,68 @@ fn cgroup_wide_hup_and_int_are_survived_and_followed() {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// A helper that stops answering (SIGSTOP, never continued) is replaced
+/// through the zygote as a dead one is, and the flow a reload added while
+/// it was stuck (its open failed: the helper timed out) is retried once a
+/// helper answers: within a bounded time it relays and the daemon is not
+/// degraded, with no restart. The stuck helper is ended, not left behind.
+#[test]
+fn a_stalled_helper_is_replaced_and_failed_opens_are_retried() {
+    let Some(t) = Topology::new() else { return };
+    prepare(&t);
+    let relay = t.relay(&config(&t, Some("nobody"), ""), &[]);
+    let socket = t.dir.join("run/control.sock");
+    let daemon = relay.child.id();
+    let (zygote, helper) = zygote_and_helper(daemon);
+    wait_flow(&socket, "steady", "running", |s, _| s.is_running());
+
+    sh(&["kill", "-STOP", &helper.to_string()]);
+    let path = t.dir.join("mcrelay.toml");
+    let text = fs::read_to_string(&path).expect("config");
+    fs::write(&path, format!("{text}{ADDED}")).expect("rewrite config");
+    let stopped = Instant::now();
+    // The reload waits for the stuck helper (its bounded timeout) and
+    // reports the added flow as not started; what it says is not the test.
+    let (_, said) = ctl(&socket, &["reload"]);
+
+    // Bounded: the helper's 10 s timeout, then a tick or two to replace it
+    // and retry, with room for a loaded machine.
+    let deadline = stopped + Duration::from_secs(40);
+    loop {
+        let s = snapshot(&socket);
+        let added = s.flow("added").map(|f| f.state.clone());
+        let (_, status) = ctl(&socket, &["status"]);
+        if added.as_ref().is_some_and(FlowState::is_running) && !status.contains("degraded") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "40 s after the helper stopped: flow added {added:?}, status {status}\n\
+             reload said: {said}\n{}",
+            relay.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let rx = t.receiver("239.2.2.4:6000", 500, &[]);
+    t.send("239.1.1.3:5000", &["--count", "500", "--rate", "10000"]);
+    let out = finish(rx);
+    assert_eq!(field(&out, "valid"), 500, "{out}\n{}", relay.log());
+
+    // The stuck helper was ended; one new helper, as privileged, serves.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while alive(helper) {
+        assert!(
+            Instant::now() < deadline,
+            "the stopped helper {helper} is still there:\n{}",
+            relay.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let [new] = children(zygote)[..] else {
+        panic!("zygote's children: {:?}", children(zygote));
+    };
+    assert_ne!(new, helper);
+    assert_eq!(caps(new, "CapEff"), NET_CAPS);
+    relay.stop();
+}

@@ -1,7 +1,7 @@
 //! The Linux syscall glue that more than one mcrelay crate needs, in one
 //! place: socket options and multicast joins (`sockopt`), interface lookup
-//! (`net`), CPU affinity (`cpu`), network namespaces (`ns`) and process
-//! controls (`prctl`). It sits beside the packet path, not on it: the
+//! (`net`), CPU affinity (`cpu`), network namespaces (`ns`), process
+//! controls (`prctl`) and credentials and capabilities (`privileges`). It sits beside the packet path, not on it: the
 //! privileged helper opens and joins sockets with it, the data plane probes
 //! GSO and reads kernel drop counters with it, the daemon and the load
 //! generator pin threads and enter namespaces with it.
@@ -15,7 +15,9 @@
 #![deny(unsafe_code)]
 
 pub mod cpu;
+pub mod journal;
 pub mod net;
 pub mod ns;
 pub mod prctl;
+pub mod privileges;
 pub mod sockopt;

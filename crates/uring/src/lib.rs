@@ -32,7 +32,7 @@
 //! `unsafe fn`) and the driver modules calling it (`worker::driver`,
 //! `worker::receive`). [`sockets`] and [`affinity`] hold none: they
 //! re-export and wrap `mcrelay-sys`. Sockets arrive open: the privileged
-//! helper (`mcrelay-helper`) opens them.
+//! helper opens them (`mcrelay_sockets::open_flow`).
 #![deny(unsafe_code)]
 
 pub mod affinity;

@@ -1,5 +1,5 @@
 //! What the data plane asks of sockets it was given (it never opens one:
-//! the privileged helper, `mcrelay-helper`, does): whether an output takes
+//! the privileged helper does, with `mcrelay-sockets`): whether an output takes
 //! UDP GSO, and how many datagrams the kernel dropped on an ingress socket.
 //! The calls themselves live in `mcrelay-sys`.
 

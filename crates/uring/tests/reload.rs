@@ -9,8 +9,8 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use mcrelay_config::{IngressKind, Input, Output};
-use mcrelay_helper::{interface_index, open_egress, open_ingress};
 use mcrelay_pool::PoolConfig;
+use mcrelay_sockets::{interface_index, open_egress, open_ingress};
 use mcrelay_uring::{
     Command, Event, FlowSockets, IngressSocket, OutputSocket, ReceiveMode, WorkerConfig,
     WorkerHandle,

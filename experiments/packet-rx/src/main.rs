@@ -2,7 +2,7 @@
 //! worker's io_uring multishot `recvmsg` on a provided-buffer ring
 //! ([`uring`]) against a mmapped `TPACKET_V3` ring ([`tpacket`]). Both read
 //! the same kind of socket — opened by the product's helper
-//! (`mcrelay_helper::packet::open_packet_ingress`: the flow's BPF filter
+//! (`mcrelay_sockets::packet::open_packet_ingress`: the flow's BPF filter
 //! from `mcrelay_wire::bpf::flow_filter`, locked (`uring` turns `PACKET_AUXDATA` on itself),
 //! bound to the interface, group joined) — and parse every frame with
 //! `mcrelay_wire::parse`, counting frames and payload bytes. Neither copies
@@ -235,9 +235,9 @@ fn recv(args: &RecvArgs) -> anyhow::Result<()> {
         ingress: IngressKind::Packet,
         receive_buffer_bytes: args.receive_buffer_bytes,
     };
-    let flow = mcrelay_helper::packet::flow_match(&input);
-    let ifindex = mcrelay_helper::interface_index(&args.interface)?;
-    let ingress = mcrelay_helper::packet::open_packet_ingress(&input, ifindex)
+    let flow = mcrelay_sockets::packet::flow_match(&input);
+    let ifindex = mcrelay_sockets::interface_index(&args.interface)?;
+    let ingress = mcrelay_sockets::packet::open_packet_ingress(&input, ifindex)
         .context("opening the packet socket (needs CAP_NET_RAW)")?;
     let socket = ingress.socket.as_fd();
     let mut receiver = match args.method {

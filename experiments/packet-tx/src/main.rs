@@ -118,7 +118,7 @@ struct SendArgs {
     #[arg(long)]
     cpu: usize,
     /// `SO_SNDBUF` of either socket (the product's egress default).
-    #[arg(long, default_value_t = i32::try_from(mcrelay_helper::EGRESS_SEND_BUFFER_BYTES).unwrap_or(i32::MAX))]
+    #[arg(long, default_value_t = i32::try_from(mcrelay_sockets::EGRESS_SEND_BUFFER_BYTES).unwrap_or(i32::MAX))]
     send_buffer: i32,
     /// Name of this configuration in the results.
     #[arg(long)]
@@ -179,7 +179,7 @@ fn open(args: &SendArgs) -> anyhow::Result<Egress> {
     let IpAddr::V4(group) = args.dest.ip() else {
         bail!("--dest must be an IPv4 group");
     };
-    let ifindex = mcrelay_helper::interface_index(&args.interface)
+    let ifindex = mcrelay_sockets::interface_index(&args.interface)
         .with_context(|| format!("interface {}", args.interface))?;
     Ok(match args.method {
         Method::Udp => {
@@ -192,7 +192,7 @@ fn open(args: &SendArgs) -> anyhow::Result<Egress> {
                 queue_depth: 256,
             };
             Egress::Udp(
-                mcrelay_helper::open_egress(&output, ifindex)
+                mcrelay_sockets::open_egress(&output, ifindex)
                     .context("opening the UDP output socket")?,
             )
         }

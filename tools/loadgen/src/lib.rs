@@ -24,10 +24,13 @@
 #![deny(unsafe_code)]
 
 pub mod framing;
+#[cfg(feature = "sockets")]
 pub mod latency;
 pub mod legs;
+#[cfg(feature = "sockets")]
 pub mod many;
 pub mod pacer;
 pub mod payload;
+#[cfg(feature = "sockets")]
 pub mod sock;
 pub mod tracker;

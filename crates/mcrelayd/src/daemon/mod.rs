@@ -59,6 +59,20 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
 const RETRY_FIRST: Duration = Duration::from_secs(1);
 const RETRY_MAX: Duration = Duration::from_secs(30);
 
+/// One thing that went wrong in the last reload, shown in the daemon's
+/// state while it lasts.
+#[derive(Debug, Clone)]
+enum ReloadProblem {
+    /// The helper did not re-read the file; over once a new helper (which
+    /// reads it as it starts) replaced it.
+    Helper(String),
+    /// A flow the reload started or changed did not start; over once it
+    /// runs (it is retried).
+    Flow { name: String, text: String },
+    /// Anything else; over at the next reload.
+    Other(String),
+}
+
 /// Options of the run mode beyond the config file.
 #[derive(Debug, Clone, Copy)]
 pub struct RunOptions {
@@ -101,8 +115,8 @@ pub struct Daemon {
     links: Option<LinkTable>,
     /// Why the helper is not what it was at start, if it isn't.
     helper_problem: Option<String>,
-    /// What went wrong in the last reload beyond single flows.
-    reload_problem: Option<String>,
+    /// What went wrong in the last reload; each shown while it lasts.
+    reload_problems: Vec<ReloadProblem>,
     /// A worker stopped turning its loop.
     stalled: bool,
     /// A reload is being applied: the published state stays `Reloading`.
@@ -237,7 +251,7 @@ impl Daemon {
             opener,
             links,
             helper_problem: None,
-            reload_problem: None,
+            reload_problems: Vec::new(),
             stalled: false,
             reloading: false,
             rejoin,
@@ -264,7 +278,8 @@ impl Daemon {
         self.workers.len()
     }
 
-    /// Notice a dead helper: running flows go on (their sockets are open),
+    /// Notice a dead helper, or one that stopped answering (a request timed
+    /// out: it is ended): running flows go on (their sockets are open),
     /// and the zygote forks a new one with the same privileges; flows that
     /// failed or are waiting are retried at once. If that fails (the zygote
     /// is gone too), sockets are opened in this process, without
@@ -274,6 +289,12 @@ impl Daemon {
             return;
         };
         self.helper_problem = crate::sockets::restart_helper(&mut self.opener, &why);
+        if self.helper_problem.is_none() {
+            // The new helper read the config file as it started: what the
+            // old one failed to reload is no longer missing.
+            self.reload_problems
+                .retain(|p| !matches!(p, ReloadProblem::Helper(_)));
+        }
         for m in &mut self.flows {
             m.retry = None;
         }
@@ -327,7 +348,23 @@ impl Daemon {
             why.push("a worker stopped turning".to_owned());
         }
         why.extend(self.helper_problem.iter().cloned());
-        why.extend(self.reload_problem.iter().cloned());
+        let reload: Vec<&str> = self
+            .reload_problems
+            .iter()
+            .filter_map(|p| match p {
+                ReloadProblem::Flow { name, text } => {
+                    let running = shared
+                        .flows
+                        .iter()
+                        .any(|f| &f.stats.name == name && f.state.is_running());
+                    (!running).then_some(text.as_str())
+                }
+                ReloadProblem::Helper(text) | ReloadProblem::Other(text) => Some(text.as_str()),
+            })
+            .collect();
+        if !reload.is_empty() {
+            why.push(format!("reload: {}", reload.join("; ")));
+        }
         let stopped: Vec<String> = shared
             .flows
             .iter()

@@ -11,7 +11,7 @@ use super::error::FlowCommandError;
 use super::placement::{Placement, PlacementError};
 use super::plan::{self, ReloadPlan};
 use super::report::new_entry;
-use super::{Daemon, Managed, lock};
+use super::{Daemon, Managed, ReloadProblem, lock};
 
 /// A changed flow's replacement, ready to hand to its workers: its new
 /// sockets per shard (opened and joined), outputs not connected yet, its
@@ -137,6 +137,7 @@ impl Daemon {
         drop(running);
         let mut outcome = plan.outcome();
         let mut problems = Vec::new();
+        let mut reload_problems = Vec::new();
         // Changed flows relaying now whose interfaces are up are replaced
         // make-before-break (see `replace_flow`); the others stop here and
         // start again below.
@@ -156,7 +157,9 @@ impl Daemon {
                 continue;
             }
             if let Err(e) = self.forget_flow(name) {
-                problems.push(format!("flow {name:?}: {}", crate::chain::Chain(&e)));
+                let text = format!("flow {name:?}: {}", crate::chain::Chain(&e));
+                problems.push(text.clone());
+                reload_problems.push(ReloadProblem::Other(text));
             }
         }
         if !plan.start.is_empty() {
@@ -167,7 +170,9 @@ impl Daemon {
                 None => self.opener.reload(),
             };
             if let Err(e) = answer {
-                problems.push(crate::chain::Chain(&e).to_string());
+                let text = crate::chain::Chain(&e).to_string();
+                problems.push(text.clone());
+                reload_problems.push(ReloadProblem::Helper(text));
             }
         }
         for flow in &plan.start {
@@ -177,7 +182,12 @@ impl Daemon {
                 self.add_flow(flow).map_err(ReplaceError::Placement)
             };
             if let Err(e) = result {
-                problems.push(format!("flow {:?}: {}", flow.name, crate::chain::Chain(&e)));
+                let text = format!("flow {:?}: {}", flow.name, crate::chain::Chain(&e));
+                problems.push(text.clone());
+                reload_problems.push(ReloadProblem::Flow {
+                    name: flow.name.clone(),
+                    text,
+                });
             }
         }
         for m in &mut self.flows {
@@ -202,8 +212,7 @@ impl Daemon {
                 }
             }
         }
-        self.reload_problem =
-            (!problems.is_empty()).then(|| format!("reload: {}", problems.join("; ")));
+        self.reload_problems = reload_problems;
         self.config = new;
         tracing::info!(
             added = ?outcome.added,

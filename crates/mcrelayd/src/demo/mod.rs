@@ -172,7 +172,7 @@ fn demo(args: &DemoArgs) -> Result<ExitCode, Refusal> {
         ));
     }
     let pid = std::process::id();
-    let euid = mcrelay_helper::status_of(pid).map_or(u32::MAX, |s| s.uid[1]);
+    let euid = mcrelay_sys::privileges::status_of(pid).map_or(u32::MAX, |s| s.uid[1]);
     if euid != 0 {
         let exe =
             std::env::current_exe().map_or_else(|_| "mcrelayd".into(), |p| p.display().to_string());

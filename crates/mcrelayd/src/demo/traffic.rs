@@ -1,13 +1,15 @@
 //! The demo's traffic: one paced sender thread in the sender namespace and
 //! one validating receiver thread per output in the receivers' namespace.
-//! Both use the load generator's library (`mcrelay_loadgen`): the same
+//! Both use the load generator's pure parts (`mcrelay_loadgen`'s pacer,
+//! payload and tracker, built without its batched socket code): the same
 //! numbered, patterned datagrams and the same byte-by-byte checks and
 //! sequence accounting as the benchmark's `loadgen send` / `loadgen recv`.
-//! Not the packet path under test: plain blocking sockets, a little
-//! allocation at start.
+//! Not the packet path under test: plain std sockets, one `send` and one
+//! `recv` per datagram (at the demo's few thousand datagrams a second),
+//! a little allocation at start.
 
 use std::io::ErrorKind;
-use std::net::{SocketAddr, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
@@ -17,8 +19,9 @@ use std::time::{Duration, Instant};
 use super::error::{DemoError, IoContext};
 use mcrelay_loadgen::pacer::Pacer;
 use mcrelay_loadgen::payload;
-use mcrelay_loadgen::sock::{self, Iface, RecvBatch, SendBatch};
 use mcrelay_loadgen::tracker::Streams;
+use mcrelay_sys::sockopt::{force_receive_buffer, join_any_source_group, multicast_if_v4};
+use socket2::{Domain, Protocol, Socket, Type};
 
 use super::netns;
 
@@ -111,21 +114,26 @@ impl Sender {
 
 fn open_senders(ns: &str, streams: &[Stream]) -> Result<Vec<UdpSocket>, DemoError> {
     super::sys::enter_netns(ns)?;
-    let iface = Iface::from_options(Some(netns::SENDER_IF), None)
+    let ifindex = mcrelay_sys::net::interface_index(netns::SENDER_IF)
         .ctx(|| format!("interface {} in {ns}", netns::SENDER_IF))?;
     streams
         .iter()
-        .map(|s| {
-            sock::sender(&sock::SenderOptions {
-                dest: s.dest,
-                iface,
-                source: None,
-                ttl: 8,
-                multicast_loop: false,
-            })
-            .ctx(|| format!("sending to {}", s.dest))
-        })
+        .map(|s| sender(s.dest, ifindex).ctx(|| format!("sending to {}", s.dest)))
         .collect()
+}
+
+/// A UDP socket connected to the IPv4 group or address `dest`, multicast
+/// out of interface `ifindex`, TTL 8, no loopback.
+fn sender(dest: SocketAddr, ifindex: u32) -> std::io::Result<UdpSocket> {
+    let socket = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
+    // Room for a burst of jumbo datagrams between two pacer ticks.
+    let _ = socket.set_send_buffer_size(4 << 20);
+    multicast_if_v4(&socket, ifindex, Ipv4Addr::UNSPECIFIED)?;
+    socket.set_multicast_ttl_v4(8)?;
+    socket.set_ttl_v4(8)?;
+    socket.set_multicast_loop_v4(false)?;
+    socket.connect(&dest.into())?;
+    Ok(socket.into())
 }
 
 /// Longest the sender sleeps between bursts: at the demo's rates, a burst
@@ -146,7 +154,6 @@ fn send_loop(
     let start = Instant::now();
     let end = start + duration;
     let mut pacer = Pacer::starting_at(rate, start);
-    let mut batch = SendBatch::new(BATCH);
     let mut bufs: Vec<Vec<u8>> = vec![Vec::new(); BATCH];
     let mut next_seq = vec![0u64; streams.len()];
     while !stop.load(Ordering::Relaxed) {
@@ -175,8 +182,8 @@ fn send_loop(
             }
             let mut off = 0;
             while off < due {
-                match batch.send(socket, bufs[off..due].iter().map(Vec::as_slice)) {
-                    Ok(k) => off += k,
+                match socket.send(&bufs[off]) {
+                    Ok(_) => off += 1,
                     // A full queue: wait a little and retry the rest.
                     Err(e)
                         if e.kind() == ErrorKind::WouldBlock
@@ -273,18 +280,32 @@ impl Receiver {
 
 fn open_receiver(ns: &str, group: SocketAddr) -> Result<UdpSocket, DemoError> {
     super::sys::enter_netns(ns)?;
-    let iface = Iface::from_options(Some(netns::RECEIVER_IF), None)
+    let ifindex = mcrelay_sys::net::interface_index(netns::RECEIVER_IF)
         .ctx(|| format!("interface {} in {ns}", netns::RECEIVER_IF))?;
-    let (socket, _) = sock::receiver(&sock::ReceiverOptions {
-        addr: group,
-        iface,
-        source: None,
-        control: false,
-    })
-    .ctx(|| format!("joining {group}"))?;
+    let socket = receiver(group, ifindex).ctx(|| format!("joining {group}"))?;
     // Bounds how long a stop waits for the loop.
     socket.set_read_timeout(Some(Duration::from_millis(50)))?;
     Ok(socket)
+}
+
+/// A UDP socket bound to the IPv4 `group` (or unicast address) and joined
+/// to it on interface `ifindex`, receiving only what was sent to it.
+fn receiver(group: SocketAddr, ifindex: u32) -> std::io::Result<UdpSocket> {
+    let socket = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
+    // A burst of the relay's output must fit while this thread is off CPU
+    // (forced past rmem_max: the demo runs as root), as `loadgen recv`.
+    let _ = force_receive_buffer(&socket, 8 << 20);
+    if group.ip().is_multicast() {
+        socket.set_reuse_address(true)?;
+        socket.set_multicast_all_v4(false)?;
+    }
+    socket.bind(&group.into())?;
+    if let IpAddr::V4(g) = group.ip()
+        && g.is_multicast()
+    {
+        join_any_source_group(&socket, group.ip(), ifindex)?;
+    }
+    Ok(socket.into())
 }
 
 /// Receive buffer per datagram: the largest the demo sends, and more.
@@ -296,10 +317,10 @@ fn receive_loop(
     stop: &AtomicBool,
     valid: &AtomicU64,
 ) -> Result<Received, DemoError> {
-    let mut rx = RecvBatch::new(64, RECV_STRIDE, false);
+    let mut buf = vec![0u8; RECV_STRIDE];
     let mut streams = Streams::new(mcrelay_loadgen::tracker::DEFAULT_LIMIT);
     while !stop.load(Ordering::Relaxed) {
-        let n = match rx.recv(socket) {
+        let n = match socket.recv(&mut buf) {
             Ok(n) => n,
             Err(e)
                 if matches!(
@@ -311,10 +332,8 @@ fn receive_loop(
             }
             Err(e) => return Err(e).ctx(|| "receiving".into()),
         };
-        for i in 0..n {
-            // Failures are counted by kind inside.
-            let _ = streams.on_datagram(rx.get(i).0, run_id);
-        }
+        // Failures are counted by kind inside.
+        let _ = streams.on_datagram(&buf[..n], run_id);
         valid.store(streams.valid, Ordering::Relaxed);
     }
     Ok(Received { streams })

@@ -65,6 +65,20 @@ pub const END_RUN: u32 = 999;
 
 pub const MCRELAYD: &str = env!("CARGO_BIN_EXE_mcrelayd");
 
+/// The privileged helper program mcrelayd starts when it has privileges:
+/// `mcrelay-helper` beside it. Another package's binary, so `cargo test -p
+/// mcrelayd` alone does not build it; `cargo test --workspace` (and CI)
+/// does.
+pub fn helper_program() -> PathBuf {
+    let path = Path::new(MCRELAYD).with_file_name("mcrelay-helper");
+    assert!(
+        path.is_file(),
+        "{} is missing: build it first (cargo build -p mcrelay-helper; cargo test --workspace does)",
+        path.display()
+    );
+    path
+}
+
 /// A wrapper ([`Topology::relay_with`]) that starts mcrelayd as nobody
 /// with only the capabilities it needs, as ambient capabilities (the way
 /// a systemd unit with `AmbientCapabilities=` starts it).
@@ -154,6 +168,7 @@ static NEXT: AtomicU32 = AtomicU32::new(0);
 impl Topology {
     pub fn new() -> Option<Self> {
         let t = Self::bare("mcr")?;
+        helper_program();
         sh(&[
             "ip", "link", "add", "vA", "netns", &t.a, "mtu", "9200", "type", "veth", "peer",
             "name", "vRA", "netns", &t.r, "mtu", "9200",

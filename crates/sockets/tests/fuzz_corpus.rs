@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use mcrelay_helper::{Request, fuzz_request};
+use mcrelay_sockets::{Request, fuzz_request};
 
 #[test]
 fn corpus_decodes_as_named_and_never_panics() {

@@ -1,5 +1,5 @@
 //! The one type for a flow's opened sockets, from where they are opened
-//! (the helper's [`crate::Policy::open_flow`], or the daemon itself when it
+//! ([`crate::open_flow`], in the helper or in the daemon itself when it
 //! runs without privileges) over the helper connection to the daemon,
 //! which hands them to the data plane: per leg its ingress socket and its
 //! membership socket as named fields, then the outputs.
@@ -13,7 +13,7 @@ use std::net::UdpSocket;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use crate::protocol::{LegHeader, Reply};
-use crate::sockets::Ingress;
+use crate::udp::Ingress;
 
 /// One leg's sockets: its ingress socket, the receive buffer the kernel
 /// granted it, and for a packet leg on a group the socket holding its
@@ -30,7 +30,7 @@ pub struct OpenedFlow {
     pub outputs: Vec<UdpSocket>,
     /// Outputs whose source address or route is missing now (by index into
     /// `outputs`, with the errno): opened but not connected; the daemon
-    /// retries the connection ([`crate::sockets::connect_egress`]).
+    /// retries the connection ([`crate::udp::connect_egress`]).
     pub unconnected: Vec<(usize, i32)>,
 }
 

@@ -1,7 +1,8 @@
-//! Giving up privileges for good, and starting the helper that keeps them.
+//! Process credentials: reading them ([`status_of`]), giving them up for
+//! good, and keeping only the helper's.
 //!
 //! The daemon, started as root or with capabilities, first starts the
-//! helper ([`spawn_helper`]), then drops to the service user
+//! privileged helper (`mcrelay_sockets::spawn`), then drops to the service user
 //! ([`drop_to_user`], when started as root) and then drops every capability
 //! ([`drop_all_capabilities`]) — in that order: with no capabilities left,
 //! changing the user is no longer possible.
@@ -16,18 +17,11 @@
 #![allow(unsafe_code)]
 
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::process::CommandExt;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
 
-use mcrelay_sys::prctl;
 use nix::unistd::{self, Gid, Uid};
 use tracing::debug;
 
-use crate::client::HelperClient;
-use crate::fdpass::pair;
-use crate::server::HELPER_FD;
+use crate::prctl;
 
 /// The ids and capability sets of a process, from `/proc/<pid>/status`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -408,75 +402,6 @@ pub fn raise_kept_capabilities() -> io::Result<()> {
 }
 
 const CAP_SETPCAP: u64 = 1 << 8;
-
-/// Start the helper: `exe args...` with its end of a new `SOCK_SEQPACKET`
-/// pair as fd 3 ([`HELPER_FD`]) and stdin on `/dev/null` (stdout and
-/// stderr inherited, for its logs); returns the child and a
-/// [`HelperClient`] on the daemon's end.
-///
-/// The child gets `PR_SET_PDEATHSIG SIGTERM` before `exec` (the helper sets
-/// it again in [`crate::sanitize_process`], as exec of a binary with file
-/// capabilities clears it). That signal follows the *thread* that called
-/// this function, so call it from the daemon's main thread, before other
-/// threads start (they could also close and reuse fds meanwhile).
-pub fn spawn_helper(exe: &Path, args: &[&str]) -> io::Result<(Child, HelperClient)> {
-    let (child, daemon_end) = spawn_connected(exe, args)?;
-    match HelperClient::new(daemon_end) {
-        Ok(client) => Ok((child, client)),
-        Err(e) => {
-            let mut child = child;
-            let _ = child.kill();
-            let _ = child.wait();
-            Err(e)
-        }
-    }
-}
-
-/// `exe args...` with its end of a new `SOCK_SEQPACKET` pair as fd 3
-/// ([`HELPER_FD`]), stdin on `/dev/null` and `PR_SET_PDEATHSIG SIGTERM`;
-/// the child and this process's end. The same contract as
-/// [`spawn_helper`], which it serves (and [`crate::zygote::spawn_zygote`]).
-pub(crate) fn spawn_connected(
-    exe: &Path,
-    args: &[&str],
-) -> io::Result<(Child, std::os::unix::net::UnixStream)> {
-    let (daemon_end, helper_end) = pair()?;
-    let mut helper_end = OwnedFd::from(helper_end);
-    if helper_end.as_raw_fd() < 3 {
-        // Stdio set-up in the child would overwrite fds 0-2; `try_clone`
-        // duplicates to the lowest free fd >= 3, close-on-exec.
-        helper_end = helper_end.try_clone()?;
-    }
-    let fd = helper_end.as_raw_fd();
-    let in_child = move || -> io::Result<()> {
-        if fd == HELPER_FD {
-            // dup2 onto itself would keep close-on-exec: clear it instead.
-            // SAFETY: fcntl is async-signal-safe; `fd` is open (the parent
-            // keeps `helper_end` until after spawn returns).
-            if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } < 0 {
-                return Err(io::Error::last_os_error());
-            }
-        } else {
-            // SAFETY: dup2 is async-signal-safe; `fd` is open (as above);
-            // the copy at HELPER_FD has close-on-exec clear.
-            if unsafe { libc::dup2(fd, HELPER_FD) } < 0 {
-                return Err(io::Error::last_os_error());
-            }
-        }
-        // A plain prctl syscall through nix: async-signal-safe.
-        prctl::terminate_with_parent()
-    };
-    let mut command = Command::new(exe);
-    command.args(args).stdin(Stdio::null());
-    // SAFETY: the closure runs in the forked child before exec, where only
-    // async-signal-safe calls are allowed: it makes only fcntl, dup2 and
-    // prctl syscalls, allocates nothing (a raw `io::Error` does not), takes
-    // no locks and touches only the `Copy` fd number it captured.
-    unsafe { command.pre_exec(in_child) };
-    let child = command.spawn()?;
-    drop(helper_end);
-    Ok((child, daemon_end))
-}
 
 #[cfg(test)]
 mod tests {

@@ -1,6 +1,8 @@
 //! The daemon's side of the helper connection: ask for a flow's sockets, a
 //! reload, or a ping, and wait a bounded time for the answer — a dead or
-//! stuck helper is an error, never a hang.
+//! stuck helper is an error, never a hang. After an error that may leave a
+//! reply unread the client is [`HelperClient::broken`] for good, and the
+//! daemon replaces the helper.
 
 use std::io;
 use std::os::fd::OwnedFd;
@@ -39,12 +41,12 @@ pub enum HelperError {
     InvalidRequest(#[source] ProtocolError),
     /// No reply within the timeout: the helper is stuck or gone.
     #[error(
-        "the privileged helper did not answer within {0:?}; it is stuck or dead — restart mcrelayd"
+        "the privileged helper did not answer within {0:?}; it is stuck or dead (mcrelayd replaces it)"
     )]
     TimedOut(Duration),
     /// The helper closed its end: it exited or was killed.
     #[error(
-        "the privileged helper closed the connection (it exited or was killed) — restart mcrelayd"
+        "the privileged helper closed the connection (it exited or was killed; mcrelayd replaces it)"
     )]
     Closed,
     /// A reply that does not follow the protocol.
@@ -65,7 +67,7 @@ pub enum HelperError {
     )]
     OutOfFds,
     /// An earlier error left the connection out of step.
-    #[error("the privileged helper connection failed earlier ({0}); restart mcrelayd")]
+    #[error("the privileged helper connection failed earlier ({0}); mcrelayd replaces the helper")]
     Broken(String),
 }
 
@@ -155,6 +157,13 @@ impl HelperClient {
         });
         self.note_broken(&result);
         result
+    }
+
+    /// Why the connection can no longer be used, if an earlier error left
+    /// it out of step (a timeout, a hang-up, a malformed reply): the helper
+    /// must be replaced.
+    pub fn broken(&self) -> Option<&str> {
+        self.broken.as_deref()
     }
 
     fn note_broken<T>(&mut self, result: &Result<T, HelperError>) {
@@ -295,7 +304,7 @@ impl HelperClient {
 
 impl std::os::fd::AsFd for HelperClient {
     /// The connection, to watch for the helper hanging up
-    /// ([`crate::zygote::hung_up`]); never read or write through it.
+    /// ([`crate::spawn::hung_up`]); never read or write through it.
     fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         self.conn.as_fd()
     }

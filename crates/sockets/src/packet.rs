@@ -20,7 +20,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 use mcrelay_sys::sockopt::set as setsockopt;
 
-use crate::sockets::{Ingress, join_group, set_receive_buffer};
+use crate::udp::{Ingress, join_group, set_receive_buffer};
 
 /// `PACKET_IGNORE_OUTGOING` (linux/if_packet.h, Linux 4.20+).
 const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
@@ -149,7 +149,7 @@ mod tests {
             eprintln!("SKIPPED: AF_PACKET needs CAP_NET_RAW (CI runs as root)");
             return;
         }
-        let lo = crate::sockets::interface_index("lo").expect("lo");
+        let lo = crate::udp::interface_index("lo").expect("lo");
         let ingress = open_packet_ingress(&input("127.0.0.1"), lo).expect("open");
         assert!(ingress.membership.is_none(), "unicast input: no membership");
         let packet = Socket::from(ingress.socket);
@@ -191,7 +191,7 @@ mod tests {
             eprintln!("SKIPPED: AF_PACKET needs CAP_NET_RAW (CI runs as root)");
             return;
         }
-        let lo = crate::sockets::interface_index("lo").expect("lo");
+        let lo = crate::udp::interface_index("lo").expect("lo");
         match open_packet_ingress(&input("239.255.77.1"), lo) {
             Ok(ingress) => {
                 let m = ingress.membership.expect("membership");

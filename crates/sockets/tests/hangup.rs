@@ -6,8 +6,8 @@
 use std::os::fd::AsFd;
 use std::time::Duration;
 
-use mcrelay_helper::fdpass::{pair, send_with_fds};
-use mcrelay_helper::hung_up;
+use mcrelay_sockets::fdpass::{pair, send_with_fds};
+use mcrelay_sockets::hung_up;
 
 #[test]
 fn a_closed_peer_is_a_hang_up() {

@@ -1,7 +1,9 @@
 //! Opening the sockets a flow needs, before the flow starts (never on the
 //! packet path): the ingress socket that joins the group, and one connected
-//! egress socket per output. Moved here from the data plane: these calls run
-//! in the privileged helper, which passes the sockets to the daemon.
+//! egress socket per output. They run in the privileged helper, which passes
+//! the sockets to the daemon, or in the daemon itself when it has no
+//! privileges ([`crate::open_flow`]); the daemon also reconnects outputs
+//! with [`connect_egress`], which needs none.
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};

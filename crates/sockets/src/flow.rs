@@ -1,0 +1,122 @@
+//! Opening one flow's sockets, exactly as the configuration defines them:
+//! [`open_flow`]. The one place it is written: the privileged helper calls
+//! it for a flow its own configuration allows, the daemon calls it itself
+//! when it runs without privileges (a developer's run; no helper).
+
+use std::io;
+
+use mcrelay_config::{Flow, IngressKind};
+
+use crate::opened::OpenedFlow;
+use crate::packet::open_packet_ingress;
+use crate::udp::{interface_index, open_egress_or_pending, open_ingress};
+
+/// Why a flow's sockets could not be opened. Each message names the flow,
+/// the field or the input or output, and what the kernel said.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenFlowError {
+    /// An interface of the flow does not exist on this host.
+    #[error(
+        "flow {flow:?}: {field}: {source}; fix the name in the configuration or create the interface"
+    )]
+    Interface {
+        /// The flow.
+        flow: String,
+        /// `input.interface`, `inputs[i].interface` or
+        /// `outputs[i].interface`.
+        field: String,
+        /// From [`interface_index`]: names the interface.
+        source: io::Error,
+    },
+    /// Opening, binding or joining a leg's ingress socket failed (an
+    /// `ingress = "packet"` leg needs `CAP_NET_RAW`: `EPERM` without it).
+    #[error("flow {flow:?}: cannot open the input socket ({input}): {source}")]
+    Ingress {
+        /// The flow.
+        flow: String,
+        /// The input, as `interface address:port`.
+        input: String,
+        /// What the kernel said.
+        source: io::Error,
+    },
+    /// Opening one output's socket failed.
+    #[error("flow {flow:?}: cannot open outputs[{index}] ({output}): {source}")]
+    Egress {
+        /// The flow.
+        flow: String,
+        /// The output's position in the flow.
+        index: usize,
+        /// The output, as `interface address:port`.
+        output: String,
+        /// What the kernel said.
+        source: io::Error,
+    },
+}
+
+/// Open every leg's ingress socket and every output socket of `flow`, in
+/// config order. Interfaces are looked up first (at every call: one may
+/// have been re-created with another index since), so a missing one opens
+/// nothing. An output whose source address or route is missing now comes
+/// back opened but not connected, listed in [`OpenedFlow::unconnected`].
+pub fn open_flow(flow: &Flow) -> Result<OpenedFlow, OpenFlowError> {
+    let interface = |field: String, name: &str| {
+        interface_index(name).map_err(|source| OpenFlowError::Interface {
+            flow: flow.name.clone(),
+            field,
+            source,
+        })
+    };
+    let leg_field = |i: usize| {
+        if flow.inputs.len() == 1 {
+            "input".to_owned()
+        } else {
+            format!("inputs[{i}]")
+        }
+    };
+    let leg_indexes = flow
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(i, input)| interface(format!("{}.interface", leg_field(i)), &input.interface))
+        .collect::<Result<Vec<u32>, OpenFlowError>>()?;
+    let output_indexes = flow
+        .outputs
+        .iter()
+        .enumerate()
+        .map(|(i, o)| interface(format!("outputs[{i}].interface"), &o.interface))
+        .collect::<Result<Vec<u32>, OpenFlowError>>()?;
+    let mut legs = Vec::with_capacity(flow.inputs.len());
+    for (input, ifindex) in flow.inputs.iter().zip(leg_indexes) {
+        let open = match input.ingress {
+            IngressKind::Socket => open_ingress,
+            IngressKind::Packet => open_packet_ingress,
+        };
+        legs.push(
+            open(input, ifindex).map_err(|source| OpenFlowError::Ingress {
+                flow: flow.name.clone(),
+                input: input.to_string(),
+                source,
+            })?,
+        );
+    }
+    let mut outputs = Vec::with_capacity(flow.outputs.len());
+    let mut unconnected = Vec::new();
+    for (index, (output, ifindex)) in flow.outputs.iter().zip(output_indexes).enumerate() {
+        let (socket, pending) =
+            open_egress_or_pending(output, ifindex).map_err(|source| OpenFlowError::Egress {
+                flow: flow.name.clone(),
+                index,
+                output: output.to_string(),
+                source,
+            })?;
+        if let Some(e) = pending {
+            unconnected.push((index, e.raw_os_error().unwrap_or(0)));
+        }
+        outputs.push(socket);
+    }
+    Ok(OpenedFlow {
+        legs,
+        outputs,
+        unconnected,
+    })
+}
