@@ -263,7 +263,7 @@ fn input_families(m: &mut Exposition, s: &Snapshot) {
     m.family(
         "mcrelay_input_max_gap_seconds",
         Kind::Gauge,
-        "Longest gap between datagrams on the input since the previous read, counting the one still open.",
+        "Longest gap between datagrams on the input in the last one to two minutes (fixed one-minute windows; reading resets nothing), counting the one still open.",
     );
     for (f, input) in &inputs {
         let gap = Float(f.health.max_gap_ns as f64 / 1e9);

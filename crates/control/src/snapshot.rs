@@ -196,8 +196,9 @@ pub struct InputHealth {
     /// No datagram for `silence_ms` (or none since the flow started).
     pub silent: bool,
     pub silence_ms: u64,
-    /// Longest gap between datagrams since the previous read through the
-    /// control socket or metrics endpoint, counting the one still open.
+    /// Longest gap between datagrams that ended in the current or the
+    /// previous fixed one-minute window, counting the one still open.
+    /// Reading resets nothing.
     pub max_gap_ns: u64,
     /// Present for "rtp" and "rtp-mpegts".
     pub rtp: Option<RtpHealth>,

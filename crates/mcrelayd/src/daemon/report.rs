@@ -101,18 +101,14 @@ pub fn lock(shared: &SharedHandle) -> std::sync::MutexGuard<'_, Shared> {
 }
 
 impl Shared {
+    /// [`Self::snapshot`] for an operator's read (control socket, metrics):
+    /// the same, as no read resets anything.
+    pub fn read(&self) -> Snapshot {
+        self.snapshot()
+    }
+
     /// Every counter, read without stopping a worker.
     pub fn snapshot(&self) -> Snapshot {
-        self.snapshot_with(false)
-    }
-
-    /// [`Self::snapshot`] for an operator's read (control socket, metrics):
-    /// each input's max gap starts a new period.
-    pub fn read(&self) -> Snapshot {
-        self.snapshot_with(true)
-    }
-
-    fn snapshot_with(&self, take_gaps: bool) -> Snapshot {
         let taken_at_unix_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
@@ -125,11 +121,7 @@ impl Shared {
             state: self.state.clone(),
             config_path: self.config_path.clone(),
             workers: self.workers.iter().map(|w| worker_snapshot(w)).collect(),
-            flows: self
-                .flows
-                .iter()
-                .map(|f| flow_snapshot(f, take_gaps))
-                .collect(),
+            flows: self.flows.iter().map(flow_snapshot).collect(),
             mode: self.mode,
         }
     }
@@ -164,7 +156,7 @@ fn worker_snapshot(w: &WorkerStats) -> WorkerSnapshot {
     }
 }
 
-fn flow_snapshot(f: &FlowEntry, take_gaps: bool) -> FlowSnapshot {
+fn flow_snapshot(f: &FlowEntry) -> FlowSnapshot {
     let c = &f.stats.input;
     // Read before `packets_in`: the worker counts a datagram in first,
     // so a snapshot never shows more discarded than received (relaxed
@@ -228,15 +220,21 @@ fn flow_snapshot(f: &FlowEntry, take_gaps: bool) -> FlowSnapshot {
             .collect(),
         state: f.state.clone(),
         interface_pauses: f.interface_pauses,
-        health: crate::health::snapshot(&c.health, take_gaps),
-        redundancy: redundancy_snapshot(f, take_gaps),
+        // A flow with several legs: its output's (each leg's is under
+        // `redundancy.legs`).
+        health: crate::health::snapshot(if f.legs.is_empty() {
+            &c.health
+        } else {
+            &c.output_health
+        }),
+        redundancy: redundancy_snapshot(f),
         standby_discarded,
     }
 }
 
 /// A flow with several inputs: each leg's counters and health, and what
 /// the redundancy rule did. `None` for a flow with one input.
-fn redundancy_snapshot(f: &FlowEntry, take_gaps: bool) -> Option<RedundancySnapshot> {
+fn redundancy_snapshot(f: &FlowEntry) -> Option<RedundancySnapshot> {
     if f.legs.is_empty() {
         return None;
     }
@@ -263,7 +261,7 @@ fn redundancy_snapshot(f: &FlowEntry, take_gaps: bool) -> Option<RedundancySnaps
                 kernel_drops: f.leg_kernel_drops(i),
                 health: c
                     .leg_health(i)
-                    .map(|h| crate::health::snapshot(h, take_gaps))
+                    .map(crate::health::snapshot)
                     .unwrap_or_default(),
             })
             .collect(),
