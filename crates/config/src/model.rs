@@ -206,6 +206,10 @@ pub enum Redundancy {
         /// `revert_after_s`: return to a higher-priority leg once it has
         /// been healthy this long; 0 = never.
         revert_after_s: u32,
+        /// `rtp_rewrite`: the output is one RTP stream (one SSRC,
+        /// continuous sequence numbers and timestamps) whichever leg it
+        /// comes from. Needs an RTP payload.
+        rtp_rewrite: bool,
     },
 }
 
@@ -737,6 +741,7 @@ mod tests {
         two.redundancy = Redundancy::Failover {
             after_ms: 100,
             revert_after_s: 10,
+            rtp_rewrite: false,
         };
         let t2 = FlowTable::new(vec![two.clone()]).unwrap();
         assert_eq!(old.diff(&t2).changed, [FlowId::from_name("keep")]);
@@ -776,6 +781,7 @@ mod tests {
         five.redundancy = Redundancy::Failover {
             after_ms: 1,
             revert_after_s: 0,
+            rtp_rewrite: false,
         };
         five.inputs = vec![five.inputs[0].clone(); 5];
         assert!(FlowTable::new(vec![five.clone()]).is_err());
@@ -834,6 +840,7 @@ mod tests {
         legs.redundancy = Redundancy::Failover {
             after_ms: 100,
             revert_after_s: 10,
+            rtp_rewrite: false,
         };
         let redundant = Config {
             flows: FlowTable::new(vec![flow("a", 1), legs]).unwrap(),

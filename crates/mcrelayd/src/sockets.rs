@@ -262,10 +262,13 @@ pub fn redundancy(flow: &Flow) -> Redundancy {
         mcrelay_config::Redundancy::Failover {
             after_ms,
             revert_after_s,
+            rtp_rewrite,
         } => Redundancy::Failover {
             after_ns: u64::from(after_ms) * MS,
             revert_after_ns: (revert_after_s > 0).then(|| u64::from(revert_after_s) * 1000 * MS),
             rtp: flow.health.payload.has_rtp(),
+            rtp_rewrite: (rtp_rewrite && flow.health.payload.has_rtp())
+                .then_some(flow.health.rtp_clock_hz),
         },
     }
 }
@@ -494,7 +497,8 @@ mod tests {
             Redundancy::Failover {
                 after_ns: 100_000_000,
                 revert_after_ns: Some(10_000_000_000),
-                rtp: true
+                rtp: true,
+                rtp_rewrite: None,
             }
         );
         assert_eq!(
@@ -504,7 +508,8 @@ mod tests {
             Redundancy::Failover {
                 after_ns: 7_000_000,
                 revert_after_ns: None,
-                rtp: false
+                rtp: false,
+                rtp_rewrite: None,
             }
         );
         let one = mcrelay_config::parse(

@@ -40,16 +40,20 @@ pub enum Redundancy {
     /// order, a leg being unhealthy once silent for `after_ns`; return to
     /// a higher-priority leg once it has been healthy for
     /// `revert_after_ns` (`None`: never). With `rtp`, a sequence number
-    /// already sent is never sent again.
+    /// already sent is never sent again. With `rtp_rewrite` (the RTP
+    /// clock rate), the output is one RTP stream across switches
+    /// ([`rewrite`]).
     Failover {
         after_ns: u64,
         revert_after_ns: Option<u64>,
         rtp: bool,
+        rtp_rewrite: Option<u32>,
     },
 }
 
 pub(crate) mod failover;
 pub(crate) mod merge;
+pub(crate) mod rewrite;
 pub(crate) mod timers;
 
 /// Sequence numbers a merge (and a failover's repeat guard) keeps state
@@ -85,6 +89,7 @@ impl Mode {
                 after_ns,
                 revert_after_ns,
                 rtp,
+                ..
             } => Self::Failover(Box::new(failover::Failover::new(
                 legs,
                 after_ns,
