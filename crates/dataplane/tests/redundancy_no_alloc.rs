@@ -109,7 +109,9 @@ fn merge_failover_and_their_timers_never_allocate() {
     );
     let r = |k: usize| &flows[k].2.redundancy;
     assert!(r(1).duplicates.get() > 0 && r(1).recovered.get() > 0);
-    assert!(r(1).resets.get() >= 2, "the jump and the new source");
+    // The jump restarts the merge; the new source continues the numbering,
+    // so it is the same stream to the merge (`core::sequence`).
+    assert!(r(1).resets.get() >= 1, "the jump");
     assert!(r(2).forwarded[2].get() > 0, "the third leg filled gaps");
     assert_eq!(r(3).switches.get(), 2, "to the backup and back");
     assert!(r(3).standby[1].get() > 0);

@@ -39,6 +39,7 @@ mod receive;
 pub mod redundancy;
 mod request;
 mod send;
+pub mod sequence;
 pub mod standby;
 mod takeover;
 

@@ -480,10 +480,13 @@ impl Model {
                     };
                     for slot in slots {
                         let (seq, rtp, ssrc) = seq_of(core, core.in_flight(), slot);
-                        // In RTP order within a source; a new source's
-                        // packets after the old one's.
+                        // In RTP order: a new SSRC continuing the
+                        // numbering (the model's new source) is the same
+                        // stream to the merge (`core::sequence`), so the
+                        // order is the numbers' (which never wrap here).
                         let seq = if f.in_rtp_order() {
-                            u64::from(ssrc) << 16 | u64::from(rtp)
+                            let _ = ssrc;
+                            u64::from(rtp)
                         } else {
                             seq
                         };

@@ -17,27 +17,39 @@
 //!
 //! With `rtp`, a sequence number already sent is never sent again
 //! ([`SeqGuard`]): after a switch, the new leg's copies of numbers the
-//! old one sent are duplicates.
+//! old one sent are duplicates. Each leg's datagrams also go through the
+//! sequence engine ([`crate::core::sequence::LegSeq`]): a jump or a far
+//! step back the leg has not confirmed is dropped (`strays`, `replays`)
+//! and does not count as the leg being heard, so a leg sending a broken
+//! stream goes unhealthy as a silent one does; a restart the leg
+//! confirmed (an encoder restart, a new source) restarts the guard.
 
 use super::{LegId, SPAN};
+use crate::core::sequence::{LegSeq, Step};
 use crate::counters::RedundancyCounters;
 
 /// What a datagram of a failover flow becomes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Pass {
-    /// Forward it; with `rtp`, its number to mark as sent.
-    Forward(Option<(u16, u32)>),
+    /// Forward it; with `rtp`, its number to mark as sent (and whether
+    /// its leg restarted its numbering with it).
+    Forward(Option<(u16, u32, bool)>),
     /// Not the active leg.
     Standby,
     Duplicate,
     Late,
     NotRtp,
+    /// A jump its leg has not confirmed (`core::sequence`).
+    Stray,
+    /// A step far back its leg has not confirmed.
+    Replay,
 }
 
 /// The sequence numbers a flow has sent: the highest, and a bit for each
 /// of the 64 below it. A number 64 to [`SPAN`] below the highest can't
-/// be told from a repeat (`late`); one further off, or an SSRC change,
-/// restarts it.
+/// be told from a repeat (`late`); one further off, or a restart its leg
+/// confirmed, restarts it. The SSRC does not matter: legs carrying the
+/// same numbering under different SSRCs repeat nothing across a switch.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct SeqGuard {
     ssrc: Option<u32>,
@@ -61,10 +73,10 @@ impl SeqGuard {
         ))
     }
 
-    fn check(&self, seq: u16, ssrc: u32) -> Seen {
+    fn check(&self, seq: u16, restart: bool) -> Seen {
         let span = i64::try_from(SPAN).unwrap_or(i64::MAX);
         let d = self.distance(seq);
-        if self.ssrc != Some(ssrc) || d >= span || d <= -span {
+        if restart || self.ssrc.is_none() || d >= span || d <= -span {
             return Seen::Fresh(true);
         }
         if d > 0 {
@@ -82,8 +94,8 @@ impl SeqGuard {
         }
     }
 
-    fn mark(&mut self, seq: u16, ssrc: u32, counters: &RedundancyCounters) {
-        if let Seen::Fresh(true) = self.check(seq, ssrc) {
+    fn mark(&mut self, seq: u16, ssrc: u32, restart: bool, counters: &RedundancyCounters) {
+        if let Seen::Fresh(true) = self.check(seq, restart) {
             if self.ssrc.is_some() {
                 counters.resets.inc();
             }
@@ -125,6 +137,11 @@ pub(crate) struct Failover {
     last_ns: [Option<u64>; LegId::MAX_LEGS as usize],
     /// Since when each leg has been healthy (valid while it is).
     healthy_since_ns: [u64; LegId::MAX_LEGS as usize],
+    /// With `rtp`: each leg's stream (`core::sequence`). A datagram its
+    /// leg's stream does not take (a jump not confirmed, a replay) is
+    /// dropped and does not count as the leg being heard: a leg sending
+    /// only such datagrams goes unhealthy as a silent one does.
+    seqs: [LegSeq; LegId::MAX_LEGS as usize],
     guard: SeqGuard,
 }
 
@@ -139,6 +156,7 @@ impl Failover {
             start_ns: None,
             last_ns: [None; LegId::MAX_LEGS as usize],
             healthy_since_ns: [0; LegId::MAX_LEGS as usize],
+            seqs: [LegSeq::default(); LegId::MAX_LEGS as usize],
             guard: SeqGuard::default(),
         }
     }
@@ -200,6 +218,23 @@ impl Failover {
     ) -> Pass {
         self.start_ns.get_or_insert(now);
         let l = leg.index();
+        // With `rtp`, only a datagram its leg's stream takes is heard.
+        let mut ticket = None;
+        if self.rtp {
+            let Some(h) = mcrelay_wire::rtp::parse(payload) else {
+                return Pass::NotRtp;
+            };
+            let Some(s) = self.seqs.get_mut(l) else {
+                return Pass::NotRtp;
+            };
+            let restart = match s.check(h.sequence, h.ssrc) {
+                Step::Stray => return Pass::Stray,
+                Step::Replay => return Pass::Replay,
+                Step::Restart(_) => true,
+                Step::Start(_) | Step::Ahead { .. } | Step::Behind(_) => false,
+            };
+            ticket = Some((h.sequence, h.ssrc, restart));
+        }
         if !self.healthy(leg.0, now)
             && let Some(since) = self.healthy_since_ns.get_mut(l)
         {
@@ -215,23 +250,20 @@ impl Failover {
                 return Pass::Standby;
             }
         }
-        if !self.rtp {
+        let Some((seq, ssrc, restart)) = ticket else {
             return Pass::Forward(None);
-        }
-        let Some(h) = mcrelay_wire::rtp::parse(payload) else {
-            return Pass::NotRtp;
         };
-        match self.guard.check(h.sequence, h.ssrc) {
-            Seen::Fresh(_) => Pass::Forward(Some((h.sequence, h.ssrc))),
+        match self.guard.check(seq, restart) {
+            Seen::Fresh(_) => Pass::Forward(Some((seq, ssrc, restart))),
             Seen::Repeat => Pass::Duplicate,
             Seen::Late => Pass::Late,
         }
     }
 
     /// The datagram [`Failover::admit`] let through took a buffer.
-    pub(crate) fn sent(&mut self, seq: Option<(u16, u32)>, counters: &RedundancyCounters) {
-        if let Some((seq, ssrc)) = seq {
-            self.guard.mark(seq, ssrc, counters);
+    pub(crate) fn sent(&mut self, seq: Option<(u16, u32, bool)>, counters: &RedundancyCounters) {
+        if let Some((seq, ssrc, restart)) = seq {
+            self.guard.mark(seq, ssrc, restart, counters);
         }
     }
 
@@ -248,6 +280,7 @@ impl Failover {
             if kept & (1 << l) != 0 && l < usize::from(old.legs) {
                 self.last_ns[l] = old.last_ns[l];
                 self.healthy_since_ns[l] = old.healthy_since_ns[l];
+                self.seqs[l] = old.seqs[l];
             }
         }
         self.active = if old.active < self.legs {
