@@ -166,6 +166,19 @@ pub struct RedundancySnapshot {
     /// header.
     pub late: u64,
     pub not_rtp: u64,
+    /// Datagrams whose number jumped ahead of their leg's stream without
+    /// confirmation (a corrupt header, a stray sender): dropped, the
+    /// stream not moved.
+    #[serde(default)]
+    pub strays: u64,
+    /// Datagrams far behind their leg's stream, not a confirmed restart
+    /// (a replay of an old datagram): dropped.
+    #[serde(default)]
+    pub replays: u64,
+    /// Merge: datagrams of a leg whose numbering is not the flow's (an
+    /// independent encoder): dropped, never forwarded beside it.
+    #[serde(default)]
+    pub mismatched: u64,
     /// The legs, in configuration order (failover priority order).
     pub legs: Vec<LegSnapshot>,
 }
@@ -181,6 +194,10 @@ pub struct LegSnapshot {
     pub standby: u64,
     /// Datagrams the kernel dropped at this leg's socket.
     pub kernel_drops: u64,
+    /// Merge: this leg is not merged now (its numbering is not the
+    /// flow's, or it is further behind than the window).
+    #[serde(default)]
+    pub detached: bool,
     /// Its stream health.
     pub health: InputHealth,
 }
@@ -616,6 +633,7 @@ pub(crate) fn sample_with_legs() -> Snapshot {
         forwarded,
         standby: 0,
         kernel_drops: 1,
+        detached: false,
         health: InputHealth {
             rtp: Some(RtpHealth {
                 packets: 500,
@@ -637,6 +655,9 @@ pub(crate) fn sample_with_legs() -> Snapshot {
         active_input: 0,
         late: 3,
         not_rtp: 0,
+        strays: 4,
+        replays: 5,
+        mismatched: 6,
         legs: vec![
             leg("239.1.1.1:5000 on vRA", 490, 10),
             leg("239.1.2.1:5000 on vRB", 10, 15),

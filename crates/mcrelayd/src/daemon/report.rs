@@ -250,6 +250,9 @@ fn redundancy_snapshot(f: &FlowEntry) -> Option<RedundancySnapshot> {
         active_input: r.active_leg.get(),
         late: r.late.get(),
         not_rtp: r.not_rtp.get(),
+        strays: r.strays.get(),
+        replays: r.replays.get(),
+        mismatched: r.mismatched.get(),
         legs: f
             .legs
             .iter()
@@ -259,6 +262,7 @@ fn redundancy_snapshot(f: &FlowEntry) -> Option<RedundancySnapshot> {
                 forwarded: r.forwarded.get(i).map_or(0, |n| n.get()),
                 standby: r.standby.get(i).map_or(0, |n| n.get()),
                 kernel_drops: f.leg_kernel_drops(i),
+                detached: r.detached_legs.get() & (1 << i) != 0,
                 health: c
                     .leg_health(i)
                     .map(crate::health::snapshot)
