@@ -596,10 +596,13 @@ fn legs_differing_only_in_ssrc_merge_into_one_stream() {
 fn a_leg_later_than_the_window_sends_nothing_twice() {
     let Some(t) = topology() else { return };
     let relay = start(&t, &two_legs(), MERGE);
-    let rx = legs_receiver(&t, 8000);
-    // Leg 1 starts 5 s after leg 0: its own sender, started late.
-    let rec0 = recording(&t, "leg0.rec", &stream(8000, SSRC_A));
-    let rec1 = recording(&t, "leg1.rec", &stream(8000, SSRC_A));
+    let rx = legs_receiver(&t, 11_000);
+    // Leg 1 starts 5 s after leg 0, its own sender started late, and
+    // stops when leg 0 does: all the while 5000 numbers behind. (When
+    // the on-time leg stops first, what the late one sends next is
+    // another matter: a restart or a replay, the engine's call.)
+    let rec0 = recording(&t, "leg0.rec", &stream(11_000, SSRC_A));
+    let rec1 = recording(&t, "leg1.rec", &stream(6000, SSRC_A));
     let spawn = |group: &str, dev: &str, rec: &Path| {
         t.command(&t.a, &loadgen())
             .args(["legs", "--json", "--rate", "1000", "--no-end-marker"])
