@@ -37,10 +37,11 @@ pub const MAX_STEP: u64 = 64;
 /// Largest step behind a leg's highest number taken as a reordered copy
 /// or a duplicate (RFC 3550 A.1's `MAX_MISORDER`).
 pub const MAX_MISORDER: u64 = 100;
-/// Largest lead of a leg over the frame's top that it may join with
-/// once its own numbering is confirmed (it continued from a previous
-/// datagram): the leading copy of a skewed pair after a restart. An
-/// unconfirmed datagram joins only within [`MAX_STEP`].
+/// Largest lead over the frame's top a leg may join with when the frame
+/// has just restarted on another leg while this one had already moved to
+/// the new numbering (the leading copy of a skewed pair after an encoder
+/// restart). Any other leg joins only within [`MAX_STEP`]: a lone leg's
+/// confirmed jump never advances a frame other legs carry.
 pub const MAX_LEAD: u64 = 2048;
 /// A leg's or the frame's first extended number: room below it for a
 /// step back from the first datagram.
@@ -195,6 +196,10 @@ pub struct Frame {
     joined: u8,
     /// Each leg's latest datagram that was in the frame.
     last_ns: [u64; 4],
+    /// Bit per leg: it had confirmed a numbering of its own when the
+    /// frame last restarted, so it may join ahead of the top by up to
+    /// [`MAX_LEAD`].
+    leaders: u8,
     /// The SSRC of the datagram that last advanced the top.
     top_ssrc: u32,
 }
@@ -214,6 +219,7 @@ impl Frame {
             legs: [LegSeq::default(); 4],
             joined: 0,
             last_ns: [0; 4],
+            leaders: 0,
             top_ssrc: 0,
         }
     }
@@ -317,8 +323,10 @@ impl Frame {
         // oldest one kept to a step past the top, a lead for a leg whose
         // own numbering is confirmed), whatever the SSRC.
         let lead = match step {
-            Step::Ahead { .. } | Step::Behind(_) | Step::Restart(_) => MAX_LEAD,
-            Step::Start(_) | Step::Stray | Step::Replay => MAX_STEP,
+            Step::Ahead { .. } | Step::Behind(_) | Step::Restart(_) if self.leaders & bit != 0 => {
+                MAX_LEAD
+            }
+            _ => MAX_STEP,
         };
         let agrees = ext >= low && ext <= self.top + lead;
         match step {
@@ -327,12 +335,14 @@ impl Frame {
                     l.rejoin(seq, ssrc);
                 }
                 self.joined |= bit;
+                self.leaders &= !bit;
                 self.at(leg, ext, seq, ssrc, now)
             }
             Step::Stray => Place::Stray,
             Step::Replay => Place::Replay,
             _ if agrees => {
                 self.joined |= bit;
+                self.leaders &= !bit;
                 self.at(leg, ext, seq, ssrc, now)
             }
             Step::Restart(_) | Step::Start(_) | Step::Ahead { .. } | Step::Behind(_) => {
@@ -346,7 +356,9 @@ impl Frame {
                     return if back { Place::Behind } else { Place::Apart };
                 }
                 // No leg carries the frame's numbering any more: this
-                // leg's (confirmed) numbering becomes the flow's.
+                // leg's (confirmed) numbering becomes the flow's; legs
+                // already in a numbering of their own may join it ahead.
+                self.leaders = self.detached(4) & !bit;
                 self.top = ((self.top >> 16) + 2) << 16 | u64::from(seq);
                 self.top_seq = seq;
                 self.top_ssrc = ssrc;
