@@ -399,7 +399,7 @@ mod tests {
             t.observe(&pkt(s, 0, 7), i as u64 * 1_000_000);
         }
         let (top, _) = t.highest().unwrap();
-        for k in 1..=WINDOW as u16 {
+        for k in 1..=u16::try_from(WINDOW).unwrap() {
             t.observe(&pkt(top.wrapping_add(k), 0, 7), 0);
         }
         *t.stats()

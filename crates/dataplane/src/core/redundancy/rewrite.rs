@@ -83,7 +83,7 @@ impl Rewrite {
     pub(crate) fn map(&mut self, leg: LegId, h: &RtpHeader, now: u64) -> Mapped {
         let same = self.source == Some((leg, h.ssrc));
         let step = distance(h.sequence, self.top_seq);
-        if !same || step > MAX_DROPOUT || step < -MAX_MISORDER {
+        if !same || !(-MAX_MISORDER..=MAX_DROPOUT).contains(&step) {
             self.anchor(leg, h, now);
         } else if distance(h.sequence, self.anchor_seq) < 0 {
             return Mapped::Late;
