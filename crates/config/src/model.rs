@@ -177,6 +177,10 @@ pub const MAX_MERGE_WINDOW_MS: u32 = 1000;
 pub const DEFAULT_FAILOVER_AFTER_MS: u32 = 100;
 /// Largest `failover_after_ms` (one hour).
 pub const MAX_FAILOVER_AFTER_MS: u32 = 3_600_000;
+/// Default `failover_gap_factor`.
+pub const DEFAULT_FAILOVER_GAP_FACTOR: u32 = 4;
+/// Largest `failover_gap_factor`.
+pub const MAX_FAILOVER_GAP_FACTOR: u32 = 100;
 /// Default `revert_after_s`.
 pub const DEFAULT_REVERT_AFTER_S: u32 = 10;
 /// Largest `revert_after_s` (one day).
@@ -201,8 +205,13 @@ pub enum Redundancy {
     /// `redundancy = "failover"`: forward from the first healthy leg in
     /// list order.
     Failover {
-        /// `failover_after_ms`: a leg silent this long is unhealthy.
+        /// `failover_after_ms`: a leg silent this long is unhealthy (the
+        /// floor of the detection time when `gap_factor` is set).
         after_ms: u32,
+        /// `failover_gap_factor`: a leg is unhealthy once silent for this
+        /// many times its recent longest gap between datagrams, if that is
+        /// longer than `after_ms`; 0 = `after_ms` alone.
+        gap_factor: u32,
         /// `revert_after_s`: return to a higher-priority leg once it has
         /// been healthy this long; 0 = never.
         revert_after_s: u32,
@@ -742,6 +751,7 @@ mod tests {
             after_ms: 100,
             revert_after_s: 10,
             rtp_rewrite: false,
+            gap_factor: 4,
         };
         let t2 = FlowTable::new(vec![two.clone()]).unwrap();
         assert_eq!(old.diff(&t2).changed, [FlowId::from_name("keep")]);
@@ -782,6 +792,7 @@ mod tests {
             after_ms: 1,
             revert_after_s: 0,
             rtp_rewrite: false,
+            gap_factor: 4,
         };
         five.inputs = vec![five.inputs[0].clone(); 5];
         assert!(FlowTable::new(vec![five.clone()]).is_err());
@@ -841,6 +852,7 @@ mod tests {
             after_ms: 100,
             revert_after_s: 10,
             rtp_rewrite: false,
+            gap_factor: 4,
         };
         let redundant = Config {
             flows: FlowTable::new(vec![flow("a", 1), legs]).unwrap(),

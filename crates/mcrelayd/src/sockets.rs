@@ -263,12 +263,14 @@ pub fn redundancy(flow: &Flow) -> Redundancy {
             after_ms,
             revert_after_s,
             rtp_rewrite,
+            gap_factor,
         } => Redundancy::Failover {
             after_ns: u64::from(after_ms) * MS,
             revert_after_ns: (revert_after_s > 0).then(|| u64::from(revert_after_s) * 1000 * MS),
             rtp: flow.health.payload.has_rtp(),
             rtp_rewrite: (rtp_rewrite && flow.health.payload.has_rtp())
                 .then_some(flow.health.rtp_clock_hz),
+            gap_factor,
         },
     }
 }
@@ -499,17 +501,19 @@ mod tests {
                 revert_after_ns: Some(10_000_000_000),
                 rtp: true,
                 rtp_rewrite: None,
+                gap_factor: 4
             }
         );
         assert_eq!(
             redundancy(&flow(
-                "redundancy = \"failover\"\nfailover_after_ms = 7\nrevert_after_s = 0"
+                "redundancy = \"failover\"\nfailover_after_ms = 7\nrevert_after_s = 0\nfailover_gap_factor = 0"
             )),
             Redundancy::Failover {
                 after_ns: 7_000_000,
                 revert_after_ns: None,
                 rtp: false,
                 rtp_rewrite: None,
+                gap_factor: 0
             }
         );
         let one = mcrelay_config::parse(

@@ -153,7 +153,7 @@ pub struct RedundancyCounters {
     pub lost: Counter,
     /// Restarts of the flow's sequence state: a leg confirmed a new
     /// numbering (an encoder restart, a new SSRC with new numbers) and no
-    /// leg still carried the old one (`core::sequence`).
+    /// leg still carried the old one (`mcrelay_relay::sequence`).
     pub resets: Counter,
     /// Datagrams whose number jumped ahead of their leg's stream and was
     /// not (yet) confirmed (a corrupt header, a stray sender, the first

@@ -106,6 +106,11 @@ pub struct HealthCounters {
     pub rtp_ssrc_changes: Gauge,
     pub rtp_resyncs: Gauge,
     pub rtp_malformed: Gauge,
+    /// Jumps the stream did not confirm ([`mcrelay_wire::rtp_seq`]): a
+    /// corrupt header, a stray sender, a restart's first datagram.
+    pub rtp_strays: Gauge,
+    /// Far steps back the stream did not confirm: replayed datagrams.
+    pub rtp_replays: Gauge,
     pub rtp_payload_type: Gauge,
     pub rtp_ssrc: Gauge,
     /// RFC 3550 jitter in clock units, times 16.
@@ -202,7 +207,7 @@ fn target(counters: &FlowCounters, leg: usize) -> &HealthCounters {
 /// paused and resumed, replaced by a reload or its tracker resyncs.
 #[derive(Debug, Clone, Copy, Default)]
 struct Base {
-    rtp: [u64; 7],
+    rtp: [u64; 9],
     ts: [u64; 4],
 }
 
@@ -260,6 +265,8 @@ impl InputHealth {
                 h.rtp_ssrc_changes.get(),
                 h.rtp_malformed.get(),
                 h.rtp_resyncs.get(),
+                h.rtp_strays.get(),
+                h.rtp_replays.get(),
             ],
             ts: [
                 h.ts_packets.get(),
@@ -344,6 +351,8 @@ impl InputHealth {
             h.rtp_ssrc_changes.set(b[4] + r.ssrc_changes);
             h.rtp_malformed.set(b[5] + r.malformed);
             h.rtp_resyncs.set(b[6] + r.resyncs);
+            h.rtp_strays.set(b[7] + r.strays);
+            h.rtp_replays.set(b[8] + r.replays);
             h.rtp_payload_type.set(u64::from(r.payload_type));
             h.rtp_ssrc.set(u64::from(r.ssrc));
             h.rtp_jitter_x16.set(r.jitter_x16);

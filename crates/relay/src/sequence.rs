@@ -2,17 +2,18 @@
 //! datagram's number belongs to it. Merge, failover and stream health
 //! all ask it, so a stray datagram means the same thing to each.
 //!
-//! Per leg ([`LegSeq`]) it follows RFC 3550 A.1: a number a little ahead
-//! of the leg's highest one ([`MAX_STEP`]) is the next (after a gap), one
-//! a little behind ([`MAX_MISORDER`]) a reordered copy or a duplicate;
-//! anything else — a jump, a step far back, another SSRC — is not
-//! trusted until the leg confirms it (A.1's `bad_seq`: its next datagram
-//! continues from it) or, across legs ([`Frame`]), another leg agrees
-//! (the number is where the flow's stream is). Until then the datagram
-//! is counted ([`Place::Stray`] ahead, [`Place::Replay`] behind) and
-//! dropped, and nothing moves: an isolated corrupt or stray datagram
-//! never shifts the stream. A confirmed jump is a restart of that leg's
-//! numbering.
+//! Per leg ([`LegSeq`], from [`mcrelay_wire::rtp_seq`], where stream
+//! health's RTP tracker uses the same engine) it follows RFC 3550 A.1: a
+//! number a little ahead of the leg's highest one ([`MAX_STEP`]) is the
+//! next (after a gap), one a little behind ([`MAX_MISORDER`]) a
+//! reordered copy or a duplicate; anything else — a jump, a step far
+//! back, another SSRC — is not trusted until the leg confirms it (A.1's
+//! `bad_seq`: its next datagram continues from it) or, across legs
+//! ([`Frame`]), another leg agrees (the number is where the flow's
+//! stream is). Until then the datagram is counted ([`Place::Stray`]
+//! ahead, [`Place::Replay`] behind) and dropped, and nothing moves: an
+//! isolated corrupt or stray datagram never shifts the stream. A
+//! confirmed jump is a restart of that leg's numbering.
 //!
 //! Across legs ([`Frame`]) the flow follows one numbering, the frame: a
 //! leg whose numbers are the frame's (whatever its SSRC) is in it; a leg
@@ -29,141 +30,14 @@
 //! index their state by them without wrap-around. Pure, fixed size, no
 //! allocation, a few compares per datagram.
 
-/// Largest step ahead of a leg's highest number taken as its next (the
-/// numbers between lost). Larger jumps wait for confirmation: at 1 kpps
-/// 64 numbers are 64 ms, within a merge window, so a jump this short
-/// opens no gap the window cannot fill.
-pub const MAX_STEP: u64 = 64;
-/// Largest step behind a leg's highest number taken as a reordered copy
-/// or a duplicate (RFC 3550 A.1's `MAX_MISORDER`).
-pub const MAX_MISORDER: u64 = 100;
+pub use mcrelay_wire::rtp_seq::{EXT_BASE, LegSeq, MAX_MISORDER, MAX_STEP, Step, extend};
+
 /// Largest lead over the frame's top a leg may join with when the frame
 /// has just restarted on another leg while this one had already moved to
 /// the new numbering (the leading copy of a skewed pair after an encoder
 /// restart). Any other leg joins only within [`MAX_STEP`]: a lone leg's
 /// confirmed jump never advances a frame other legs carry.
 pub const MAX_LEAD: u64 = 2048;
-/// A leg's or the frame's first extended number: room below it for a
-/// step back from the first datagram.
-pub const EXT_BASE: u64 = 1 << 32;
-
-/// The 16-bit number `seq` nearest to extended number `near`.
-#[inline(always)]
-pub fn extend(near: u64, seq: u16) -> u64 {
-    let low = u16::try_from(near & 0xffff).unwrap_or(0);
-    let d = i64::from(i16::from_ne_bytes(seq.wrapping_sub(low).to_ne_bytes()));
-    near.saturating_add_signed(d)
-}
-
-/// What a leg's datagram is to the leg's own stream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Step {
-    /// The leg's first datagram: its numbering starts here.
-    Start(u64),
-    /// Ahead of the highest number by at most [`MAX_STEP`]; `gap`
-    /// numbers skipped before it.
-    Ahead { ext: u64, gap: u64 },
-    /// At or behind the highest number by at most [`MAX_MISORDER`]
-    /// (a reordered datagram or a duplicate: the caller tells which).
-    Behind(u64),
-    /// A jump (or new SSRC) the leg confirmed: its numbering restarts.
-    Restart(u64),
-    /// A jump ahead (or another SSRC) not confirmed yet: dropped.
-    Stray,
-    /// A step far back not confirmed as a restart: dropped.
-    Replay,
-}
-
-/// One leg's stream (RFC 3550 A.1, extended numbers).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct LegSeq {
-    synced: bool,
-    ssrc: u32,
-    /// The highest number, extended.
-    max: u64,
-    /// A jump on probation: the number and SSRC that confirm it.
-    cand: Option<(u16, u32)>,
-}
-
-impl LegSeq {
-    /// Whether the leg has a stream yet.
-    pub fn synced(&self) -> bool {
-        self.synced
-    }
-
-    /// Its highest number (extended) and SSRC, once synced.
-    pub fn highest(&self) -> Option<(u64, u32)> {
-        self.synced.then_some((self.max, self.ssrc))
-    }
-
-    /// Place `seq` of `ssrc` in the leg's stream.
-    #[inline]
-    pub fn check(&mut self, seq: u16, ssrc: u32) -> Step {
-        if self.synced && ssrc == self.ssrc {
-            let low = u16::try_from(self.max & 0xffff).unwrap_or(0);
-            let d = i64::from(i16::from_ne_bytes(seq.wrapping_sub(low).to_ne_bytes()));
-            if d > 0 && d.unsigned_abs() <= MAX_STEP {
-                let d = d.unsigned_abs();
-                self.max += d;
-                self.cand = None;
-                return Step::Ahead {
-                    ext: self.max,
-                    gap: d - 1,
-                };
-            }
-            if d <= 0 && d.unsigned_abs() <= MAX_MISORDER {
-                return Step::Behind(self.max - d.unsigned_abs());
-            }
-        }
-        self.jump(seq, ssrc)
-    }
-
-    /// Anything but the next or a reordered number: start, confirm, or
-    /// put on probation.
-    #[inline(never)]
-    fn jump(&mut self, seq: u16, ssrc: u32) -> Step {
-        if !self.synced {
-            self.synced = true;
-            self.ssrc = ssrc;
-            self.max = EXT_BASE + u64::from(seq);
-            self.cand = None;
-            return Step::Start(self.max);
-        }
-        if self.cand == Some((seq, ssrc)) {
-            return Step::Restart(self.restart(seq, ssrc));
-        }
-        let back = ssrc == self.ssrc
-            && i16::from_ne_bytes(
-                seq.wrapping_sub(u16::try_from(self.max & 0xffff).unwrap_or(0))
-                    .to_ne_bytes(),
-            ) < 0;
-        self.cand = Some((seq.wrapping_add(1), ssrc));
-        if back { Step::Replay } else { Step::Stray }
-    }
-
-    /// The leg's numbering restarts at `seq` of `ssrc`: its extended
-    /// number is past every earlier one.
-    pub fn restart(&mut self, seq: u16, ssrc: u32) -> u64 {
-        self.synced = true;
-        self.ssrc = ssrc;
-        self.max = ((self.max >> 16) + 2) << 16 | u64::from(seq);
-        self.cand = None;
-        self.max
-    }
-
-    /// The leg joins a stream another leg carries: `seq` of `ssrc` is the
-    /// leg's new highest number (its extension follows its own).
-    fn rejoin(&mut self, seq: u16, ssrc: u32) {
-        if self.synced && ssrc == self.ssrc {
-            let e = extend(self.max, seq);
-            self.max = self.max.max(e);
-        } else {
-            self.restart(seq, ssrc);
-        }
-        self.cand = None;
-    }
-}
-
 /// Where a datagram goes in a flow's numbering.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Place {
@@ -248,7 +122,7 @@ impl Frame {
             .legs
             .iter()
             .enumerate()
-            .filter(|(_, l)| l.synced)
+            .filter(|(_, l)| l.synced())
             .fold(0u8, |m, (i, _)| m | 1 << i);
         synced & !self.joined & all
     }
@@ -384,59 +258,6 @@ impl Frame {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_leg_follows_a1_with_probation_for_jumps() {
-        let mut l = LegSeq::default();
-        assert_eq!(l.check(10, 1), Step::Start(EXT_BASE + 10));
-        assert_eq!(
-            l.check(11, 1),
-            Step::Ahead {
-                ext: EXT_BASE + 11,
-                gap: 0
-            }
-        );
-        assert_eq!(
-            l.check(15, 1),
-            Step::Ahead {
-                ext: EXT_BASE + 15,
-                gap: 3
-            }
-        );
-        assert_eq!(l.check(13, 1), Step::Behind(EXT_BASE + 13));
-        // A stray jump: dropped, the stream goes on.
-        assert_eq!(l.check(2015, 1), Step::Stray);
-        assert_eq!(
-            l.check(16, 1),
-            Step::Ahead {
-                ext: EXT_BASE + 16,
-                gap: 0
-            }
-        );
-        // A replay far back: the same.
-        assert_eq!(l.check(65_000, 1), Step::Replay);
-        assert_eq!(
-            l.check(17, 1).clone(),
-            Step::Ahead {
-                ext: EXT_BASE + 17,
-                gap: 0
-            }
-        );
-        // A confirmed jump back (a restart keeping the SSRC).
-        assert_eq!(l.check(5000, 1), Step::Stray);
-        let Step::Restart(e) = l.check(5001, 1) else {
-            panic!("confirmed")
-        };
-        assert!(e > EXT_BASE + 17, "past everything before");
-        assert_eq!(e & 0xffff, 5001);
-        // A new SSRC: confirmed by its next datagram.
-        assert_eq!(l.check(7, 2), Step::Stray);
-        assert!(matches!(l.check(8, 2), Step::Restart(_)));
-        // Wrap.
-        let mut l = LegSeq::default();
-        l.check(65_535, 1);
-        assert!(matches!(l.check(0, 1), Step::Ahead { gap: 0, .. }));
-    }
 
     #[test]
     fn the_frame_takes_an_agreeing_leg_and_keeps_a_disagreeing_one_apart() {

@@ -305,6 +305,7 @@ fn redundancy() -> impl Strategy<Value = Redundancy> {
                 revert_after_ns,
                 rtp,
                 rtp_rewrite: (rtp && rewrite).then_some(90_000),
+                gap_factor: 4,
             }),
     ]
 }
@@ -482,7 +483,7 @@ impl Model {
                         let (seq, rtp, ssrc) = seq_of(core, core.in_flight(), slot);
                         // In RTP order: a new SSRC continuing the
                         // numbering (the model's new source) is the same
-                        // stream to the merge (`core::sequence`), so the
+                        // stream to the merge (`mcrelay_relay::sequence`), so the
                         // order is the numbers' (which never wrap here).
                         let seq = if f.in_rtp_order() {
                             let _ = ssrc;

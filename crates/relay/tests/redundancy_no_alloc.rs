@@ -46,6 +46,7 @@ fn merge_failover_and_their_timers_never_allocate() {
                 rtp: true,
                 // The header rewrite is on the measured path too.
                 rtp_rewrite: Some(90_000),
+                gap_factor: 4,
             },
         ),
     ];
@@ -110,7 +111,7 @@ fn merge_failover_and_their_timers_never_allocate() {
     let r = |k: usize| &flows[k].2.redundancy;
     assert!(r(1).duplicates.get() > 0 && r(1).recovered.get() > 0);
     // The jump restarts the merge; the new source continues the numbering,
-    // so it is the same stream to the merge (`core::sequence`).
+    // so it is the same stream to the merge (`mcrelay_relay::sequence`).
     assert!(r(1).resets.get() >= 1, "the jump");
     assert!(r(2).forwarded[2].get() > 0, "the third leg filled gaps");
     assert_eq!(r(3).switches.get(), 2, "to the backup and back");

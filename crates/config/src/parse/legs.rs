@@ -1,7 +1,7 @@
 //! A flow's legs and how they combine: `input` (one leg) or `inputs`
 //! (2 to [`MAX_LEGS`] legs), and `redundancy` with its settings
 //! (`merge_delay_ms`, `merge_window_ms`, `failover_after_ms`,
-//! `revert_after_s`, `rtp_rewrite`). Every rule that involves more than one leg lives
+//! `failover_gap_factor`, `revert_after_s`, `rtp_rewrite`). Every rule that involves more than one leg lives
 //! here; a single leg is checked by [`Walker::input`].
 
 use std::ops::Range;
@@ -13,7 +13,12 @@ use crate::model::*;
 
 /// The keys of `merge` and of `failover`, for "only valid with" errors.
 const MERGE_KEYS: [&str; 2] = ["merge_delay_ms", "merge_window_ms"];
-const FAILOVER_KEYS: [&str; 3] = ["failover_after_ms", "revert_after_s", "rtp_rewrite"];
+const FAILOVER_KEYS: [&str; 4] = [
+    "failover_after_ms",
+    "failover_gap_factor",
+    "revert_after_s",
+    "rtp_rewrite",
+];
 
 const ONE_LEG_EXAMPLE: &str = "{ interface = \"eth0\", address = \"239.1.1.1\", port = 5000 }";
 
@@ -154,6 +159,13 @@ impl Walker<'_> {
             MAX_FAILOVER_AFTER_MS,
             DEFAULT_FAILOVER_AFTER_MS,
         );
+        let gap_factor = setting(
+            self,
+            "failover_gap_factor",
+            0,
+            MAX_FAILOVER_GAP_FACTOR,
+            DEFAULT_FAILOVER_GAP_FACTOR,
+        );
         let revert_after_s = setting(
             self,
             "revert_after_s",
@@ -261,6 +273,7 @@ impl Walker<'_> {
                     after_ms,
                     revert_after_s,
                     rtp_rewrite,
+                    gap_factor,
                 })
             }
         }
@@ -337,7 +350,7 @@ mod tests {
         );
         let f = parsed(&flow(
             &[A, B],
-            "redundancy = \"failover\"\nfailover_after_ms = 250\nrevert_after_s = 0\n",
+            "redundancy = \"failover\"\nfailover_after_ms = 250\nrevert_after_s = 0\nfailover_gap_factor = 0\n",
         ));
         assert_eq!(
             f.redundancy,
@@ -345,6 +358,7 @@ mod tests {
                 after_ms: 250,
                 revert_after_s: 0,
                 rtp_rewrite: false,
+                gap_factor: 0,
             }
         );
         let f = parsed(&flow(
@@ -357,6 +371,7 @@ mod tests {
                 after_ms: 100,
                 revert_after_s: 10,
                 rtp_rewrite: true,
+                gap_factor: 4,
             }
         );
         // Failover takes any payload, and has its defaults.
@@ -367,6 +382,7 @@ mod tests {
                 after_ms: 100,
                 revert_after_s: 10,
                 rtp_rewrite: false,
+                gap_factor: 4,
             }
         );
         assert_eq!(f.health.payload, Payload::Udp);
@@ -564,6 +580,13 @@ mod tests {
                 &format!("{failover}failover_after_ms = 0\n")
             )),
             "t.toml:6:21: flow \"x\": failover_after_ms 0 is out of range; use 1-3600000"
+        );
+        assert_eq!(
+            error(&flow(
+                &[A, B],
+                &format!("{failover}failover_gap_factor = 101\n")
+            )),
+            "t.toml:6:23: flow \"x\": failover_gap_factor 101 is out of range; use 0-100"
         );
         assert_eq!(
             error(&flow(

@@ -1,9 +1,13 @@
 //! Input failover: a flow forwards the datagrams of its active leg only.
 //!
-//! A leg is healthy while it has delivered a datagram within the last
-//! `after_ns`, and unhealthy once silent that long (a leg that never
+//! A leg is healthy while it has delivered a datagram within its
+//! detection time, and unhealthy once silent that long (a leg that never
 //! delivered counts as silent from the flow's first event, so the first
-//! leg gets `after_ns` to start). When the active leg is unhealthy the
+//! leg gets `after_ns` to start). The detection time adapts to the
+//! source: `gap_factor` times the leg's recent longest gap between
+//! datagrams ([`GapEstimate`]), never less than `after_ns` (with
+//! `gap_factor` 0, `after_ns` exactly), so a VBR source whose gaps
+//! reach 150 ms under load does not flap at a 100 ms floor. When the active leg is unhealthy the
 //! flow goes to the first healthy leg in list order; when a leg before
 //! the active one has been healthy for `revert_after_ns` it goes back
 //! to it (`None`: never). Each change counts a switch and sets the
@@ -39,7 +43,7 @@ pub(crate) enum Pass {
     Duplicate,
     Late,
     NotRtp,
-    /// A jump its leg has not confirmed (`core::sequence`).
+    /// A jump its leg has not confirmed (`mcrelay_relay::sequence`).
     Stray,
     /// A step far back its leg has not confirmed.
     Replay,
@@ -122,12 +126,38 @@ impl SeqGuard {
     }
 }
 
+/// A leg's recent longest gap between datagrams: the largest gap seen,
+/// decaying by half in about [`GapEstimate::DECAY_SHIFT`] (2^35 ns, 34 s)
+/// of time as newer, shorter gaps come. A gap longer than twice the
+/// detection time it was measured against (an outage, not the source's
+/// rhythm) is not learnt.
+#[derive(Debug, Clone, Copy, Default)]
+struct GapEstimate(u64);
+
+impl GapEstimate {
+    const DECAY_SHIFT: u32 = 35;
+
+    fn learn(&mut self, gap: u64, limit: u64) {
+        if gap >= limit.saturating_mul(2) {
+            return;
+        }
+        let decay = (u128::from(self.0) * u128::from(gap)) >> Self::DECAY_SHIFT;
+        let decayed = self
+            .0
+            .saturating_sub(u64::try_from(decay).unwrap_or(u64::MAX));
+        self.0 = decayed.max(gap);
+    }
+}
+
 /// One flow's failover state.
 #[derive(Debug)]
 pub(crate) struct Failover {
     after_ns: u64,
     revert_after_ns: Option<u64>,
     rtp: bool,
+    gap_factor: u32,
+    /// Each leg's recent longest gap (valid datagrams).
+    gaps: [GapEstimate; LegId::MAX_LEGS as usize],
     legs: u8,
     active: u8,
     /// The flow's first event: legs that never delivered are silent
@@ -137,7 +167,7 @@ pub(crate) struct Failover {
     last_ns: [Option<u64>; LegId::MAX_LEGS as usize],
     /// Since when each leg has been healthy (valid while it is).
     healthy_since_ns: [u64; LegId::MAX_LEGS as usize],
-    /// With `rtp`: each leg's stream (`core::sequence`). A datagram its
+    /// With `rtp`: each leg's stream (`mcrelay_relay::sequence`). A datagram its
     /// leg's stream does not take (a jump not confirmed, a replay) is
     /// dropped and does not count as the leg being heard: a leg sending
     /// only such datagrams goes unhealthy as a silent one does.
@@ -146,11 +176,19 @@ pub(crate) struct Failover {
 }
 
 impl Failover {
-    pub(crate) fn new(legs: u8, after_ns: u64, revert_after_ns: Option<u64>, rtp: bool) -> Self {
+    pub(crate) fn new(
+        legs: u8,
+        after_ns: u64,
+        revert_after_ns: Option<u64>,
+        rtp: bool,
+        gap_factor: u32,
+    ) -> Self {
         Self {
             after_ns: after_ns.max(1),
             revert_after_ns,
             rtp,
+            gap_factor,
+            gaps: [GapEstimate::default(); LegId::MAX_LEGS as usize],
             legs: legs.clamp(1, LegId::MAX_LEGS),
             active: 0,
             start_ns: None,
@@ -165,12 +203,21 @@ impl Failover {
         LegId(self.active)
     }
 
+    /// How long `leg` may be silent before it is unhealthy.
+    pub(crate) fn limit(&self, leg: u8) -> u64 {
+        let learnt = self
+            .gaps
+            .get(usize::from(leg))
+            .map_or(0, |g| g.0.saturating_mul(u64::from(self.gap_factor)));
+        self.after_ns.max(learnt)
+    }
+
     fn healthy(&self, leg: u8, now: u64) -> bool {
         self.last_ns
             .get(usize::from(leg))
             .copied()
             .flatten()
-            .is_some_and(|t| now.saturating_sub(t) < self.after_ns)
+            .is_some_and(|t| now.saturating_sub(t) < self.limit(leg))
     }
 
     /// When `leg` is (or was) last heard of, counting the flow's start.
@@ -188,7 +235,7 @@ impl Failover {
     pub(crate) fn evaluate(&mut self, now: u64, counters: &RedundancyCounters) -> bool {
         self.start_ns.get_or_insert(now);
         let active = self.active;
-        let silent = now.saturating_sub(self.heard_ns(active, now)) >= self.after_ns;
+        let silent = now.saturating_sub(self.heard_ns(active, now)) >= self.limit(active);
         let to = if silent {
             (0..self.legs).find(|&l| l != active && self.healthy(l, now))
         } else if let Some(revert) = self.revert_after_ns {
@@ -240,6 +287,14 @@ impl Failover {
         {
             *since = now;
         }
+        if self.gap_factor > 0
+            && let Some(Some(last)) = self.last_ns.get(l).copied()
+        {
+            let limit = self.limit(leg.0);
+            if let Some(g) = self.gaps.get_mut(l) {
+                g.learn(now.saturating_sub(last), limit);
+            }
+        }
         if let Some(last) = self.last_ns.get_mut(l) {
             *last = Some(now);
         }
@@ -281,6 +336,7 @@ impl Failover {
                 self.last_ns[l] = old.last_ns[l];
                 self.healthy_since_ns[l] = old.healthy_since_ns[l];
                 self.seqs[l] = old.seqs[l];
+                self.gaps[l] = old.gaps[l];
             }
         }
         self.active = if old.active < self.legs {
@@ -321,7 +377,7 @@ impl Failover {
     pub(crate) fn deadline(&self, now: u64) -> Option<u64> {
         let silent = self
             .heard_ns(self.active, now)
-            .saturating_add(self.after_ns);
+            .saturating_add(self.limit(self.active));
         let silent = (silent > now).then_some(silent);
         let revert = self.revert_after_ns.and_then(|revert| {
             (0..self.active)

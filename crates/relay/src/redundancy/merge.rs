@@ -106,7 +106,7 @@ pub(crate) struct Merge {
     /// Every leg's bit.
     all_legs: u8,
     /// Where each leg's stream is and the numbering the flow follows
-    /// (`core::sequence`): gives each datagram its extended number.
+    /// (`mcrelay_relay::sequence`): gives each datagram its extended number.
     frame: Frame,
     /// Restarts so far: tells this stream's records from older ones.
     epoch: u32,

@@ -307,6 +307,7 @@ mod through_the_core {
             revert_after_ns: Some(100 * MS),
             rtp: true,
             rtp_rewrite,
+            gap_factor: 0,
         };
         let flow = core
             .add_flow([spec], Arc::clone(&counters), 2, redundancy, 8)

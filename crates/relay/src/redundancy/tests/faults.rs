@@ -497,3 +497,67 @@ fn failover_switches_away_from_a_leg_sending_a_broken_stream() {
     assert!(h.red().strays.get() + h.red().replays.get() >= 1900);
     h.assert_adds_up();
 }
+
+/// A VBR source whose gaps reach 106-144 ms under load, behind a 100 ms
+/// floor: with the default `gap_factor` (4) the detection time grows
+/// with the gaps it has seen and the flow never flaps; with 0 (the floor
+/// alone) it switches at every long gap. A real outage still switches.
+#[test]
+fn failover_detection_adapts_to_a_vbr_source_and_still_sees_an_outage() {
+    for (factor, flaps) in [(4u32, false), (0, true)] {
+        let mut h = Harness::new(
+            2,
+            Redundancy::Failover {
+                after_ns: 100 * MS,
+                revert_after_ns: Some(1000 * MS),
+                rtp: true,
+                gap_factor: factor,
+                rtp_rewrite: None,
+            },
+        );
+        // Bursts of 10 datagrams every 40 ms, and every 25th burst comes
+        // 106-144 ms after the previous one, on both legs alike.
+        let mut ev = Vec::new();
+        let mut t = 1000 * MS;
+        let mut i = 0u32;
+        for burst in 0..400u32 {
+            t += if burst % 25 == 24 {
+                (106 + u64::from(burst % 39)) * MS
+            } else {
+                40 * MS
+            };
+            for _ in 0..10 {
+                for leg in 0..2u8 {
+                    ev.push(Ev {
+                        t: t + u64::from(leg) * MS / 2,
+                        leg,
+                        seq: i as u16,
+                        ts: i * 90,
+                        ssrc: SSRC,
+                    });
+                }
+                i += 1;
+                t += MS / 10;
+            }
+        }
+        run(&mut h, &ev, 0);
+        assert_eq!(h.red().switches.get() > 0, flaps, "gap_factor {factor}");
+        assert_eq!(missing(&h, i), Vec::<u32>::new());
+        if !flaps {
+            // Leg 0 stops for good: the flow goes to leg 1 within 4 x the
+            // longest gap learnt (under 600 ms).
+            let mut now = t;
+            for k in 0..100u32 {
+                now += 40 * MS;
+                h.rx_ts(1, (i + k) as u16, (i + k) * 90, SSRC, now);
+                h.tick(now);
+            }
+            assert_eq!(h.red().switches.get(), 1);
+            assert!(
+                h.red().forwarded[1].get() >= 85,
+                "{}",
+                h.red().forwarded[1].get()
+            );
+        }
+    }
+}
