@@ -399,8 +399,12 @@ mod tests {
         assert_eq!((c.rtp_packets.get(), c.last_arrival()), (2, Some(10)));
         assert!(h.observe_at(&pkt(3), 50), "asks again after a publish");
         // 2 is lost once the stream is a window past it.
-        h.observe_at(&pkt(3 + 128), 55);
-        h.observe_at(&pkt(4464), 56); // a resync (4333 past 131)
+        for s in 4..=140 {
+            h.observe_at(&pkt(s), 51);
+        }
+        // A jump, confirmed by the next number: a resync.
+        h.observe_at(&pkt(5000), 55);
+        h.observe_at(&pkt(5001), 56);
         h.publish();
         assert_eq!(
             (
@@ -409,7 +413,7 @@ mod tests {
                 c.rtp_duplicates.get(),
                 c.rtp_resyncs.get()
             ),
-            (5, 1 + 127, 1, 1)
+            (142, 1, 1, 1)
         );
         assert_eq!(c.last_arrival(), Some(56));
         assert_eq!(c.max_gap(60), 40);
@@ -420,11 +424,13 @@ mod tests {
         let mut h = InputHealth::new(settings, Arc::clone(&counters));
         h.observe_at(&pkt(100), 1000);
         h.observe_at(&pkt(102), 1010);
-        h.observe_at(&pkt(40_000), 1011); // a resync
+        // A confirmed jump: 101, still missing, is lost then.
+        h.observe_at(&pkt(40_000), 1011);
+        h.observe_at(&pkt(40_001), 1012);
         h.publish();
         assert_eq!(
             (c.rtp_packets.get(), c.rtp_lost.get(), c.rtp_resyncs.get()),
-            (8, 129, 2)
+            (146, 2, 2)
         );
     }
 
