@@ -39,6 +39,7 @@ fn teardown((run, before): (Run, u64)) {
 #[bench::merge_lossy(args = (2), setup = setup, teardown = teardown)]
 #[bench::merge_delay_lossy(args = (3), setup = setup, teardown = teardown)]
 #[bench::failover(args = (4), setup = setup, teardown = teardown)]
+#[bench::failover_rewrite(args = (5), setup = setup, teardown = teardown)]
 fn block_x1000((mut run, before): (Run, u64)) -> (Run, u64) {
     run.block();
     black_box((run, before))

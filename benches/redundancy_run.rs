@@ -44,7 +44,7 @@ fn schedule(s: &Scenario) -> Vec<(u64, u8, i32)> {
     events
 }
 
-pub fn scenarios() -> [Scenario; 5] {
+pub fn scenarios() -> [Scenario; 6] {
     let merge = |delay_ns| Redundancy::Merge {
         delay_ns,
         window_ns: 50 * MS,
@@ -85,6 +85,20 @@ pub fn scenarios() -> [Scenario; 5] {
                 after_ns: 100 * MS,
                 revert_after_ns: Some(10_000 * MS),
                 rtp: true,
+                rtp_rewrite: None,
+                gap_factor: 4,
+            },
+            skew: 0,
+            lossy: false,
+        },
+        Scenario {
+            name: "failover-rewrite",
+            legs: 2,
+            redundancy: Redundancy::Failover {
+                after_ns: 100 * MS,
+                revert_after_ns: Some(10_000 * MS),
+                rtp: true,
+                rtp_rewrite: Some(90_000),
                 gap_factor: 4,
             },
             skew: 0,

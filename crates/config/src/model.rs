@@ -218,6 +218,10 @@ pub enum Redundancy {
         /// `revert_after_s`: return to a higher-priority leg once it has
         /// been healthy this long; 0 = never.
         revert_after_s: u32,
+        /// `rtp_rewrite`: the output is one RTP stream (one SSRC,
+        /// continuous sequence numbers and timestamps) whichever leg it
+        /// comes from. Needs an RTP payload.
+        rtp_rewrite: bool,
     },
 }
 
@@ -867,6 +871,7 @@ mod tests {
         two.redundancy = Redundancy::Failover {
             after_ms: 100,
             revert_after_s: 10,
+            rtp_rewrite: false,
             gap_factor: 4,
         };
         let t2 = FlowTable::new(vec![two.clone()]).unwrap();
@@ -907,6 +912,7 @@ mod tests {
         five.redundancy = Redundancy::Failover {
             after_ms: 1,
             revert_after_s: 0,
+            rtp_rewrite: false,
             gap_factor: 4,
         };
         five.inputs = vec![five.inputs[0].clone(); 5];
@@ -966,6 +972,7 @@ mod tests {
         legs.redundancy = Redundancy::Failover {
             after_ms: 100,
             revert_after_s: 10,
+            rtp_rewrite: false,
             gap_factor: 4,
         };
         let redundant = Config {

@@ -310,7 +310,7 @@ fn input_families(m: &mut Exposition, s: &Snapshot) {
     m.family(
         "mcrelay_input_max_gap_seconds",
         Kind::Gauge,
-        "Longest gap between datagrams on the input since the previous read, counting the one still open.",
+        "Longest gap between datagrams on the input in the last one to two minutes (fixed one-minute windows; reading resets nothing), counting the one still open.",
     );
     for (f, input) in &inputs {
         let gap = Float(f.health.max_gap_ns as f64 / 1e9);
@@ -455,6 +455,49 @@ fn redundancy_families(m: &mut Exposition, s: &Snapshot) {
         m.family(name, Kind::Counter, help);
         for (f, r) in &flows {
             m.sample(name, &[("flow", &f.name)], value(r));
+        }
+    }
+    let name = "mcrelay_flow_sequence_restarts_total";
+    m.family(
+        name,
+        Kind::Counter,
+        "Restarts of the flow's RTP sequence state: an input confirmed a new numbering (an encoder restart).",
+    );
+    for (f, r) in &flows {
+        m.sample(name, &[("flow", &f.name)], r.resets);
+    }
+    let name = "mcrelay_flow_redundancy_dropped_packets_total";
+    m.family(
+        name,
+        Kind::Counter,
+        "Datagrams the flow's redundancy rule dropped, by reason: late (after their turn or the window), \
+         stray (an unconfirmed jump ahead), replay (far behind, not a restart), mismatched (merge: another \
+         numbering than the flow's), not_rtp. Duplicates are mcrelay_flow_merge_duplicate_packets_total.",
+    );
+    for (f, r) in &flows {
+        for (reason, v) in [
+            ("late", r.late),
+            ("stray", r.strays),
+            ("replay", r.replays),
+            ("mismatched", r.mismatched),
+            ("not_rtp", r.not_rtp),
+        ] {
+            m.sample(name, &[("flow", &f.name), ("reason", reason)], v);
+        }
+    }
+    let name = "mcrelay_input_detached";
+    m.family(
+        name,
+        Kind::Gauge,
+        "Merge: 1 while the input is not merged (its numbering is not the flow's, or it is further behind than merge_window_ms).",
+    );
+    for (f, r) in flows.iter().filter(|(_, r)| r.mode == "merge") {
+        for leg in &r.legs {
+            m.sample(
+                name,
+                &[("flow", &f.name), ("input", &input_label(&leg.input))],
+                u8::from(leg.detached),
+            );
         }
     }
     let name = "mcrelay_flow_active_input";
@@ -809,13 +852,13 @@ fn text_capacity(s: &Snapshot) -> usize {
     let outputs: usize = s.flows.iter().map(|f| f.outputs.len()).sum();
     let pools: usize = s.workers.iter().map(|w| w.pools.len()).sum();
     // Stream health adds up to 15 samples per input, with two labels;
-    // a flow with several inputs 7 more per flow and 2 per input.
+    // a flow with several inputs 13 more per flow and 3 per input.
     let samples = 7 * s.flows.len() + 7 * outputs + 5 * pools + 3 * s.workers.len();
     let legs: usize = s
         .flows
         .iter()
         .filter_map(|f| f.redundancy.as_ref())
-        .map(|r| 7 + 2 * r.legs.len())
+        .map(|r| 13 + 3 * r.legs.len())
         .sum();
     let health = 15
         * inputs_of(s)
@@ -1370,8 +1413,22 @@ mod tests {
             assert_eq!(v(name, &[flow]), want, "{name}");
             assert_eq!(types[name], kind);
         }
+        let dropped = "mcrelay_flow_redundancy_dropped_packets_total";
+        assert_eq!(types[dropped], "counter");
+        for (reason, want) in [
+            ("late", 3.0),
+            ("stray", 4.0),
+            ("replay", 5.0),
+            ("mismatched", 6.0),
+            ("not_rtp", 0.0),
+        ] {
+            assert_eq!(v(dropped, &[flow, ("reason", reason)]), want, "{reason}");
+        }
+        assert_eq!(v("mcrelay_flow_sequence_restarts_total", &[flow]), 1.0);
         let a = ("input", "239.1.1.1:5000@vRA");
         let b = ("input", "239.1.2.1:5000@vRB");
+        assert_eq!(types["mcrelay_input_detached"], "gauge");
+        assert_eq!(v("mcrelay_input_detached", &[flow, a]), 0.0);
         let forwarded = "mcrelay_input_forwarded_packets_total";
         assert_eq!(v(forwarded, &[flow, a]), 490.0);
         assert_eq!(v(forwarded, &[flow, b]), 10.0);

@@ -441,12 +441,19 @@ fn redundancy_text(r: &crate::snapshot::RedundancySnapshot) -> String {
             r.active_input,
             human_count(r.switches)
         ),
-        mode => format!(
-            "{mode}: recovered {}, duplicates {}, lost {}",
-            human_count(r.recovered),
-            human_count(r.duplicates),
-            human_count(r.lost)
-        ),
+        mode => {
+            let mut text = format!(
+                "{mode}: recovered {}, duplicates {}, lost {}",
+                human_count(r.recovered),
+                human_count(r.duplicates),
+                human_count(r.lost)
+            );
+            let detached = r.legs.iter().filter(|l| l.detached).count();
+            if detached > 0 {
+                text.push_str(&format!(", {detached} input(s) not merged"));
+            }
+            text
+        }
     }
 }
 

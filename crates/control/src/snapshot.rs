@@ -191,6 +191,19 @@ pub struct RedundancySnapshot {
     /// header.
     pub late: u64,
     pub not_rtp: u64,
+    /// Datagrams whose number jumped ahead of their leg's stream without
+    /// confirmation (a corrupt header, a stray sender): dropped, the
+    /// stream not moved.
+    #[serde(default)]
+    pub strays: u64,
+    /// Datagrams far behind their leg's stream, not a confirmed restart
+    /// (a replay of an old datagram): dropped.
+    #[serde(default)]
+    pub replays: u64,
+    /// Merge: datagrams of a leg whose numbering is not the flow's (an
+    /// independent encoder): dropped, never forwarded beside it.
+    #[serde(default)]
+    pub mismatched: u64,
     /// The legs, in configuration order (failover priority order).
     pub legs: Vec<LegSnapshot>,
 }
@@ -206,6 +219,10 @@ pub struct LegSnapshot {
     pub standby: u64,
     /// Datagrams the kernel dropped at this leg's socket.
     pub kernel_drops: u64,
+    /// Merge: this leg is not merged now (its numbering is not the
+    /// flow's, or it is further behind than the window).
+    #[serde(default)]
+    pub detached: bool,
     /// Its stream health.
     pub health: InputHealth,
 }
@@ -221,8 +238,9 @@ pub struct InputHealth {
     /// No datagram for `silence_ms` (or none since the flow started).
     pub silent: bool,
     pub silence_ms: u64,
-    /// Longest gap between datagrams since the previous read through the
-    /// control socket or metrics endpoint, counting the one still open.
+    /// Longest gap between datagrams that ended in the current or the
+    /// previous fixed one-minute window, counting the one still open.
+    /// Reading resets nothing.
     pub max_gap_ns: u64,
     /// Present for "rtp" and "rtp-mpegts".
     pub rtp: Option<RtpHealth>,
@@ -649,6 +667,7 @@ pub(crate) fn sample_with_legs() -> Snapshot {
         forwarded,
         standby: 0,
         kernel_drops: 1,
+        detached: false,
         health: InputHealth {
             rtp: Some(RtpHealth {
                 packets: 500,
@@ -670,6 +689,9 @@ pub(crate) fn sample_with_legs() -> Snapshot {
         active_input: 0,
         late: 3,
         not_rtp: 0,
+        strays: 4,
+        replays: 5,
+        mismatched: 6,
         legs: vec![
             leg("239.1.1.1:5000 on vRA", 490, 10),
             leg("239.1.2.1:5000 on vRB", 10, 15),

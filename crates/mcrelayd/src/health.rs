@@ -22,10 +22,9 @@ pub fn settings(flow: &Flow) -> HealthSettings {
     }
 }
 
-/// What readers see of an input's health now. `take_gap`: start the next
-/// max-gap period (readers through the control socket and metrics do;
-/// the supervisor's own status updates don't).
-pub fn snapshot(c: &HealthCounters, take_gap: bool) -> InputHealth {
+/// What readers see of an input's health now. Reading changes nothing
+/// (the longest gap is kept per fixed window, not per reader).
+pub fn snapshot(c: &HealthCounters) -> InputHealth {
     let Some(s) = c.settings() else {
         return InputHealth::default();
     };
@@ -56,11 +55,7 @@ pub fn snapshot(c: &HealthCounters, take_gap: bool) -> InputHealth {
         payload: s.payload.as_str().to_owned(),
         silent,
         silence_ms: u64::from(s.silence_ms),
-        max_gap_ns: if take_gap {
-            c.take_max_gap(now)
-        } else {
-            c.max_gap(now)
-        },
+        max_gap_ns: c.max_gap(now),
         rtp,
         ts,
     }

@@ -325,11 +325,14 @@ pub fn redundancy(flow: &Flow) -> Redundancy {
         mcrelay_config::Redundancy::Failover {
             after_ms,
             revert_after_s,
+            rtp_rewrite,
             gap_factor,
         } => Redundancy::Failover {
             after_ns: u64::from(after_ms) * MS,
             revert_after_ns: (revert_after_s > 0).then(|| u64::from(revert_after_s) * 1000 * MS),
             rtp: flow.health.payload.has_rtp(),
+            rtp_rewrite: (rtp_rewrite && flow.health.payload.has_rtp())
+                .then_some(flow.health.rtp_clock_hz),
             gap_factor,
         },
     }
@@ -526,6 +529,7 @@ mod tests {
                 after_ns: 100_000_000,
                 revert_after_ns: Some(10_000_000_000),
                 rtp: true,
+                rtp_rewrite: None,
                 gap_factor: 4
             }
         );
@@ -537,6 +541,7 @@ mod tests {
                 after_ns: 7_000_000,
                 revert_after_ns: None,
                 rtp: false,
+                rtp_rewrite: None,
                 gap_factor: 0
             }
         );

@@ -285,14 +285,23 @@ fn two_socket_legs_merge_into_one_complete_output() {
     }
 
     // What the reports say: the merge's counters settle once the last
-    // numbers' window has passed.
+    // numbers' window has passed, and each leg's RTP loss once the leg
+    // has been quiet for a second (a number is counted lost when the
+    // stream is 128 past it, or the input settles).
     let planted = u64::from(COUNT / 10) * 2;
     let both = u64::from(COUNT) - planted;
     let deadline = Instant::now() + DEADLINE;
     let s = loop {
         let s = stats(&socket);
         let r = &merged(&s)["redundancy"];
-        if r["recovered"].as_u64() == Some(planted) && r["duplicates"].as_u64() == Some(both) {
+        let legs_lost = r["legs"].as_array().is_some_and(|legs| {
+            legs.iter()
+                .all(|l| l["health"]["rtp"]["lost"].as_u64() == Some(u64::from(COUNT / 10)))
+        });
+        if r["recovered"].as_u64() == Some(planted)
+            && r["duplicates"].as_u64() == Some(both)
+            && legs_lost
+        {
             break s;
         }
         assert!(

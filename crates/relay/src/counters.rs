@@ -118,6 +118,10 @@ pub struct FlowCounters {
     pub health: crate::health::HealthCounters,
     /// Stream health of legs 1 to 3 of a flow with several inputs.
     pub more_health: [crate::health::HealthCounters; 3],
+    /// A flow with several inputs: the stream health of what its
+    /// redundancy rule let through to the outputs (the merge's or the
+    /// active leg's datagrams), as [`Self::health`] is of one input.
+    pub output_health: crate::health::HealthCounters,
     /// What the flow's redundancy rule did with each leg's datagrams
     /// (see [`crate::redundancy`]).
     pub redundancy: RedundancyCounters,

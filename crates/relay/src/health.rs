@@ -8,7 +8,10 @@
 //!
 //! A flow with several inputs (legs) has one [`InputHealth`] per leg,
 //! each publishing into its leg's [`HealthCounters`]
-//! ([`FlowCounters::leg_health`]).
+//! ([`FlowCounters::leg_health`]), and one more for its output
+//! ([`InputHealth::for_output`], into [`FlowCounters::output_health`]):
+//! the datagrams its redundancy rule let through, so a merged flow's
+//! health is that of what left, not of one leg.
 //!
 //! Cost per datagram: the tracker's bounded parse only. The monotonic
 //! clock is read once per completion batch by the worker, and the counters
@@ -53,8 +56,12 @@ pub fn now_ns() -> u64 {
     u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// A value with one writer at a time (the worker; for `max_gap_ns` a
-/// reader may reset it).
+/// Length of the fixed windows the longest gap is kept for
+/// ([`HealthCounters::max_gap`]): one minute, longer than any usual
+/// scrape interval, so every gap is seen by every scraper at least once.
+pub const GAP_WINDOW_NS: u64 = 60_000_000_000;
+
+/// A value with one writer (the worker); readers only load it.
 #[derive(Debug, Default)]
 pub struct Gauge(AtomicU64);
 
@@ -84,8 +91,14 @@ pub struct HealthCounters {
     /// When its latest datagram arrived ([`now_ns`]), plus one; 0 before
     /// any.
     pub last_arrival_ns: Gauge,
-    /// Longest gap between two datagrams since a reader last reset it.
+    /// Longest gap between two datagrams that ended in the window
+    /// [`Self::max_gap_window`] (of [`GAP_WINDOW_NS`]).
     pub max_gap_ns: Gauge,
+    /// The same for the window before it (0 if no datagram ended one).
+    pub max_gap_prev_ns: Gauge,
+    /// The index (time / [`GAP_WINDOW_NS`]) of the window `max_gap_ns`
+    /// covers.
+    pub max_gap_window: Gauge,
     pub rtp_packets: Gauge,
     pub rtp_lost: Gauge,
     pub rtp_duplicates: Gauge,
@@ -125,28 +138,76 @@ impl HealthCounters {
         self.last_arrival_ns.get().checked_sub(1)
     }
 
-    /// The longest gap since the previous call (counting the one open at
-    /// `now`), and start the next period. A reader's reset; a gap the
-    /// worker records between this read and the reset (the same
-    /// microsecond) is lost.
-    pub fn take_max_gap(&self, now: u64) -> u64 {
-        let open = self.last_arrival().map_or(0, |t| now.saturating_sub(t));
-        self.max_gap_ns.0.swap(0, Relaxed).max(open)
-    }
-
-    /// The longest gap since the last reset, counting the open one, without
-    /// resetting.
+    /// The longest gap between datagrams that ended in the current or
+    /// the previous [`GAP_WINDOW_NS`] window at `now` (so over the last
+    /// one to two minutes), counting the gap still open. Reading changes
+    /// nothing: every reader (each scraper, `mcrelayctl top`) sees every
+    /// gap for at least a full window.
+    ///
+    /// The three gauges are read one by one while the worker may move to
+    /// a new window: a read at that instant may miss the window that just
+    /// closed (or show it a moment longer), never invent a gap.
     pub fn max_gap(&self, now: u64) -> u64 {
         let open = self.last_arrival().map_or(0, |t| now.saturating_sub(t));
-        self.max_gap_ns.get().max(open)
+        let window = self.max_gap_window.get();
+        let (current, previous) = (self.max_gap_ns.get(), self.max_gap_prev_ns.get());
+        let closed = match (now / GAP_WINDOW_NS).saturating_sub(window) {
+            0 => current.max(previous),
+            1 => current,
+            _ => 0,
+        };
+        closed.max(open)
+    }
+
+    /// The writer's side of [`Self::max_gap`]: a gap of `gap` ended at
+    /// `at` (nanoseconds, [`now_ns`]).
+    fn record_gap(&self, gap: u64, at: u64) {
+        let window = at / GAP_WINDOW_NS;
+        let stored = self.max_gap_window.get();
+        if window == stored {
+            if gap > self.max_gap_ns.get() {
+                self.max_gap_ns.set(gap);
+            }
+            return;
+        }
+        if window < stored {
+            // A clock step backwards can't happen on the monotonic clock;
+            // keep the later window.
+            return;
+        }
+        let previous = if window == stored + 1 {
+            self.max_gap_ns.get()
+        } else {
+            0
+        };
+        self.max_gap_prev_ns.set(previous);
+        self.max_gap_ns.set(gap);
+        self.max_gap_window.set(window);
+    }
+}
+
+/// How long an input is quiet before its missing RTP numbers are counted
+/// lost without waiting for the stream to move on ([`InputHealth::settle`]).
+pub const SETTLE_NS: u64 = 1_000_000_000;
+
+/// The `leg` of an [`InputHealth`] that publishes a flow's output.
+const OUTPUT: usize = usize::MAX;
+
+/// Where an [`InputHealth`] of `leg` publishes.
+fn target(counters: &FlowCounters, leg: usize) -> &HealthCounters {
+    if leg == OUTPUT {
+        &counters.output_health
+    } else {
+        counters.leg_health(leg).unwrap_or(&counters.health)
     }
 }
 
 /// Counter values when the tracker started: published values are these
-/// plus the tracker's.
+/// plus the tracker's, so nothing goes back to zero when a flow is
+/// paused and resumed, replaced by a reload or its tracker resyncs.
 #[derive(Debug, Clone, Copy, Default)]
 struct Base {
-    rtp: [u64; 8],
+    rtp: [u64; 9],
     ts: [u64; 4],
 }
 
@@ -181,12 +242,12 @@ impl InputHealth {
     /// [`InputHealth::new`] for leg `leg` (0 to 3; a larger one publishes
     /// as leg 0) of a flow with several inputs.
     pub fn for_leg(settings: HealthSettings, counters: Arc<FlowCounters>, leg: usize) -> Self {
-        let leg = if counters.leg_health(leg).is_some() {
+        let leg = if leg == OUTPUT || counters.leg_health(leg).is_some() {
             leg
         } else {
             0
         };
-        let h = counters.leg_health(leg).unwrap_or(&counters.health);
+        let h = target(&counters, leg);
         let index = Payload::ALL
             .iter()
             .position(|&p| p == settings.payload)
@@ -203,6 +264,7 @@ impl InputHealth {
                 h.rtp_reordered.get(),
                 h.rtp_ssrc_changes.get(),
                 h.rtp_malformed.get(),
+                h.rtp_resyncs.get(),
                 h.rtp_strays.get(),
                 h.rtp_replays.get(),
             ],
@@ -224,12 +286,16 @@ impl InputHealth {
         }
     }
 
+    /// The health of a flow's output: shown the datagrams its redundancy
+    /// rule let through, publishing into [`FlowCounters::output_health`].
+    pub fn for_output(settings: HealthSettings, counters: Arc<FlowCounters>) -> Self {
+        Self::for_leg(settings, counters, OUTPUT)
+    }
+
     /// Where it publishes.
     #[inline]
     pub fn counters(&self) -> &HealthCounters {
-        self.counters
-            .leg_health(self.leg)
-            .unwrap_or(&self.counters.health)
+        target(&self.counters, self.leg)
     }
 
     /// The highest RTP sequence number this input saw and its SSRC (a
@@ -249,20 +315,30 @@ impl InputHealth {
         !core::mem::replace(&mut self.unpublished, true)
     }
 
+    /// Off the packet path, once per worker tick: an input quiet for
+    /// [`SETTLE_NS`] at `now` has its RTP numbers still missing counted
+    /// lost and published (they would otherwise wait for the stream to
+    /// move a window on, or forever if it ended).
+    pub fn settle(&mut self, now: u64) {
+        let last = self.batch_last_ns;
+        if self.unpublished || last == 0 || now.saturating_sub(last) < SETTLE_NS {
+            return;
+        }
+        if self.tracker.settle() {
+            self.unpublished = true;
+            self.publish();
+        }
+    }
+
     /// Publish what the datagrams observed since the last call changed:
     /// once per completion batch, off the per-datagram path.
     pub fn publish(&mut self) {
         if !core::mem::take(&mut self.unpublished) {
             return;
         }
-        let h = self
-            .counters
-            .leg_health(self.leg)
-            .unwrap_or(&self.counters.health);
+        let h = target(&self.counters, self.leg);
         h.last_arrival_ns.set(self.batch_last_ns.saturating_add(1));
-        if self.batch_max_gap > h.max_gap_ns.get() {
-            h.max_gap_ns.set(self.batch_max_gap);
-        }
+        h.record_gap(self.batch_max_gap, self.batch_last_ns);
         self.batch_max_gap = 0;
         let payload = self.tracker.payload();
         if payload.has_rtp() {
@@ -274,9 +350,9 @@ impl InputHealth {
             h.rtp_reordered.set(b[3] + r.reordered);
             h.rtp_ssrc_changes.set(b[4] + r.ssrc_changes);
             h.rtp_malformed.set(b[5] + r.malformed);
-            h.rtp_strays.set(b[6] + r.strays);
-            h.rtp_replays.set(b[7] + r.replays);
-            h.rtp_resyncs.set(r.resyncs);
+            h.rtp_resyncs.set(b[6] + r.resyncs);
+            h.rtp_strays.set(b[7] + r.strays);
+            h.rtp_replays.set(b[8] + r.replays);
             h.rtp_payload_type.set(u64::from(r.payload_type));
             h.rtp_ssrc.set(u64::from(r.ssrc));
             h.rtp_jitter_x16.set(r.jitter_x16);
@@ -322,25 +398,89 @@ mod tests {
         let c = &counters.health;
         assert_eq!((c.rtp_packets.get(), c.last_arrival()), (2, Some(10)));
         assert!(h.observe_at(&pkt(3), 50), "asks again after a publish");
+        // 2 is lost once the stream is a window past it.
+        for s in 4..=140 {
+            h.observe_at(&pkt(s), 51);
+        }
+        // A jump, confirmed by the next number: a resync.
+        h.observe_at(&pkt(5000), 55);
+        h.observe_at(&pkt(5001), 56);
         h.publish();
         assert_eq!(
             (
                 c.rtp_packets.get(),
                 c.rtp_lost.get(),
-                c.rtp_duplicates.get()
+                c.rtp_duplicates.get(),
+                c.rtp_resyncs.get()
             ),
-            (3, 1, 1)
+            (142, 1, 1, 1)
         );
-        assert_eq!(c.last_arrival(), Some(50));
+        assert_eq!(c.last_arrival(), Some(56));
         assert_eq!(c.max_gap(60), 40);
-        assert_eq!(c.take_max_gap(60), 40);
-        assert_eq!(c.take_max_gap(70), 20, "the open gap counts");
-        // The flow is paused and re-added: a new tracker, same counters.
+        assert_eq!(c.max_gap(60), 40, "reading resets nothing");
+        assert_eq!(c.max_gap(100), 44, "the open gap counts");
+        // The flow is paused and re-added: a new tracker, same counters,
+        // none of them back to zero.
         let mut h = InputHealth::new(settings, Arc::clone(&counters));
         h.observe_at(&pkt(100), 1000);
         h.observe_at(&pkt(102), 1010);
+        // A confirmed jump: 101, still missing, is lost then.
+        h.observe_at(&pkt(40_000), 1011);
+        h.observe_at(&pkt(40_001), 1012);
         h.publish();
-        assert_eq!((c.rtp_packets.get(), c.rtp_lost.get()), (5, 2));
+        assert_eq!(
+            (c.rtp_packets.get(), c.rtp_lost.get(), c.rtp_resyncs.get()),
+            (146, 2, 2)
+        );
+    }
+
+    #[test]
+    fn the_longest_gap_is_kept_for_a_window_whoever_reads() {
+        let c = HealthCounters::default();
+        let w = GAP_WINDOW_NS;
+        c.record_gap(5, 10);
+        c.last_arrival_ns.set(11);
+        assert_eq!(c.max_gap(10), 5);
+        c.record_gap(3, 20);
+        c.last_arrival_ns.set(21);
+        assert_eq!(c.max_gap(21), 5, "the longer one stays");
+        // The next window: the last one's longest is still shown.
+        c.record_gap(2, w + 1);
+        c.last_arrival_ns.set(w + 2);
+        assert_eq!(c.max_gap(w + 2), 5);
+        assert_eq!(c.max_gap(w + 2), 5, "a second reader sees it too");
+        // Two windows on, it is gone; the newer window's gap stays.
+        c.record_gap(1, 2 * w + 1);
+        c.last_arrival_ns.set(2 * w + 2);
+        assert_eq!(c.max_gap(2 * w + 2), 2);
+        // Nothing written for a while: the open gap is the longest.
+        assert_eq!(c.max_gap(5 * w), 5 * w - (2 * w + 1));
+        // A jump of several windows forgets the old ones.
+        c.record_gap(4, 9 * w);
+        assert_eq!(c.max_gap_prev_ns.get(), 0);
+        c.last_arrival_ns.set(9 * w + 1);
+        assert_eq!(c.max_gap(9 * w), 4);
+    }
+
+    #[test]
+    fn a_quiet_input_settles_its_missing_numbers() {
+        let counters = Arc::new(FlowCounters::default());
+        let settings = HealthSettings {
+            payload: Payload::Rtp,
+            rtp_clock_hz: 90_000,
+            silence_ms: 100,
+        };
+        let mut h = InputHealth::new(settings, Arc::clone(&counters));
+        h.observe_at(&pkt(1), 10);
+        h.observe_at(&pkt(4), 20);
+        h.publish();
+        assert_eq!(counters.health.rtp_lost.get(), 0, "2 and 3 may come");
+        h.settle(20 + SETTLE_NS - 1);
+        assert_eq!(counters.health.rtp_lost.get(), 0);
+        h.settle(20 + SETTLE_NS);
+        assert_eq!(counters.health.rtp_lost.get(), 2);
+        h.settle(30 + SETTLE_NS);
+        assert_eq!(counters.health.rtp_lost.get(), 2, "once");
     }
 
     #[test]
@@ -366,5 +506,11 @@ mod tests {
         assert_eq!(leg(3).settings(), Some(settings));
         assert!(counters.leg_health(4).is_none());
         assert!(std::ptr::eq(b.counters(), leg(3)));
+        let mut out = InputHealth::for_output(settings, Arc::clone(&counters));
+        out.observe_at(&pkt(2), 5);
+        out.publish();
+        assert_eq!(counters.output_health.rtp_packets.get(), 1);
+        assert_eq!(counters.output_health.settings(), Some(settings));
+        assert_eq!(leg(0).rtp_packets.get(), 2, "the legs' own are apart");
     }
 }

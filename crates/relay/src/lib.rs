@@ -116,6 +116,8 @@ struct Flow {
     /// In [`Core::ready`]: held packets may leave once the queues have
     /// room.
     ready: bool,
+    /// Failover with `rtp_rewrite`: the output's one RTP stream.
+    rewrite: Option<Box<redundancy::rewrite::Rewrite>>,
 }
 
 /// One worker's relay state: its pool, in-flight table, GSO runs and flows.
@@ -224,6 +226,13 @@ impl Core {
             redundancy,
             mode: Mode::new(legs, redundancy),
             ready: false,
+            rewrite: match redundancy {
+                Redundancy::Failover {
+                    rtp_rewrite: Some(clock_hz),
+                    ..
+                } => Some(Box::new(redundancy::rewrite::Rewrite::new(clock_hz))),
+                _ => None,
+            },
         });
         // A tick serves each flow at most twice (its timer, the ready
         // list): no allocation on the packet path.

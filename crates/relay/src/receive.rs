@@ -6,6 +6,7 @@ use mcrelay_pool::MAX_PAYLOAD;
 use super::redundancy::Mode;
 use super::redundancy::failover::Pass;
 use super::redundancy::merge::Verdict;
+use super::redundancy::rewrite::{self, Mapped};
 use super::{Core, Flow, FlowId, LegId, Parts, Received};
 
 impl Core {
@@ -90,6 +91,7 @@ impl Core {
             held,
             mode,
             ready,
+            rewrite,
             ..
         } = f;
         let fo_or_merge = mode;
@@ -144,10 +146,31 @@ impl Core {
                 }
             }
         };
-        let (buf, uses) = match parts.admit(outputs, counters, held, paused, payload) {
+        // `rtp_rewrite`: the header this one leaves with (failover only).
+        let rewritten = match (rewrite, ticket) {
+            (Some(rw), Ticket::Failover(_)) => {
+                let Some(h) = mcrelay_wire::rtp::parse(payload) else {
+                    return drop(&red.not_rtp);
+                };
+                match rw.map(leg, &h, now_ns) {
+                    Mapped::Out {
+                        seq,
+                        timestamp,
+                        ssrc,
+                    } => Some((seq, timestamp, ssrc)),
+                    Mapped::Late => return drop(&red.late),
+                }
+            }
+            _ => None,
+        };
+        let (mut buf, uses) = match parts.admit(outputs, counters, held, paused, payload) {
             Ok(admitted) => admitted,
             Err(dropped) => return dropped,
         };
+        if let Some((seq, timestamp, ssrc)) = rewritten {
+            // In the pool buffer, before any send is queued.
+            rewrite::write(parts.pool.bytes_mut(&mut buf), seq, timestamp, ssrc);
+        }
         if let Some(c) = forwarded() {
             c.inc();
         }

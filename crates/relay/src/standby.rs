@@ -20,13 +20,28 @@
 //! Sends already in flight when the flag is set complete as usual and
 //! give their buffers back; a flow that was paused with every output full
 //! resumes by the usual rule once they drain.
+//!
+//! The numbers a merge never saw while standing by were discarded on
+//! purpose, not lost: taking over starts each merge afresh (one holding
+//! no packet), so its first datagram starts the stream and nothing
+//! discarded is counted `lost` or as a restart.
 
 use super::Core;
+use super::redundancy::Mode;
 
 impl Core {
     /// Enter (`true`) or leave (`false`) standby; takes effect from the
     /// next datagram.
     pub fn set_standby(&mut self, standby: bool) {
+        if self.standby && !standby {
+            for f in self.flows.iter_mut().flatten() {
+                if let Mode::Merge(m) = &f.mode
+                    && m.held() == 0
+                {
+                    f.mode = Mode::new(f.legs, f.redundancy);
+                }
+            }
+        }
         self.standby = standby;
     }
 
@@ -149,6 +164,70 @@ mod tests {
         for o in &outs {
             assert_eq!(o.packets_out.get(), 1);
         }
+    }
+
+    /// Issue 26: `merge lost` rose by exactly the datagrams a standby
+    /// discarded. Discarded on purpose is not lost, nor a restart.
+    #[test]
+    fn what_a_merge_discarded_in_standby_is_not_lost() {
+        const MS: u64 = 1_000_000;
+        let mut c = core();
+        let counters = Arc::<FlowCounters>::default();
+        let spec = OutputSpec {
+            depth: 4,
+            gso: false,
+            counters: Arc::default(),
+        };
+        let merge = crate::Redundancy::Merge {
+            delay_ns: 0,
+            window_ns: 50 * MS,
+        };
+        let f = c
+            .add_flow([spec], Arc::clone(&counters), 2, merge, 8)
+            .expect("room");
+        let mut seq = 0u16;
+        let mut now = 0;
+        let step = |c: &mut Core, seq: &mut u16, now: &mut u64| {
+            let mut d = [0u8; 40];
+            let _ = mcrelay_wire::rtp::build(&mut d, 33, *seq, 0, 9);
+            for leg in 0..2 {
+                c.receive_on(f, crate::LegId(leg), &d, *now);
+            }
+            c.tick(*now);
+            let mut tokens = Vec::new();
+            c.flush(&mut |req, _| {
+                tokens.push(req.token());
+                true
+            });
+            for t in tokens {
+                c.complete(t, 40, &mut |_, _| true);
+            }
+            *seq = seq.wrapping_add(1);
+            *now += MS;
+        };
+        for round in 0..5 {
+            for _ in 0..100 {
+                step(&mut c, &mut seq, &mut now);
+            }
+            c.set_standby(true);
+            // 3000 numbers in standby the first time (a restart's worth
+            // of jump), 100 after.
+            for _ in 0..if round == 0 { 5000 } else { 100 } {
+                step(&mut c, &mut seq, &mut now);
+            }
+            c.set_standby(false);
+        }
+        for _ in 0..200 {
+            step(&mut c, &mut seq, &mut now);
+        }
+        let red = &counters.redundancy;
+        assert_eq!(
+            (red.lost.get(), red.resets.get(), red.late.get()),
+            (0, 0, 0),
+            "nothing discarded in standby is lost"
+        );
+        assert_eq!(counters.standby_discarded.get(), 2 * (5000 + 4 * 100));
+        assert_eq!(red.forwarded_total(), 5 * 100 + 200);
     }
 
     #[test]

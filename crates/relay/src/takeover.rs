@@ -59,6 +59,10 @@ impl Core {
         self.timers.disarm(old);
         self.ready.retain(|&f| f != old);
         if let Some(n) = self.flows.get_mut(new.index()).and_then(Option::as_mut) {
+            // `rtp_rewrite` on both: the output stream goes on unbroken.
+            if let (Some(from), Some(to)) = (o.rewrite.as_deref(), n.rewrite.as_deref_mut()) {
+                to.clone_from(from);
+            }
             let mut parts = Parts {
                 pool: &mut self.pool,
                 in_flight: &mut self.in_flight,

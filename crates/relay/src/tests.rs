@@ -395,12 +395,14 @@ fn redundancy() -> impl Strategy<Value = Redundancy> {
             }),
         (
             prop::sample::select(vec![None, Some(0), Some(3 * MS)]),
+            any::<bool>(),
             any::<bool>()
         )
-            .prop_map(|(revert_after_ns, rtp)| Redundancy::Failover {
+            .prop_map(|(revert_after_ns, rtp, rewrite)| Redundancy::Failover {
                 after_ns: 2 * MS,
                 revert_after_ns,
                 rtp,
+                rtp_rewrite: (rtp && rewrite).then_some(90_000),
                 gap_factor: 4,
             }),
     ]

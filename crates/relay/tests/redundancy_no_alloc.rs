@@ -44,6 +44,8 @@ fn merge_failover_and_their_timers_never_allocate() {
                 after_ns: 20 * MS,
                 revert_after_ns: Some(100 * MS),
                 rtp: true,
+                // The header rewrite is on the measured path too.
+                rtp_rewrite: Some(90_000),
                 gap_factor: 4,
             },
         ),

@@ -98,7 +98,12 @@ impl RtpHeader {
 pub struct RtpStats {
     /// Datagrams with a valid RTP header.
     pub packets: u64,
-    /// Sequence numbers skipped and not (yet) arrived late.
+    /// Sequence numbers that never arrived: counted once the stream is
+    /// [`WINDOW`] numbers past them (a late copy can no longer come), at
+    /// a restart or SSRC change, or when the input settles
+    /// ([`RtpTracker::settle`], after a quiet spell). Never decreases: a
+    /// number that arrives late within the window is `reordered`, and
+    /// was never counted here.
     pub lost: u64,
     /// A sequence number seen again (within the last [`WINDOW`]).
     pub duplicates: u64,
@@ -223,6 +228,8 @@ impl RtpTracker {
             self.stats.packets += 1;
             self.stats.payload_type = h.payload_type;
             self.max_ext += 1;
+            // The number leaving the window: lost if it never came.
+            self.stats.lost += u64::from(self.seen >> 127 == 0);
             self.seen = self.seen << 1 | 1;
             self.update_jitter(h.timestamp, now_ns);
             return;
@@ -246,8 +253,8 @@ impl RtpTracker {
                 self.resync(ext);
             }
             Step::Ahead { ext, gap } => {
-                s.lost += gap;
                 let d = gap + 1;
+                s.lost += leaving_unseen(self.seen, d);
                 self.seen = if d >= 128 { 0 } else { self.seen << d } | 1;
                 self.max_ext = ext;
             }
@@ -263,11 +270,13 @@ impl RtpTracker {
                 } else {
                     self.seen |= 1u128 << back;
                     s.reordered += 1;
-                    s.lost = s.lost.saturating_sub(1);
                 }
                 return;
             }
             Step::Restart(ext) => {
+                // The old numbering's numbers still missing in the window
+                // will not come.
+                s.lost += u64::from(self.seen.count_zeros());
                 if h.ssrc == s.ssrc {
                     // The stream confirmed a jump: one of at most
                     // MAX_DROPOUT ahead of the highest number (from the
@@ -301,10 +310,27 @@ impl RtpTracker {
         self.update_jitter(h.timestamp, now_ns);
     }
 
+    /// The stream has been quiet for a while (the caller's judgement):
+    /// count the numbers still missing in the window as lost now, rather
+    /// than when (if ever) the stream moves [`WINDOW`] numbers on. One of
+    /// them arriving after this is a duplicate. `true` when it counted
+    /// any.
+    pub fn settle(&mut self) -> bool {
+        if !self.seq.synced() {
+            return false;
+        }
+        let missing = self.seen.count_zeros();
+        self.stats.lost += u64::from(missing);
+        self.seen = u128::MAX;
+        missing > 0
+    }
+
     fn resync(&mut self, ext: u64) {
         self.max_ext = ext;
         self.base_ext = ext;
-        self.seen = 1;
+        // Numbers below the start are owed nothing: set, so they never
+        // count lost when they leave the window.
+        self.seen = u128::MAX;
         self.transit = None;
     }
 
@@ -322,6 +348,20 @@ impl RtpTracker {
             *j = (*j + d).saturating_sub((*j + 8) >> 4);
         }
         self.transit = Some(transit);
+    }
+}
+
+/// Of the window `seen` (bit `i`: `max_ext - i` arrived), how many
+/// numbers leave it unseen when the highest advances by `d`: the top `d`
+/// bits that are clear, and, past the window's width, the numbers the
+/// jump skips that fall out of it at once.
+#[inline]
+fn leaving_unseen(seen: u128, d: u64) -> u64 {
+    if d >= 128 {
+        u64::from(seen.count_zeros()) + (d - 128)
+    } else {
+        let leaving = u32::try_from(d).unwrap_or(0);
+        u64::from(leaving - (seen >> (128 - leaving)).count_ones())
     }
 }
 
@@ -377,6 +417,60 @@ mod tests {
             t.observe(&pkt(s, 0, 7), i as u64 * 1_000_000);
         }
         *t.stats()
+    }
+
+    /// [`run`], then [`WINDOW`] numbers in order after the highest, so
+    /// every number still missing has left the window.
+    fn run_flushed(seqs: &[u16]) -> RtpStats {
+        let mut t = RtpTracker::new(90_000);
+        for (i, &s) in seqs.iter().enumerate() {
+            t.observe(&pkt(s, 0, 7), i as u64 * 1_000_000);
+        }
+        let (top, _) = t.highest().unwrap();
+        for k in 1..=u16::try_from(WINDOW).unwrap() {
+            t.observe(&pkt(top.wrapping_add(k), 0, 7), 0);
+        }
+        *t.stats()
+    }
+
+    #[test]
+    fn settling_counts_what_is_still_missing() {
+        let mut t = RtpTracker::new(90_000);
+        for (i, s) in [1u16, 2, 5, 6].into_iter().enumerate() {
+            t.observe(&pkt(s, 0, 7), i as u64);
+        }
+        assert_eq!(t.stats().lost, 0);
+        assert!(t.settle());
+        assert_eq!(t.stats().lost, 2);
+        assert!(!t.settle(), "once");
+        t.observe(&pkt(7, 0, 7), 10);
+        t.observe(&pkt(3, 0, 7), 11);
+        assert_eq!((t.stats().lost, t.stats().duplicates), (2, 1));
+        // Settled, the window goes on as before.
+        t.observe(&pkt(9, 0, 7), 12);
+        assert!(t.settle());
+        assert_eq!(t.stats().lost, 3);
+    }
+
+    #[test]
+    fn reordering_never_moves_lost_either_way() {
+        let mut order: Vec<u16> = Vec::new();
+        for s in 0..3000u16 {
+            if s % 10 != 5 || s >= 2950 {
+                order.push(s);
+            }
+            if s >= 55 && (s - 55) % 10 == 0 {
+                order.push(s - 50);
+            }
+        }
+        let mut t = RtpTracker::new(90_000);
+        let mut lost = 0;
+        for (i, &s) in order.iter().enumerate() {
+            t.observe(&pkt(s, 0, 7), i as u64);
+            assert!(t.stats().lost >= lost, "lost went down at {s}");
+            lost = t.stats().lost;
+        }
+        assert_eq!((t.stats().lost, t.stats().reordered), (0, 295));
     }
 
     #[test]
@@ -449,6 +543,8 @@ mod tests {
     #[test]
     fn gap_counts_lost() {
         let s = run(&[1, 2, 5, 6, 10]);
+        assert_eq!(s.lost, 0, "not yet: a late copy may still come");
+        let s = run_flushed(&[1, 2, 5, 6, 10]);
         assert_eq!((s.lost, s.reordered), (2 + 3, 0));
     }
 
@@ -456,7 +552,7 @@ mod tests {
     fn wrap_is_not_loss() {
         let s = run(&[65534, 65535, 0, 1]);
         assert_eq!((s.lost, s.duplicates, s.reordered, s.resyncs), (0, 0, 0, 0));
-        let s = run(&[65535, 1]);
+        let s = run_flushed(&[65535, 1]);
         assert_eq!(s.lost, 1);
     }
 

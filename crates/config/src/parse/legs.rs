@@ -1,7 +1,7 @@
 //! A flow's legs and how they combine: `input` (one leg) or `inputs`
 //! (2 to [`MAX_LEGS`] legs), and `redundancy` with its settings
 //! (`merge_delay_ms`, `merge_window_ms`, `failover_after_ms`,
-//! `failover_gap_factor`, `revert_after_s`). Every rule that involves more than one leg lives
+//! `failover_gap_factor`, `revert_after_s`, `rtp_rewrite`). Every rule that involves more than one leg lives
 //! here; a single leg is checked by [`Walker::input`].
 
 use std::ops::Range;
@@ -13,7 +13,12 @@ use crate::model::*;
 
 /// The keys of `merge` and of `failover`, for "only valid with" errors.
 const MERGE_KEYS: [&str; 2] = ["merge_delay_ms", "merge_window_ms"];
-const FAILOVER_KEYS: [&str; 3] = ["failover_after_ms", "failover_gap_factor", "revert_after_s"];
+const FAILOVER_KEYS: [&str; 4] = [
+    "failover_after_ms",
+    "failover_gap_factor",
+    "revert_after_s",
+    "rtp_rewrite",
+];
 
 const ONE_LEG_EXAMPLE: &str = "{ interface = \"eth0\", address = \"239.1.1.1\", port = 5000 }";
 
@@ -168,6 +173,17 @@ impl Walker<'_> {
             MAX_REVERT_AFTER_S,
             DEFAULT_REVERT_AFTER_S,
         );
+        let rtp_rewrite = match t.get("rtp_rewrite") {
+            None => false,
+            Some(v) => match v.get_ref() {
+                DeValue::Boolean(b) => *b,
+                _ => {
+                    self.type_err(v, p, "rtp_rewrite", "true or false");
+                    ok = false;
+                    false
+                }
+            },
+        };
         // Settings of the other mode (or of none) are mistakes, not noise.
         let foreign: &[&str] = match mode.as_ref().map(|(s, _)| *s) {
             Some("merge") => &FAILOVER_KEYS,
@@ -241,11 +257,25 @@ impl Walker<'_> {
                     window_ms,
                 })
             }
-            (Some(_), _) => ok.then_some(Redundancy::Failover {
-                after_ms,
-                revert_after_s,
-                gap_factor,
-            }),
+            (Some((_, span)), _) => {
+                if rtp_rewrite
+                    && let Some(payload) = payload
+                    && !payload.has_rtp()
+                {
+                    let at = t.get("rtp_rewrite").map_or(span, |v| v.span());
+                    self.err(
+                        &at,
+                        format!("{p}rtp_rewrite needs RTP headers to rewrite but payload is \"{payload}\"; set payload = \"rtp\" or \"rtp-mpegts\", or remove rtp_rewrite"),
+                    );
+                    ok = false;
+                }
+                ok.then_some(Redundancy::Failover {
+                    after_ms,
+                    revert_after_s,
+                    rtp_rewrite,
+                    gap_factor,
+                })
+            }
         }
     }
 }
@@ -327,7 +357,21 @@ mod tests {
             Redundancy::Failover {
                 after_ms: 250,
                 revert_after_s: 0,
-                gap_factor: 0
+                rtp_rewrite: false,
+                gap_factor: 0,
+            }
+        );
+        let f = parsed(&flow(
+            &[A, B],
+            "redundancy = \"failover\"\npayload = \"rtp\"\nrtp_rewrite = true\n",
+        ));
+        assert_eq!(
+            f.redundancy,
+            Redundancy::Failover {
+                after_ms: 100,
+                revert_after_s: 10,
+                rtp_rewrite: true,
+                gap_factor: 4,
             }
         );
         // Failover takes any payload, and has its defaults.
@@ -337,7 +381,8 @@ mod tests {
             Redundancy::Failover {
                 after_ms: 100,
                 revert_after_s: 10,
-                gap_factor: 4
+                rtp_rewrite: false,
+                gap_factor: 4,
             }
         );
         assert_eq!(f.health.payload, Payload::Udp);
@@ -570,6 +615,44 @@ mod tests {
             )),
             [
                 "t.toml:7:21: flow \"x\": failover_after_ms is only valid with redundancy = \"failover\"; remove it or change redundancy"
+            ]
+        );
+    }
+
+    #[test]
+    fn only_on_an_rtp_failover_and_only_true_or_false() {
+        assert_eq!(
+            errors(&flow(
+                &[A, B],
+                "redundancy = \"failover\"\nrtp_rewrite = true\n"
+            )),
+            [
+                "t.toml:6:15: flow \"x\": rtp_rewrite needs RTP headers to rewrite but payload is \"udp\"; set payload = \"rtp\" or \"rtp-mpegts\", or remove rtp_rewrite"
+            ]
+        );
+        assert_eq!(
+            errors(&flow(
+                &[A, B],
+                "redundancy = \"merge\"\npayload = \"rtp\"\nrtp_rewrite = true\n"
+            )),
+            [
+                "t.toml:7:15: flow \"x\": rtp_rewrite is only valid with redundancy = \"failover\"; remove it or change redundancy"
+            ]
+        );
+        assert_eq!(
+            errors(&flow(
+                &[A, B],
+                "redundancy = \"failover\"\npayload = \"rtp\"\nrtp_rewrite = 1\n"
+            )),
+            ["t.toml:7:15: flow \"x\": rtp_rewrite must be true or false, found integer"]
+        );
+        let one = format!(
+            "[[flow]]\nname = \"x\"\ninput = {A}\noutputs = {OUT}\npayload = \"rtp\"\nrtp_rewrite = true\n"
+        );
+        assert_eq!(
+            errors(&one),
+            [
+                "t.toml:6:15: flow \"x\": rtp_rewrite needs 2 to 4 legs and a redundancy; remove it, or list the legs in inputs and set redundancy"
             ]
         );
     }

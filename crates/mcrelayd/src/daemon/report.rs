@@ -105,6 +105,12 @@ pub fn lock(shared: &SharedHandle) -> std::sync::MutexGuard<'_, Shared> {
 }
 
 impl Shared {
+    /// [`Self::snapshot`] for an operator's read (control socket, metrics):
+    /// the same, as no read resets anything.
+    pub fn read(&self) -> Snapshot {
+        self.snapshot()
+    }
+
     /// No flows, no workers: what the endpoints' unit tests serve.
     #[cfg(test)]
     pub fn empty() -> SharedHandle {
@@ -121,16 +127,6 @@ impl Shared {
 
     /// Every counter, read without stopping a worker.
     pub fn snapshot(&self) -> Snapshot {
-        self.snapshot_with(false)
-    }
-
-    /// [`Self::snapshot`] for an operator's read (control socket, metrics):
-    /// each input's max gap starts a new period.
-    pub fn read(&self) -> Snapshot {
-        self.snapshot_with(true)
-    }
-
-    fn snapshot_with(&self, take_gaps: bool) -> Snapshot {
         let taken_at_unix_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
@@ -143,11 +139,7 @@ impl Shared {
             state: self.state.clone(),
             config_path: self.config_path.clone(),
             workers: self.workers.iter().map(|w| worker_snapshot(w)).collect(),
-            flows: self
-                .flows
-                .iter()
-                .map(|f| flow_snapshot(f, take_gaps))
-                .collect(),
+            flows: self.flows.iter().map(flow_snapshot).collect(),
             mode: self.mode,
             metrics_endpoint: self.metrics_endpoint.as_ref().map(|c| c.snapshot()),
         }
@@ -183,7 +175,7 @@ fn worker_snapshot(w: &WorkerStats) -> WorkerSnapshot {
     }
 }
 
-fn flow_snapshot(f: &FlowEntry, take_gaps: bool) -> FlowSnapshot {
+fn flow_snapshot(f: &FlowEntry) -> FlowSnapshot {
     let c = &f.stats.input;
     // Read before `packets_in`: the worker counts a datagram in first,
     // so a snapshot never shows more discarded than received (relaxed
@@ -256,15 +248,21 @@ fn flow_snapshot(f: &FlowEntry, take_gaps: bool) -> FlowSnapshot {
             .collect(),
         state: f.state.clone(),
         interface_pauses: f.interface_pauses,
-        health: crate::health::snapshot(&c.health, take_gaps),
-        redundancy: redundancy_snapshot(f, take_gaps),
+        // A flow with several legs: its output's (each leg's is under
+        // `redundancy.legs`).
+        health: crate::health::snapshot(if f.legs.is_empty() {
+            &c.health
+        } else {
+            &c.output_health
+        }),
+        redundancy: redundancy_snapshot(f),
         standby_discarded,
     }
 }
 
 /// A flow with several inputs: each leg's counters and health, and what
 /// the redundancy rule did. `None` for a flow with one input.
-fn redundancy_snapshot(f: &FlowEntry, take_gaps: bool) -> Option<RedundancySnapshot> {
+fn redundancy_snapshot(f: &FlowEntry) -> Option<RedundancySnapshot> {
     if f.legs.is_empty() {
         return None;
     }
@@ -280,6 +278,9 @@ fn redundancy_snapshot(f: &FlowEntry, take_gaps: bool) -> Option<RedundancySnaps
         active_input: r.active_leg.get(),
         late: r.late.get(),
         not_rtp: r.not_rtp.get(),
+        strays: r.strays.get(),
+        replays: r.replays.get(),
+        mismatched: r.mismatched.get(),
         legs: f
             .legs
             .iter()
@@ -289,9 +290,10 @@ fn redundancy_snapshot(f: &FlowEntry, take_gaps: bool) -> Option<RedundancySnaps
                 forwarded: r.forwarded.get(i).map_or(0, |n| n.get()),
                 standby: r.standby.get(i).map_or(0, |n| n.get()),
                 kernel_drops: f.leg_kernel_drops(i),
+                detached: r.detached_legs.get() & (1 << i) != 0,
                 health: c
                     .leg_health(i)
-                    .map(|h| crate::health::snapshot(h, take_gaps))
+                    .map(crate::health::snapshot)
                     .unwrap_or_default(),
             })
             .collect(),

@@ -44,16 +44,20 @@ pub enum Redundancy {
     /// for `revert_after_ns` (`None`: never). With `rtp`, a sequence
     /// number already sent is never sent again, and only datagrams the
     /// leg's stream takes count as hearing from it.
+    /// With `rtp_rewrite` (the RTP clock rate), the output is one RTP
+    /// stream across switches ([`rewrite`]).
     Failover {
         after_ns: u64,
         revert_after_ns: Option<u64>,
         rtp: bool,
+        rtp_rewrite: Option<u32>,
         gap_factor: u32,
     },
 }
 
 pub(crate) mod failover;
 pub(crate) mod merge;
+pub(crate) mod rewrite;
 pub(crate) mod timers;
 
 /// Sequence numbers a merge (and a failover's repeat guard) keeps state
@@ -90,6 +94,7 @@ impl Mode {
                 revert_after_ns,
                 rtp,
                 gap_factor,
+                ..
             } => Self::Failover(Box::new(failover::Failover::new(
                 legs,
                 after_ns,

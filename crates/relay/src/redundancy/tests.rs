@@ -167,6 +167,7 @@ fn failover(after_ms: u64, revert_ms: Option<u64>, rtp: bool) -> Redundancy {
         after_ns: after_ms * MS,
         revert_after_ns: revert_ms.map(|r| r * MS),
         rtp,
+        rtp_rewrite: None,
         gap_factor: 4,
     }
 }

@@ -60,6 +60,8 @@ pub(super) struct Worker {
     /// most once; room for every leg of every flow, so a push never
     /// allocates.
     pub(super) health_unpublished: Vec<(FlowId, LegId)>,
+    /// When [`Worker::settle_health`] last ran.
+    settled_ns: u64,
     pub(super) commands: mpsc::Receiver<Command>,
     pub(super) events: mpsc::Sender<Event>,
     /// Written by the control plane after queueing a command; its poll is
@@ -167,6 +169,7 @@ impl Worker {
             loop_counters: Arc::new(LoopCounters::default()),
             now_ns: mcrelay_relay::health::now_ns(),
             health_unpublished: Vec::new(),
+            settled_ns: 0,
             commands,
             events,
             waker,
@@ -196,16 +199,38 @@ impl Worker {
     /// last call: once per completion batch, not per datagram.
     pub(super) fn publish_health(&mut self) {
         for (f, l) in self.health_unpublished.drain(..) {
-            if let Some(leg) = self
-                .flows
-                .get_mut(f.index())
-                .and_then(Option::as_mut)
-                .and_then(|fl| fl.leg_mut(l))
-            {
+            let Some(fl) = self.flows.get_mut(f.index()).and_then(Option::as_mut) else {
+                continue;
+            };
+            if let Some(leg) = fl.leg_mut(l) {
                 leg.health.publish();
+            }
+            // What the flow let through in this batch (a no-op when
+            // nothing, or already published for another leg).
+            if let Some(out) = fl.output_health.as_deref_mut() {
+                out.publish();
             }
         }
         self.health_unpublished.clear();
+    }
+
+    /// At most once per `TICK_NS`: every quiet input's missing RTP
+    /// numbers counted lost ([`mcrelay_relay::health::InputHealth::settle`]).
+    /// O(legs), off the packet path.
+    fn settle_health(&mut self) {
+        let now = self.now_ns;
+        if now.saturating_sub(self.settled_ns) < TICK_NS {
+            return;
+        }
+        self.settled_ns = now;
+        for fl in self.flows.iter_mut().flatten() {
+            for leg in fl.legs.iter_mut() {
+                leg.health.settle(now);
+            }
+            if let Some(out) = fl.output_health.as_deref_mut() {
+                out.settle(now);
+            }
+        }
     }
 
     pub(super) fn stats(&self) -> Arc<WorkerStats> {
@@ -335,6 +360,7 @@ impl Worker {
                 // sent now.
                 self.core.tick(self.now_ns);
                 self.flush_sends();
+                self.settle_health();
             }
             self.finish_removals();
             self.receive_buffers.publish();

@@ -44,6 +44,10 @@ pub(super) struct Flow {
     pub(super) output_fds: Box<[i32]>,
     /// Each leg, its index its [`LegId`] (1 to [`LegId::MAX_LEGS`]).
     pub(super) legs: Box<[Leg]>,
+    /// A flow with several legs: the health of what its redundancy rule
+    /// let through (shown each datagram the core queued or held),
+    /// published with its legs'.
+    pub(super) output_health: Option<Box<mcrelay_relay::health::InputHealth>>,
     /// Kept open for as long as the io_uring may name their fds.
     _outputs: Box<[UdpSocket]>,
     /// Removed: what its sockets still held once its receives ended has
@@ -83,11 +87,18 @@ impl Flow {
             .into_iter()
             .enumerate()
             .map(|(i, ingress)| Leg::new(&f.name, i, ingress, f.health, &f.counters))
-            .collect();
+            .collect::<Box<[Leg]>>();
+        let output_health = (legs.len() > 1).then(|| {
+            Box::new(mcrelay_relay::health::InputHealth::for_output(
+                f.health,
+                Arc::clone(&f.counters),
+            ))
+        });
         let flow = Self {
             name: f.name,
             output_fds,
             legs,
+            output_health,
             _outputs: f.outputs.into_iter().map(|o| o.socket).collect(),
             drained: false,
         };

@@ -11,7 +11,7 @@ use io_uring::opcode;
 use io_uring::types::{CancelBuilder, Fd};
 
 use super::driver::{CQE_BATCH, Worker, single_buffer};
-use super::flow::Leg;
+use super::flow::{Flow, Leg};
 use crate::packet_ring::{Layout, PacketRing, Wake};
 use crate::receive_buffers::BUFFER_LEN;
 use crate::submit::{self, UserData};
@@ -191,7 +191,9 @@ impl Worker {
                 if leg.health.observe_at(bytes, now) {
                     self.health_unpublished.push((f, l));
                 }
-                self.core.receive_on(f, l, bytes, now) == (Received::Full { newly: true })
+                let received = self.core.receive_on(f, l, bytes, now);
+                observe_output(&mut self.flows, f, received, bytes, now);
+                received == (Received::Full { newly: true })
             }
         {
             // Stop receiving until the outputs drain: the kernel drops the
@@ -250,10 +252,9 @@ impl Worker {
                         {
                             self.health_unpublished.push((f, l));
                         }
-                        if matches!(
-                            self.core.receive_on(f, l, payload, now),
-                            Received::Full { .. }
-                        ) {
+                        let received = self.core.receive_on(f, l, payload, now);
+                        observe_output(&mut self.flows, f, received, payload, now);
+                        if matches!(received, Received::Full { .. }) {
                             // This one is dropped (counted per output as
                             // backlog, as on a socket); the frames after it
                             // wait in the packet ring.
@@ -323,10 +324,9 @@ impl Worker {
                     }
                     // Dropped when full (counted per output as backlog, as
                     // on a socket); the frames after it wait in the ring.
-                    full = matches!(
-                        self.core.receive_on(f, l, payload, now),
-                        Received::Full { .. }
-                    );
+                    let received = self.core.receive_on(f, l, payload, now);
+                    observe_output(&mut self.flows, f, received, payload, now);
+                    full = matches!(received, Received::Full { .. });
                 }
                 Err(reason) => {
                     if let Some(c) = self.core.counters(f) {
@@ -351,5 +351,21 @@ impl Worker {
             leg.packet_ring = Some(ring);
             leg.ring_pending = pending;
         }
+    }
+}
+
+/// A datagram the core let through (queued or held) on a flow with
+/// several legs: shown to the flow's output health, published with its
+/// legs' ([`Worker::publish_health`]: the leg that received it is listed
+/// for this batch). One compare for a flow with one leg.
+#[inline(always)]
+fn observe_output(flows: &mut [Option<Flow>], f: FlowId, received: Received, d: &[u8], now: u64) {
+    if received == Received::Queued
+        && let Some(out) = flows
+            .get_mut(f.index())
+            .and_then(Option::as_mut)
+            .and_then(|fl| fl.output_health.as_deref_mut())
+    {
+        out.observe_at(d, now);
     }
 }

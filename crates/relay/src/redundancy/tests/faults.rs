@@ -512,6 +512,7 @@ fn failover_detection_adapts_to_a_vbr_source_and_still_sees_an_outage() {
                 revert_after_ns: Some(1000 * MS),
                 rtp: true,
                 gap_factor: factor,
+                rtp_rewrite: None,
             },
         );
         // Bursts of 10 datagrams every 40 ms, and every 25th burst comes
