@@ -31,6 +31,7 @@ pub mod roff;
 mod server;
 mod snapshot;
 mod summary;
+mod units;
 
 pub use framing::{LineEvent, LineReader};
 pub use fuzz::fuzz_request;
@@ -47,8 +48,7 @@ pub use protocol::{
 };
 pub use rates::{FlowRates, OutputRates, Rates};
 pub use render::{
-    health_text, human_bits_per_second, human_bytes, human_count, human_duration, human_rate,
-    ingress_drops as flow_drops_text, output_drops as output_drops_text, render_flows,
+    health_text, ingress_drops as flow_drops_text, output_drops as output_drops_text, render_flows,
     render_stats, render_status, render_top,
 };
 pub use server::{ControlHandler, answer_event, answer_line};
@@ -61,4 +61,7 @@ pub use snapshot::{
 };
 pub use summary::{
     FlowStateCounts, MAX_NAMED, MAX_TEXT, Named, NotRunning, StreamErrors, Summary, decode_status,
+};
+pub use units::{
+    human_bits_per_second, human_bytes, human_count, human_duration, human_rate, per_second,
 };
