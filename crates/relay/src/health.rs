@@ -18,13 +18,13 @@
 
 use std::sync::Arc;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
 
 pub use mcrelay_wire::health::is_silent;
 use mcrelay_wire::health::{InputTracker, Payload};
 pub use mcrelay_wire::rtp::jitter_ns;
 
+pub use crate::counters::{Gauge, HealthCounters};
 use crate::counters::FlowCounters;
 
 /// A flow's stream-health settings (from its config).
@@ -53,57 +53,6 @@ pub fn now_ns() -> u64 {
     u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// A value with one writer at a time (the worker; for `max_gap_ns` a
-/// reader may reset it).
-#[derive(Debug, Default)]
-pub struct Gauge(AtomicU64);
-
-impl Gauge {
-    #[inline(always)]
-    fn set(&self, v: u64) {
-        self.0.store(v, Relaxed);
-    }
-
-    pub fn get(&self) -> u64 {
-        self.0.load(Relaxed)
-    }
-}
-
-/// One input's published health. Counters only grow while the flow is
-/// configured (across pauses: a re-added flow's tracker starts from where
-/// they stood).
-#[derive(Debug, Default)]
-pub struct HealthCounters {
-    /// [`Payload`] as its index in [`Payload::ALL`], plus one; 0 until the
-    /// flow is first added to a worker.
-    pub payload: Gauge,
-    pub rtp_clock_hz: Gauge,
-    pub silence_ms: Gauge,
-    /// When the flow was last added to its worker ([`now_ns`]).
-    pub added_ns: Gauge,
-    /// When its latest datagram arrived ([`now_ns`]), plus one; 0 before
-    /// any.
-    pub last_arrival_ns: Gauge,
-    /// Longest gap between two datagrams since a reader last reset it.
-    pub max_gap_ns: Gauge,
-    pub rtp_packets: Gauge,
-    pub rtp_lost: Gauge,
-    pub rtp_duplicates: Gauge,
-    pub rtp_reordered: Gauge,
-    pub rtp_ssrc_changes: Gauge,
-    pub rtp_resyncs: Gauge,
-    pub rtp_malformed: Gauge,
-    pub rtp_payload_type: Gauge,
-    pub rtp_ssrc: Gauge,
-    /// RFC 3550 jitter in clock units, times 16.
-    pub rtp_jitter_x16: Gauge,
-    pub ts_packets: Gauge,
-    pub ts_sync_errors: Gauge,
-    pub ts_continuity_errors: Gauge,
-    pub ts_transport_errors: Gauge,
-    pub ts_pids: Gauge,
-}
-
 impl HealthCounters {
     /// The flow's settings, once it has been added to a worker.
     pub fn settings(&self) -> Option<HealthSettings> {
@@ -126,7 +75,7 @@ impl HealthCounters {
     /// microsecond) is lost.
     pub fn take_max_gap(&self, now: u64) -> u64 {
         let open = self.last_arrival().map_or(0, |t| now.saturating_sub(t));
-        self.max_gap_ns.0.swap(0, Relaxed).max(open)
+        self.max_gap_ns.swap_zero().max(open)
     }
 
     /// The longest gap since the last reset, counting the open one, without
