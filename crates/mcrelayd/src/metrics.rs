@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use crate::daemon::{SharedHandle, lock};
 
 /// Connections served at once.
-pub const MAX_CONNECTIONS: usize = 8;
+pub const MAX_CONNECTIONS: usize = crate::fdbudget::METRICS_CONNECTIONS;
 /// From accept to the reply written: the whole request, not each read.
 pub const DEADLINE: Duration = Duration::from_secs(5);
 /// Request line and headers together; a scraper sends a few hundred bytes.
