@@ -168,7 +168,7 @@ pub struct FlowCounters {
     /// the `health` module); [`FlowCounters::leg_health`] has every leg's.
     pub health: HealthCounters,
     /// Stream health of legs 1 to 3 of a flow with several inputs.
-    pub more_health: [HealthCounters; 3],
+    pub more_health: [HealthCounters; crate::redundancy::LegId::MAX_LEGS as usize - 1],
     /// What the flow's redundancy rule did with each leg's datagrams
     /// (see [`crate::redundancy`]).
     pub redundancy: RedundancyCounters,

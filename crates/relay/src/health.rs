@@ -24,26 +24,11 @@ pub use mcrelay_wire::health::is_silent;
 use mcrelay_wire::health::{InputTracker, Payload};
 pub use mcrelay_wire::rtp::jitter_ns;
 
-pub use crate::counters::{Gauge, HealthCounters};
 use crate::counters::FlowCounters;
+pub use crate::counters::{Gauge, HealthCounters};
 
-/// A flow's stream-health settings (from its config).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HealthSettings {
-    pub payload: Payload,
-    pub rtp_clock_hz: u32,
-    pub silence_ms: u32,
-}
-
-impl Default for HealthSettings {
-    fn default() -> Self {
-        Self {
-            payload: Payload::Udp,
-            rtp_clock_hz: 90_000,
-            silence_ms: 1000,
-        }
-    }
-}
+/// A flow's stream-health settings: the config's `Health`, the same type.
+pub use mcrelay_wire::health::HealthSettings;
 
 /// Nanoseconds on the monotonic clock the workers stamp arrivals with
 /// (since the first call in this process), so readers can compare.
