@@ -80,7 +80,8 @@ fn leg(json: &str, i: usize) -> &str {
 /// disjoint), each copy the other leg also sent as a duplicate, and
 /// numbers only the 20 ms late leg sent as late.
 fn both_legs_into_one_receiver(extra: &[&str], check: impl Fn(&str, &str)) {
-    let dir = std::env::temp_dir().join(format!("loadgen-legs-{}", mcrelay_testkit::free_udp_port()));
+    let dir =
+        std::env::temp_dir().join(format!("loadgen-legs-{}", mcrelay_testkit::free_udp_port()));
     std::fs::create_dir_all(&dir).expect("dir");
     let port = mcrelay_testkit::free_udp_port();
     let rx = receiver(&dir, port, 2000);

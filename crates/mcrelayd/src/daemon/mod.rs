@@ -36,7 +36,8 @@ use std::time::{Duration, Instant};
 // The 4-leg limit has one value: the config refuses what the relay core
 // can't carry (the core's leg masks and per-leg arrays are sized by its
 // own constant; the config can't depend on the core).
-const _: () = assert!(mcrelay_config::MAX_LEGS == mcrelay_relay::redundancy::LegId::MAX_LEGS as usize);
+const _: () =
+    assert!(mcrelay_config::MAX_LEGS == mcrelay_relay::redundancy::LegId::MAX_LEGS as usize);
 
 use mcrelay_config::{Config, Flow};
 use mcrelay_control::{DaemonState, FlowState};
