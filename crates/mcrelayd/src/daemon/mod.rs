@@ -33,12 +33,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
-// The 4-leg limit has one value: the config refuses what the relay core
-// can't carry (the core's leg masks and per-leg arrays are sized by its
-// own constant; the config can't depend on the core).
-const _: () =
-    assert!(mcrelay_config::MAX_LEGS == mcrelay_relay::redundancy::LegId::MAX_LEGS as usize);
-
 use mcrelay_config::{Config, Flow};
 use mcrelay_control::{DaemonState, FlowState};
 use mcrelay_pool::PoolConfig;
@@ -56,6 +50,12 @@ use self::report::{entry_mut, new_entry, note_outputs, print_final, share};
 use crate::links::LinkTable;
 use crate::outputs::Unconnected;
 use crate::sockets::Opener;
+
+// The 4-leg limit has one value: the config refuses what the relay core
+// can't carry (the core's leg masks and per-leg arrays are sized by its
+// own constant; the config can't depend on the core).
+const _: () =
+    assert!(mcrelay_config::MAX_LEGS == mcrelay_relay::redundancy::LegId::MAX_LEGS as usize);
 
 /// How long a reload waits for a worker to answer a command.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
