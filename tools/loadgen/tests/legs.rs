@@ -1,7 +1,6 @@
 //! `loadgen legs` into `loadgen legs-recv` over loopback (no relay): the
 //! receiver's account of the two legs' copies matches the sender's plan.
 
-use std::net::UdpSocket;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
