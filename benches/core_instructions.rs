@@ -40,6 +40,7 @@ fn setup() -> State {
         depth: 256,
         gso: false,
         counters: Arc::clone(&out),
+        resume_after: None,
     };
     let flow = add(&mut core, spec);
     let mut s = (core, flow, out, vec![0x47u8; 1316], Vec::with_capacity(4));

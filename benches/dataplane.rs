@@ -89,6 +89,7 @@ fn core(c: &mut Criterion) {
                 depth: 256,
                 gso: false,
                 counters: Arc::default(),
+                resume_after: None,
             });
             let flow = core
                 .add_flow(specs, Arc::default(), 1, Redundancy::Single, 1)

@@ -85,6 +85,7 @@ pub fn scenarios() -> [Scenario; 5] {
                 after_ns: 100 * MS,
                 revert_after_ns: Some(10_000 * MS),
                 rtp: true,
+                gap_factor: 4,
             },
             skew: 0,
             lossy: false,
@@ -113,6 +114,7 @@ impl Run {
             depth: 256,
             gso: false,
             counters: Arc::clone(&out),
+            resume_after: None,
         };
         let flow = core
             .add_flow([spec], Arc::default(), s.legs, s.redundancy, 1)

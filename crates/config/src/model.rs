@@ -73,6 +73,9 @@ pub struct DaemonConfig {
     pub cores: Option<Vec<usize>>,
     /// Optional Prometheus endpoint.
     pub metrics_listen: Option<SocketAddr>,
+    /// Scraper addresses the metrics endpoint serves; `None` (the
+    /// default): every address.
+    pub metrics_allow: Option<Vec<Cidr>>,
     /// One of `error`, `warn`, `info`, `debug`, `trace`.
     pub log_level: String,
     /// Relay from the start, or start as a warm standby.
@@ -156,6 +159,10 @@ pub const MAX_MERGE_WINDOW_MS: u32 = 1000;
 pub const DEFAULT_FAILOVER_AFTER_MS: u32 = 100;
 /// Largest `failover_after_ms` (one hour).
 pub const MAX_FAILOVER_AFTER_MS: u32 = 3_600_000;
+/// Default `failover_gap_factor`.
+pub const DEFAULT_FAILOVER_GAP_FACTOR: u32 = 4;
+/// Largest `failover_gap_factor`.
+pub const MAX_FAILOVER_GAP_FACTOR: u32 = 100;
 /// Default `revert_after_s`.
 pub const DEFAULT_REVERT_AFTER_S: u32 = 10;
 /// Largest `revert_after_s` (one day).
@@ -180,8 +187,13 @@ pub enum Redundancy {
     /// `redundancy = "failover"`: forward from the first healthy leg in
     /// list order.
     Failover {
-        /// `failover_after_ms`: a leg silent this long is unhealthy.
+        /// `failover_after_ms`: a leg silent this long is unhealthy (the
+        /// floor of the detection time when `gap_factor` is set).
         after_ms: u32,
+        /// `failover_gap_factor`: a leg is unhealthy once silent for this
+        /// many times its recent longest gap between datagrams, if that is
+        /// longer than `after_ms`; 0 = `after_ms` alone.
+        gap_factor: u32,
         /// `revert_after_s`: return to a higher-priority leg once it has
         /// been healthy this long; 0 = never.
         revert_after_s: u32,
@@ -338,6 +350,88 @@ impl fmt::Display for Output {
     }
 }
 
+/// An address range in CIDR notation (`daemon.metrics_allow`): an
+/// address and how many of its leading bits a peer must share.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Cidr {
+    /// The range's first address (no bits set past `prefix`).
+    pub address: IpAddr,
+    /// 0 to 32 (IPv4) or 0 to 128 (IPv6).
+    pub prefix: u8,
+}
+
+impl Cidr {
+    /// `"10.0.0.0/8"`, `"fd00::/8"`, or a bare address (the host alone).
+    /// The error says what is wrong, for the config's message.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let (addr, prefix) = match s.split_once('/') {
+            Some((a, p)) => (a, Some(p)),
+            None => (s, None),
+        };
+        let address: IpAddr = addr
+            .parse()
+            .map_err(|_| {
+                format!("{addr:?} is not an IP address; write a range such as \"10.0.0.0/8\" or one address such as \"127.0.0.1\"")
+            })?;
+        let max = if address.is_ipv4() { 32 } else { 128 };
+        let prefix = match prefix {
+            None => max,
+            Some(p) => match p.parse::<u8>() {
+                Ok(n) if n <= max => n,
+                _ => return Err(format!("prefix length {p:?} is not 0 to {max}")),
+            },
+        };
+        let cidr = Cidr { address, prefix };
+        if cidr.network() != address {
+            return Err(format!(
+                "{address}/{prefix} has bits set past the prefix; write {}/{prefix}",
+                cidr.network()
+            ));
+        }
+        Ok(cidr)
+    }
+
+    /// `address` with the bits past the prefix cleared.
+    fn network(&self) -> IpAddr {
+        match self.address {
+            IpAddr::V4(a) => IpAddr::V4((u32::from(a) & mask32(self.prefix)).into()),
+            IpAddr::V6(a) => IpAddr::V6((u128::from(a) & mask128(self.prefix)).into()),
+        }
+    }
+
+    /// `ip` is in the range. An IPv4 peer seen on an IPv6 socket
+    /// (`::ffff:10.1.2.3`) is matched as the IPv4 address it is.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        match (self.address, ip.to_canonical()) {
+            (IpAddr::V4(net), IpAddr::V4(ip)) => {
+                u32::from(ip) & mask32(self.prefix) == u32::from(net)
+            }
+            (IpAddr::V6(net), IpAddr::V6(ip)) => {
+                u128::from(ip) & mask128(self.prefix) == u128::from(net)
+            }
+            _ => false,
+        }
+    }
+}
+
+fn mask32(prefix: u8) -> u32 {
+    u32::MAX
+        .checked_shl(32 - u32::from(prefix.min(32)))
+        .unwrap_or(0)
+}
+
+fn mask128(prefix: u8) -> u128 {
+    u128::MAX
+        .checked_shl(128 - u32::from(prefix.min(128)))
+        .unwrap_or(0)
+}
+
+impl fmt::Display for Cidr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.address, self.prefix)
+    }
+}
+
 impl Default for DaemonConfig {
     fn default() -> Self {
         DaemonConfig {
@@ -345,6 +439,7 @@ impl Default for DaemonConfig {
             control_socket: PathBuf::from(DEFAULT_CONTROL_SOCKET),
             cores: None,
             metrics_listen: None,
+            metrics_allow: None,
             log_level: DEFAULT_LOG_LEVEL.to_owned(),
             mode: crate::RelayMode::Active,
         }
@@ -610,6 +705,41 @@ impl FlowDiff {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn cidr_ranges_parse_and_match_as_written() {
+        let net = Cidr::parse("10.0.0.0/8").unwrap();
+        assert!(net.contains("10.200.1.2".parse().unwrap()));
+        assert!(!net.contains("11.0.0.1".parse().unwrap()));
+        // A dual-stack socket sees an IPv4 peer as IPv4-mapped IPv6.
+        assert!(net.contains("::ffff:10.1.2.3".parse().unwrap()));
+        assert!(!net.contains("fd00::1".parse().unwrap()));
+        let host = Cidr::parse("127.0.0.1").unwrap();
+        assert_eq!(host.to_string(), "127.0.0.1/32");
+        assert!(host.contains("127.0.0.1".parse().unwrap()));
+        assert!(!host.contains("127.0.0.2".parse().unwrap()));
+        let all = Cidr::parse("0.0.0.0/0").unwrap();
+        assert!(all.contains("192.0.2.1".parse().unwrap()));
+        let v6 = Cidr::parse("fd00::/8").unwrap();
+        assert!(v6.contains("fd12::1".parse().unwrap()));
+        assert!(!v6.contains("fe80::1".parse().unwrap()));
+        assert!(
+            Cidr::parse("::/0")
+                .unwrap()
+                .contains("2001:db8::1".parse().unwrap())
+        );
+        for (bad, why) in [
+            ("10.1.2.3/8", "write 10.0.0.0/8"),
+            ("10.0.0.0/33", "not 0 to 32"),
+            ("fd00::/129", "not 0 to 128"),
+            ("10.0.0.0/", "not 0 to 32"),
+            ("localhost", "not an IP address"),
+            ("", "not an IP address"),
+        ] {
+            let err = Cidr::parse(bad).unwrap_err();
+            assert!(err.contains(why), "{bad:?}: {err}");
+        }
+    }
     use super::*;
 
     fn flow(name: &str, port: u16) -> Flow {
@@ -718,6 +848,7 @@ mod tests {
         two.redundancy = Redundancy::Failover {
             after_ms: 100,
             revert_after_s: 10,
+            gap_factor: 4,
         };
         let t2 = FlowTable::new(vec![two.clone()]).unwrap();
         assert_eq!(old.diff(&t2).changed, [FlowKey::from_name("keep")]);
@@ -757,6 +888,7 @@ mod tests {
         five.redundancy = Redundancy::Failover {
             after_ms: 1,
             revert_after_s: 0,
+            gap_factor: 4,
         };
         five.inputs = vec![five.inputs[0].clone(); 5];
         assert!(FlowTable::new(vec![five.clone()]).is_err());
@@ -815,6 +947,7 @@ mod tests {
         legs.redundancy = Redundancy::Failover {
             after_ms: 100,
             revert_after_s: 10,
+            gap_factor: 4,
         };
         let redundant = Config {
             flows: FlowTable::new(vec![flow("a", 1), legs]).unwrap(),

@@ -30,6 +30,7 @@ const DAEMON_KEYS: &[&str] = &[
     "control_socket",
     "cores",
     "metrics_listen",
+    "metrics_allow",
     "log_level",
     "mode",
 ];
@@ -48,6 +49,7 @@ const FLOW_KEYS: &[&str] = &[
     "merge_delay_ms",
     "merge_window_ms",
     "failover_after_ms",
+    "failover_gap_factor",
     "revert_after_s",
 ];
 const INPUT_KEYS: &[&str] = &[
@@ -562,6 +564,40 @@ impl<'t> Walker<'t> {
                     }
                 },
                 None => ok = false,
+            }
+        }
+        if let Some(v) = t.get("metrics_allow") {
+            match v.get_ref() {
+                DeValue::Array(items) if items.is_empty() => {
+                    self.err(&v.span(), "daemon.metrics_allow is empty, which would refuse every scraper; list the scrapers' addresses (e.g. [\"127.0.0.1/32\", \"10.0.0.0/8\"]), or remove it to allow every address".to_owned());
+                    ok = false;
+                }
+                DeValue::Array(items) => {
+                    let mut allow = Vec::with_capacity(items.len());
+                    for (i, item) in items.iter().enumerate() {
+                        let path = format!("daemon.metrics_allow[{i}]");
+                        match self.string(item, "", &path) {
+                            Some(s) => match Cidr::parse(s) {
+                                Ok(c) => allow.push(c),
+                                Err(why) => {
+                                    self.err(&item.span(), format!("{path} = {s:?}: {why}"));
+                                    ok = false;
+                                }
+                            },
+                            None => ok = false,
+                        }
+                    }
+                    d.metrics_allow = Some(allow);
+                }
+                _ => {
+                    self.type_err(
+                        v,
+                        "",
+                        "daemon.metrics_allow",
+                        "an array of address ranges (\"10.0.0.0/8\")",
+                    );
+                    ok = false;
+                }
             }
         }
         if let Some(v) = t.get("log_level") {
@@ -1289,6 +1325,48 @@ mod tests {
     }
 
     #[test]
+    fn metrics_allow_is_a_list_of_ranges_and_never_empty() {
+        let text = |allow: &str| {
+            format!(
+                "[daemon]\nmetrics_listen = \"0.0.0.0:9464\"\nmetrics_allow = {allow}\n{}",
+                flow(IN, OUT)
+            )
+        };
+        let c = parse(
+            &text(r#"["127.0.0.1/32", "10.0.0.0/8", "fd00::/8"]"#),
+            "t.toml",
+        )
+        .unwrap();
+        let allow = c.daemon.metrics_allow.expect("a list");
+        assert_eq!(allow.len(), 3);
+        assert_eq!(allow[1].to_string(), "10.0.0.0/8");
+        assert_eq!(
+            parse(&flow(IN, OUT), "t.toml")
+                .unwrap()
+                .daemon
+                .metrics_allow,
+            None
+        );
+        for (allow, want) in [
+            ("[]", "daemon.metrics_allow is empty"),
+            (
+                r#"["10.1.2.3/8"]"#,
+                "daemon.metrics_allow[0] = \"10.1.2.3/8\": 10.1.2.3/8 has bits set past the prefix; write 10.0.0.0/8",
+            ),
+            (
+                r#"["127.0.0.1", "ten"]"#,
+                "daemon.metrics_allow[1] = \"ten\": \"ten\" is not an IP address; write",
+            ),
+            (r#""10.0.0.0/8""#, "daemon.metrics_allow must be an array"),
+            ("[8]", "daemon.metrics_allow[0] must be a string"),
+        ] {
+            let e = parse(&text(allow), "t.toml").unwrap_err().to_string();
+            assert!(e.contains(want), "{allow}: {e}");
+            assert!(e.contains("t.toml:3:"), "{allow}: the line is named: {e}");
+        }
+    }
+
+    #[test]
     fn unicast_output_ttl_defaults_to_64() {
         let out = r#"[{ interface = "eth1", address = "10.0.0.9", port = 6000 }]"#;
         let c = parse(&flow(IN, out), "t.toml").unwrap();
@@ -1426,10 +1504,10 @@ outputs = [{ interface = "eth1", address = "239.2.2.2", port = 6000, ttl = 255, 
             errors(&text),
             [
                 "t.toml:1:1: unknown key \"colour\" (expected one of: daemon, pools, flow)",
-                "t.toml:3:1: unknown key \"usr\" in daemon (expected one of: user, control_socket, cores, metrics_listen, log_level, mode)",
+                "t.toml:3:1: unknown key \"usr\" in daemon (expected one of: user, control_socket, cores, metrics_listen, metrics_allow, log_level, mode)",
                 "t.toml:5:1: unknown key \"tiny\" in pools (expected one of: small, standard, jumbo)",
                 "t.toml:9:70: flow \"x\": unknown key \"tll\" in outputs[0] (expected one of: interface, address, port, ttl, source_address, queue_depth)",
-                "t.toml:10:1: flow \"x\": unknown key \"core_\" (expected one of: name, input, inputs, outputs, core, spread, payload, silence_ms, rtp_clock_hz, redundancy, merge_delay_ms, merge_window_ms, failover_after_ms, revert_after_s)",
+                "t.toml:10:1: flow \"x\": unknown key \"core_\" (expected one of: name, input, inputs, outputs, core, spread, payload, silence_ms, rtp_clock_hz, redundancy, merge_delay_ms, merge_window_ms, failover_after_ms, failover_gap_factor, revert_after_s)",
             ]
         );
     }

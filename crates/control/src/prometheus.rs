@@ -118,6 +118,9 @@ fn emit_all(mut m: Exposition, s: &Snapshot) -> Exposition {
         "1 while the daemon is a warm standby (receiving, sending nothing), 0 while it relays.",
     );
     m.sample("mcrelay_standby", &[], u8::from(s.mode.is_standby()));
+    if let Some(e) = &s.metrics_endpoint {
+        endpoint(&mut m, e);
+    }
     m.family(
         "mcrelay_uptime_seconds",
         Kind::Gauge,
@@ -211,6 +214,46 @@ fn flow_families(m: &mut Exposition, s: &Snapshot) {
         for (reason, n) in f.drops.by_reason() {
             m.sample(name, &[("flow", &f.name), ("reason", reason)], n);
         }
+    }
+}
+
+/// The metrics endpoint's own connection counters.
+fn endpoint(m: &mut Exposition, e: &crate::EndpointSnapshot) {
+    let name = "mcrelay_metrics_connections_served_total";
+    m.family(
+        name,
+        Kind::Counter,
+        "Connections to the metrics endpoint that were served (read and answered, or timed out).",
+    );
+    m.sample(name, &[], e.served);
+    let name = "mcrelay_metrics_connections_refused_total";
+    m.family(
+        name,
+        Kind::Counter,
+        "Connections to the metrics endpoint closed at accept, by reason: not_allowed (the peer \
+         is not in daemon.metrics_allow), address_cap (its address already had its share of \
+         connections, all being answered), full (every slot was being answered).",
+    );
+    for (reason, n) in [
+        ("not_allowed", e.refused_not_allowed),
+        ("address_cap", e.refused_address_cap),
+        ("full", e.refused_full),
+    ] {
+        m.sample(name, &[("reason", reason)], n);
+    }
+    let name = "mcrelay_metrics_connections_displaced_total";
+    m.family(
+        name,
+        Kind::Counter,
+        "Connections to the metrics endpoint shut down before their request was complete, to make \
+         room for a newer one, by reason: address_cap (from the same address), full (from an \
+         address holding fewer).",
+    );
+    for (reason, n) in [
+        ("address_cap", e.displaced_address_cap),
+        ("full", e.displaced_full),
+    ] {
+        m.sample(name, &[("reason", reason)], n);
     }
 }
 
@@ -1177,6 +1220,33 @@ mod tests {
                         .all(|(k, v)| s.labels.iter().any(|(sk, sv)| sk == k && sv == v))
             })
             .unwrap_or_else(|| panic!("no sample {name}{labels:?}"))
+    }
+
+    #[test]
+    fn the_endpoints_connection_counters_are_shown_when_it_listens() {
+        let mut s = sample();
+        assert!(!render_metrics(&s).contains("mcrelay_metrics_connections"));
+        s.metrics_endpoint = Some(crate::EndpointSnapshot {
+            served: 7,
+            refused_not_allowed: 3,
+            refused_address_cap: 2,
+            refused_full: 1,
+            displaced_address_cap: 40,
+            displaced_full: 5,
+        });
+        {
+            let (samples, types) = check(&render_metrics(&s));
+            assert!(types.contains_key("mcrelay_metrics_connections_refused_total"));
+            let v = |name, labels: &[(&str, &str)]| find(&samples, name, labels).value;
+            assert_eq!(v("mcrelay_metrics_connections_served_total", &[]), 7.0);
+            let refused = "mcrelay_metrics_connections_refused_total";
+            assert_eq!(v(refused, &[("reason", "not_allowed")]), 3.0);
+            assert_eq!(v(refused, &[("reason", "address_cap")]), 2.0);
+            assert_eq!(v(refused, &[("reason", "full")]), 1.0);
+            let displaced = "mcrelay_metrics_connections_displaced_total";
+            assert_eq!(v(displaced, &[("reason", "address_cap")]), 40.0);
+            assert_eq!(v(displaced, &[("reason", "full")]), 5.0);
+        }
     }
 
     #[test]

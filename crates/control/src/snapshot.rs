@@ -30,6 +30,31 @@ pub struct Snapshot {
     /// daemons: active).
     #[serde(default)]
     pub mode: crate::Mode,
+    /// The metrics endpoint's connection counters, when it listens
+    /// (absent from older daemons).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics_endpoint: Option<EndpointSnapshot>,
+}
+
+/// What the `/metrics` endpoint did with the connections it accepted
+/// (`daemon.metrics_allow`, the per-address and total caps).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EndpointSnapshot {
+    /// Connections served (a thread of their own, a request read).
+    pub served: u64,
+    /// Closed at accept: the peer is not in `daemon.metrics_allow`.
+    pub refused_not_allowed: u64,
+    /// Closed at accept: the peer's address already had its share of
+    /// connections, every one of them being answered.
+    pub refused_address_cap: u64,
+    /// Closed at accept: every connection slot was being answered.
+    pub refused_full: u64,
+    /// Shut down, still reading their request, to make room for a newer
+    /// connection from the same address.
+    pub displaced_address_cap: u64,
+    /// Shut down, still reading their request, to make room for a
+    /// connection from an address holding fewer.
+    pub displaced_full: u64,
 }
 
 /// Whether the daemon is doing all it was configured to do.
@@ -514,6 +539,7 @@ pub(crate) fn sample() -> Snapshot {
         exhausted,
     };
     Snapshot {
+        metrics_endpoint: None,
         version: "0.1.0".into(),
         pid: 4242,
         uptime_seconds: 3723.5,

@@ -361,6 +361,7 @@ mod tests {
         Snapshot {
             version: "0".into(),
             mode: mcrelay_control::Mode::default(),
+            metrics_endpoint: None,
             pid: 1,
             uptime_seconds: 1.0,
             taken_at_unix_ms: 0,

@@ -34,7 +34,7 @@ const RESERVE: u64 = 8 + CONTROL_CLIENTS as u64 + METRICS_CONNECTIONS as u64;
 /// to retry and closed.
 pub const CONTROL_CLIENTS: usize = 16;
 /// /metrics connections served at once (`metrics::MAX_CONNECTIONS`).
-pub const METRICS_CONNECTIONS: usize = 8;
+pub const METRICS_CONNECTIONS: usize = 16;
 
 /// What a config needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

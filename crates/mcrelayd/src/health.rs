@@ -152,7 +152,7 @@ impl Watcher {
                     tracing::warn!(
                         flow = %f.name,
                         resets = r.resets - resets,
-                        "merge reset: the RTP SSRC changed or the sequence jumped beyond merge_window_ms; merging restarted"
+                        "merge reset: a leg confirmed a new RTP numbering (an encoder restart or a new source) and no leg carried the old one within merge_window_ms; merging restarted"
                     );
                 }
                 redundancy.insert(f.name.clone(), (r.switches, r.resets));

@@ -122,6 +122,7 @@ fn supervise(
     let notifier = Notifier::from_env();
     let control_path = config.daemon.control_socket.clone();
     let metrics_listen = config.daemon.metrics_listen;
+    let metrics_allow = config.daemon.metrics_allow.clone();
     // Everything that needs privileges happens now, while this is the only
     // thread: start the helper (it keeps them), bind the control socket and
     // the metrics port, open every flow's sockets, then drop to the
@@ -198,7 +199,7 @@ fn supervise(
         })
         .map_err(|e| SuperviseError::Thread("control forwarder", e))?;
     if let Some(listener) = metrics_bound {
-        crate::metrics::start(listener, daemon.shared())?;
+        crate::metrics::start(listener, daemon.shared(), metrics_allow)?;
     }
     tracing::info!(
         flows = daemon.flow_count(),

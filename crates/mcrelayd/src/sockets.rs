@@ -262,10 +262,12 @@ pub fn redundancy(flow: &Flow) -> Redundancy {
         mcrelay_config::Redundancy::Failover {
             after_ms,
             revert_after_s,
+            gap_factor,
         } => Redundancy::Failover {
             after_ns: u64::from(after_ms) * MS,
             revert_after_ns: (revert_after_s > 0).then(|| u64::from(revert_after_s) * 1000 * MS),
             rtp: flow.health.payload.has_rtp(),
+            gap_factor,
         },
     }
 }
@@ -494,17 +496,19 @@ mod tests {
             Redundancy::Failover {
                 after_ns: 100_000_000,
                 revert_after_ns: Some(10_000_000_000),
-                rtp: true
+                rtp: true,
+                gap_factor: 4
             }
         );
         assert_eq!(
             redundancy(&flow(
-                "redundancy = \"failover\"\nfailover_after_ms = 7\nrevert_after_s = 0"
+                "redundancy = \"failover\"\nfailover_after_ms = 7\nrevert_after_s = 0\nfailover_gap_factor = 0"
             )),
             Redundancy::Failover {
                 after_ns: 7_000_000,
                 revert_after_ns: None,
-                rtp: false
+                rtp: false,
+                gap_factor: 0
             }
         );
         let one = mcrelay_config::parse(

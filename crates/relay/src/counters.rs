@@ -79,6 +79,11 @@ pub struct HealthCounters {
     pub rtp_ssrc_changes: Gauge,
     pub rtp_resyncs: Gauge,
     pub rtp_malformed: Gauge,
+    /// Jumps the stream did not confirm (`mcrelay_wire::rtp_seq`): a
+    /// corrupt header, a stray sender, a restart's first datagram.
+    pub rtp_strays: Gauge,
+    /// Far steps back the stream did not confirm: replayed datagrams.
+    pub rtp_replays: Gauge,
     pub rtp_payload_type: Gauge,
     pub rtp_ssrc: Gauge,
     /// RFC 3550 jitter in clock units, times 16.
@@ -208,8 +213,26 @@ pub struct RedundancyCounters {
     /// Merge: sequence numbers no leg delivered in time (never forwarded),
     /// counted once the window has passed.
     pub lost: Counter,
-    /// SSRC changes and sequence jumps that restarted the sequence state.
+    /// Restarts of the flow's sequence state: a leg confirmed a new
+    /// numbering (an encoder restart, a new SSRC with new numbers) and no
+    /// leg still carried the old one (`mcrelay_relay::sequence`).
     pub resets: Counter,
+    /// Datagrams whose number jumped ahead of their leg's stream and was
+    /// not (yet) confirmed (a corrupt header, a stray sender, the first
+    /// datagram of a restart): dropped, nothing moved.
+    pub strays: Counter,
+    /// Datagrams whose number was far behind their leg's stream and not
+    /// confirmed as a restart (a replay of an old datagram): dropped,
+    /// nothing moved.
+    pub replays: Counter,
+    /// Merge: datagrams of a leg whose numbering is not the flow's (an
+    /// independent encoder, a leg offset in numbering): dropped; the flow
+    /// forwards the numbering it follows, never both.
+    pub mismatched: Counter,
+    /// Merge: the legs not merged right now (bit per leg, a gauge): their
+    /// numbering is not the flow's, or they are behind it by more than
+    /// the window.
+    pub detached_legs: Counter,
     /// Failover: changes of the active leg.
     pub switches: Counter,
     /// Failover: the active leg's index (a gauge).
@@ -238,6 +261,9 @@ impl RedundancyCounters {
     pub fn dropped(&self) -> u64 {
         self.duplicates.get()
             + self.late.get()
+            + self.strays.get()
+            + self.replays.get()
+            + self.mismatched.get()
             + self.not_rtp.get()
             + self.unknown_leg.get()
             + self.standby.iter().map(Counter::get).sum::<u64>()

@@ -75,7 +75,7 @@ impl HealthCounters {
 /// plus the tracker's.
 #[derive(Debug, Clone, Copy, Default)]
 struct Base {
-    rtp: [u64; 6],
+    rtp: [u64; 8],
     ts: [u64; 4],
 }
 
@@ -132,6 +132,8 @@ impl InputHealth {
                 h.rtp_reordered.get(),
                 h.rtp_ssrc_changes.get(),
                 h.rtp_malformed.get(),
+                h.rtp_strays.get(),
+                h.rtp_replays.get(),
             ],
             ts: [
                 h.ts_packets.get(),
@@ -201,6 +203,8 @@ impl InputHealth {
             h.rtp_reordered.set(b[3] + r.reordered);
             h.rtp_ssrc_changes.set(b[4] + r.ssrc_changes);
             h.rtp_malformed.set(b[5] + r.malformed);
+            h.rtp_strays.set(b[6] + r.strays);
+            h.rtp_replays.set(b[7] + r.replays);
             h.rtp_resyncs.set(r.resyncs);
             h.rtp_payload_type.set(u64::from(r.payload_type));
             h.rtp_ssrc.set(u64::from(r.ssrc));

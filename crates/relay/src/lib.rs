@@ -40,7 +40,10 @@
 //! - warm standby ([`standby`]): every datagram is counted and discarded
 //!   before admission, so nothing is sent;
 //! - a flow replaced by a reload ([`Core::take_over`], `takeover`): its
-//!   successor takes its redundancy state over, so nothing leaves twice.
+//!   successor takes its redundancy state over, so nothing leaves twice;
+//! - an output resuming after its predecessor's last RTP number
+//!   (`resume`, [`OutputSpec::resume_after`]): a reload that moved it
+//!   skips what it already sent.
 #![forbid(unsafe_code)]
 
 pub mod admission;
@@ -53,7 +56,9 @@ pub mod queue;
 mod receive;
 pub mod redundancy;
 mod request;
+mod resume;
 mod send;
+pub mod sequence;
 pub mod standby;
 mod takeover;
 
@@ -83,6 +88,18 @@ struct Output {
     /// Largest datagram grouped into GSO sends; 0 when GSO is off.
     gso_max: usize,
     counters: Arc<OutputCounters>,
+    /// Resuming after another flow's last RTP number (`resume`).
+    guard: resume::Guard,
+}
+
+impl Output {
+    /// Room for one more datagram, `bytes`, which it doesn't have yet.
+    /// The guard is asked first, so its verdict is always this
+    /// datagram's (read back by the enqueue).
+    #[inline(always)]
+    fn takes(&self, bytes: &[u8]) -> bool {
+        self.guard.admits(bytes) && self.in_flight < self.depth
+    }
 }
 
 #[derive(Debug)]
@@ -193,6 +210,7 @@ impl Core {
                 queue: SendQueue::default(),
                 gso_max: if o.gso { MAX_PAYLOAD } else { 0 },
                 counters: o.counters,
+                guard: resume::Guard::new(o.resume_after),
             })
             .take(usize::from(u16::MAX))
             .collect();
@@ -250,6 +268,29 @@ impl Core {
         match self.flow(flow).map(|f| &f.mode) {
             Some(Mode::Merge(m)) => m.held(),
             _ => 0,
+        }
+    }
+
+    /// Datagrams every output of `flow` still has room for (0 for an
+    /// unknown flow).
+    pub fn room(&self, flow: FlowId) -> u32 {
+        self.flow(flow).map_or(0, |f| {
+            f.outputs
+                .iter()
+                .map(|o| o.depth.saturating_sub(o.in_flight))
+                .min()
+                .unwrap_or(0)
+        })
+    }
+
+    /// The highest RTP number (and SSRC) a merge or failover flow sent;
+    /// `None` for a one-leg flow (its stream health has it) or one that
+    /// sent no RTP.
+    pub fn last_sent(&self, flow: FlowId) -> Option<(u16, u32)> {
+        match &self.flow(flow)?.mode {
+            Mode::Merge(m) => m.highest(),
+            Mode::Failover(f) => f.highest(),
+            Mode::Single | Mode::Replaced => None,
         }
     }
 
@@ -365,10 +406,11 @@ fn release(
     }
 }
 
-/// Outputs with room for one more datagram.
+/// Outputs with room for one more datagram, `bytes`, that they don't
+/// have yet (see `resume`).
 #[inline(always)]
-fn with_room(outputs: &[Output]) -> u32 {
-    let n = outputs.iter().filter(|o| o.in_flight < o.depth).count();
+fn with_room(outputs: &[Output], bytes: &[u8]) -> u32 {
+    let n = outputs.iter().filter(|o| o.takes(bytes)).count();
     u32::try_from(n).unwrap_or(u32::MAX)
 }
 
@@ -418,8 +460,14 @@ impl Parts<'_> {
         paused: &mut bool,
         payload: &[u8],
     ) -> Result<(Buffer, u32), Received> {
-        let uses = with_room(outputs);
+        let uses = with_room(outputs, payload);
         if uses == 0 {
+            if outputs.iter().any(|o| o.in_flight < o.depth) {
+                // Room, but every output with room already has it: a
+                // reload's successor resuming after its predecessor.
+                counters.redundancy.duplicates.inc();
+                return Err(Received::Dropped);
+            }
             for o in outputs {
                 o.counters.drop_backlog.inc();
             }
@@ -448,7 +496,7 @@ impl Parts<'_> {
     /// the buffer goes back. Inlined, as [`Parts::admit`].
     #[inline(always)]
     fn enqueue(&mut self, flow: FlowId, outputs: &mut [Output], held: &mut Held, buf: Buffer) {
-        let uses = with_room(outputs);
+        let uses = with_room(outputs, self.pool.bytes(&buf));
         self.enqueue_uses(flow, outputs, held, buf, uses);
     }
 
@@ -483,6 +531,11 @@ impl Parts<'_> {
             }
         };
         for (i, o) in outputs.iter_mut().enumerate() {
+            // Judged by `with_room` just before: an output resuming after
+            // a reload skips what it already has.
+            if !o.guard.take() {
+                continue;
+            }
             if o.in_flight >= o.depth {
                 o.counters.drop_backlog.inc();
                 continue;

@@ -120,6 +120,8 @@ impl Core {
                     Pass::Duplicate => return drop(&red.duplicates),
                     Pass::Late => return drop(&red.late),
                     Pass::NotRtp => return drop(&red.not_rtp),
+                    Pass::Stray => return drop(&red.strays),
+                    Pass::Replay => return drop(&red.replays),
                 }
             }
             Mode::Merge(m) => {
@@ -136,6 +138,9 @@ impl Core {
                     Verdict::New(ext) => Ticket::Merge(ext),
                     Verdict::Duplicate => return drop(&red.duplicates),
                     Verdict::Late => return drop(&red.late),
+                    Verdict::Stray => return drop(&red.strays),
+                    Verdict::Replay => return drop(&red.replays),
+                    Verdict::Apart => return drop(&red.mismatched),
                 }
             }
         };
@@ -245,7 +250,7 @@ impl Core {
 #[derive(Debug, Clone, Copy)]
 enum Ticket {
     /// With the number to mark as sent.
-    Failover(Option<(u16, u32)>),
+    Failover(Option<(u16, u32, bool)>),
     /// Its extended sequence number.
     Merge(u64),
 }

@@ -33,6 +33,10 @@ pub struct OutputSpec {
     /// Its socket takes `UDP_SEGMENT` and GSO is on.
     pub gso: bool,
     pub counters: Arc<OutputCounters>,
+    /// The last RTP number (and SSRC) the output was sent by the flow
+    /// this one replaces on it (a reload): that number and the ones
+    /// before it are not sent again.
+    pub resume_after: Option<(u16, u32)>,
 }
 
 /// A send for the driver to hand to the kernel.

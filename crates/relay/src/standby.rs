@@ -67,6 +67,7 @@ mod tests {
             depth: 4,
             gso: false,
             counters: Arc::clone(c),
+            resume_after: None,
         });
         let counters = Arc::<FlowCounters>::default();
         let id = core

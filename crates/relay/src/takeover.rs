@@ -40,7 +40,8 @@ impl Core {
     /// - any other pair: what `old` holds leaves now, in order, on
     ///   `new`'s outputs; a merge or an RTP failover `new` starts after
     ///   the highest number `old` sent (from its merge or guard, or
-    ///   `handover.last_rtp`).
+    ///   `handover.last_rtp`), and so does each output of a one-leg
+    ///   `new` (its outputs resume after that number: `resume`).
     ///
     /// `false` (nothing done) when either flow is unknown, `old` is
     /// already going, or they are the same. Control plane: O(4096) at
@@ -129,7 +130,13 @@ fn hand_over(
                 match new_mode {
                     Mode::Merge(nm) => nm.seed(seq, ssrc, now_ns),
                     Mode::Failover(nf) => nf.seed(seq, ssrc),
-                    Mode::Single | Mode::Replaced => {}
+                    // A one-leg flow keeps no numbers: each of its outputs
+                    // resumes after the old flow's last (`resume`).
+                    Mode::Single | Mode::Replaced => {
+                        for o in outputs.iter_mut() {
+                            o.guard.set(Some((seq, ssrc)));
+                        }
+                    }
                 }
             }
         }

@@ -28,6 +28,7 @@ fn outputs(depths: &[u32], gso: bool) -> (Vec<OutputSpec>, Vec<Arc<OutputCounter
             depth,
             gso,
             counters: Arc::clone(c),
+            resume_after: None,
         })
         .collect();
     (specs, counters)
@@ -241,6 +242,103 @@ fn a_removed_flow_goes_once_its_sends_completed() {
     assert_eq!(again, f, "the number is reused");
 }
 
+fn rtp(seq: u16) -> Vec<u8> {
+    let mut d = vec![0u8; 100];
+    let _ = mcrelay_wire::rtp::build(&mut d, 96, seq, 0, 0x5eed);
+    d
+}
+
+/// The RTP numbers sent to each output, in order.
+fn numbers_per_output(core: &mut Core, outputs: usize) -> Vec<Vec<u16>> {
+    let mut seen = vec![Vec::new(); outputs];
+    let mut sent = Vec::new();
+    core.flush(&mut |req, _| {
+        sent.push((req.token(), slots_of(req), req.output.index()));
+        true
+    });
+    for (_, slots, output) in &sent {
+        for &slot in slots {
+            let b = core.in_flight().buffer(slot).expect("in flight");
+            let bytes = core.pool().bytes(b);
+            seen[*output].push(u16::from_be_bytes([bytes[2], bytes[3]]));
+        }
+    }
+    complete_all(
+        core,
+        sent.into_iter().map(|(t, s, _)| (t, s)).collect(),
+        100,
+    );
+    seen
+}
+
+#[test]
+fn an_output_resuming_after_a_reload_skips_what_its_predecessor_sent() {
+    let mut c = core(64);
+    // Output 0 moved here from a flow that sent up to 105; output 1 from
+    // one that sent up to 102; output 2 is new.
+    let (mut specs, outs) = outputs(&[64, 64, 64], false);
+    specs[0].resume_after = Some((105, 0x5eed));
+    specs[1].resume_after = Some((102, 0x5eed));
+    let counters = Arc::<FlowCounters>::default();
+    let f = c
+        .add_flow(specs, Arc::clone(&counters), 1, Redundancy::Single, 64)
+        .expect("room");
+    // The new sockets joined at 100: 100..=110 arrive, one a stray
+    // non-RTP datagram.
+    for seq in 100..=110 {
+        c.receive(f, &rtp(seq));
+    }
+    let seen = numbers_per_output(&mut c, 3);
+    assert_eq!(seen[0], (106..=110).collect::<Vec<_>>());
+    assert_eq!(seen[1], (103..=110).collect::<Vec<_>>());
+    assert_eq!(seen[2], (100..=110).collect::<Vec<_>>());
+    // Output 2 wanted every number: nothing was dropped whole.
+    assert_eq!(
+        counters.redundancy.duplicates.get(),
+        0,
+        "output 2 took them all"
+    );
+    assert_eq!(
+        outs[0].drop_backlog.get(),
+        0,
+        "a skip is not a backlog drop"
+    );
+    // Guards over: a late old number goes everywhere now.
+    c.receive(f, &rtp(104));
+    let seen = numbers_per_output(&mut c, 3);
+    assert_eq!(seen, vec![vec![104]; 3]);
+    assert_eq!(in_use(&c), 0);
+
+    // Every output resuming: a number they all have takes no buffer.
+    let (mut specs, _) = outputs(&[8], false);
+    specs[0].resume_after = Some((7, 0x5eed));
+    let counters = Arc::<FlowCounters>::default();
+    let g = c
+        .add_flow(specs, Arc::clone(&counters), 1, Redundancy::Single, 64)
+        .expect("room");
+    assert_eq!(c.receive(g, &rtp(6)), Received::Dropped);
+    assert_eq!(counters.redundancy.duplicates.get(), 1);
+    assert!(!c.is_paused(g), "not a full output");
+    assert_eq!(in_use(&c), 0);
+}
+
+#[test]
+fn a_one_leg_flow_replaced_in_place_resumes_after_the_old_ones_last_number() {
+    let mut c = core(64);
+    let (old, _, _) = add(&mut c, &[64, 64], false);
+    let (new, _, _) = add(&mut c, &[64, 64], false);
+    let handover = Handover {
+        kept: 1,
+        last_rtp: Some((20, 0x5eed)),
+    };
+    assert!(c.take_over(old, new, handover, 0));
+    for seq in 18..=22 {
+        c.receive(new, &rtp(seq));
+    }
+    let seen = numbers_per_output(&mut c, 2);
+    assert_eq!(seen, vec![vec![21, 22]; 2]);
+}
+
 // ---- the model test ----
 
 #[derive(Debug, Clone)]
@@ -303,6 +401,7 @@ fn redundancy() -> impl Strategy<Value = Redundancy> {
                 after_ns: 2 * MS,
                 revert_after_ns,
                 rtp,
+                gap_factor: 4,
             }),
     ]
 }
@@ -478,10 +577,13 @@ impl Model {
                     };
                     for slot in slots {
                         let (seq, rtp, ssrc) = seq_of(core, core.in_flight(), slot);
-                        // In RTP order within a source; a new source's
-                        // packets after the old one's.
+                        // In RTP order: a new SSRC continuing the
+                        // numbering (the model's new source) is the same
+                        // stream to the merge (`mcrelay_relay::sequence`), so the
+                        // order is the numbers' (which never wrap here).
                         let seq = if f.in_rtp_order() {
-                            u64::from(ssrc) << 16 | u64::from(rtp)
+                            let _ = ssrc;
+                            u64::from(rtp)
                         } else {
                             seq
                         };

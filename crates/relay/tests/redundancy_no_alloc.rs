@@ -44,6 +44,7 @@ fn merge_failover_and_their_timers_never_allocate() {
                 after_ns: 20 * MS,
                 revert_after_ns: Some(100 * MS),
                 rtp: true,
+                gap_factor: 4,
             },
         ),
     ];
@@ -55,6 +56,7 @@ fn merge_failover_and_their_timers_never_allocate() {
                 depth: 256,
                 gso: true,
                 counters: Arc::default(),
+                resume_after: None,
             };
             let id = core
                 .add_flow([spec], Arc::clone(&counters), legs, rule, 16)
@@ -107,7 +109,9 @@ fn merge_failover_and_their_timers_never_allocate() {
     );
     let r = |k: usize| &flows[k].2.redundancy;
     assert!(r(1).duplicates.get() > 0 && r(1).recovered.get() > 0);
-    assert!(r(1).resets.get() >= 2, "the jump and the new source");
+    // The jump restarts the merge; the new source continues the numbering,
+    // so it is the same stream to the merge (`mcrelay_relay::sequence`).
+    assert!(r(1).resets.get() >= 1, "the jump");
     assert!(r(2).forwarded[2].get() > 0, "the third leg filled gaps");
     assert_eq!(r(3).switches.get(), 2, "to the backup and back");
     assert!(r(3).standby[1].get() > 0);

@@ -180,6 +180,7 @@ fn add_and_remove_under_traffic(mode: ReceiveMode) {
         &Event::FlowRemoved {
             worker: 0,
             flow: "leaving".into(),
+            last_rtp: None,
         },
     );
     worker

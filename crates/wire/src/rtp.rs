@@ -7,6 +7,8 @@
 //! (one wrapping 64-bit multiply for the arrival time in clock units, no
 //! division) and never allocates or panics.
 
+use crate::rtp_seq::{LegSeq, Step};
+
 /// The fields of an RTP fixed header, and where its payload is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RtpHeader {
@@ -105,12 +107,21 @@ pub struct RtpStats {
     /// The SSRC differs from the previous packet's (a new source).
     pub ssrc_changes: u64,
     /// A sequence number jumped more than [`MAX_DROPOUT`] ahead or
-    /// [`MAX_MISORDER`] back: counting restarts from it (RFC 3550 A.1),
-    /// the skipped numbers are not counted lost.
+    /// [`MAX_MISORDER`] back, and the next datagram confirmed it (RFC 3550
+    /// A.1's `bad_seq`): counting restarts from it, the skipped numbers
+    /// are not counted lost. (A confirmed jump of at most [`MAX_DROPOUT`]
+    /// is loss.)
     pub resyncs: u64,
     /// Datagrams that aren't RTP version 2 (too short, wrong version, CSRC
     /// list, extension or padding past the end).
     pub malformed: u64,
+    /// A jump ahead (or another SSRC) the stream did not confirm with its
+    /// next datagram ([`crate::rtp_seq`]): a corrupt header, a stray
+    /// sender, or the first datagram of a restart. Nothing else counted.
+    pub strays: u64,
+    /// A step far back (more than [`MAX_MISORDER`]) the stream did not
+    /// confirm: a replayed old datagram. Nothing else counted.
+    pub replays: u64,
     /// The latest packet's payload type (0 before any).
     pub payload_type: u8,
     /// The latest SSRC (0 before any).
@@ -143,18 +154,16 @@ pub const MAX_DROPOUT: i64 = 3000;
 /// Largest backward step counted as reordering (RFC 3550 A.1).
 pub const MAX_MISORDER: i64 = 100;
 
-/// Extended sequence numbers start here, so a step back from the first
-/// packet never goes below zero.
-const EXT_BASE: u64 = 1 << 32;
-
 /// Per-input RTP state: a fixed-size value, created with the flow.
 #[derive(Debug, Clone)]
 pub struct RtpTracker {
     stats: RtpStats,
     /// Multiplier taking nanoseconds to clock units, as a 32.32 fixed-point.
     units_per_ns_q32: u64,
-    synced: bool,
-    /// Highest extended sequence number seen.
+    /// Where the stream is: the sequence engine decides what each number
+    /// is ([`crate::rtp_seq`]).
+    seq: LegSeq,
+    /// Highest extended sequence number seen (the engine's).
     max_ext: u64,
     /// The extended number counting (re)started at: older ones weren't
     /// counted lost, so their late arrival doesn't uncount them.
@@ -171,7 +180,7 @@ impl RtpTracker {
         Self {
             stats: RtpStats::default(),
             units_per_ns_q32: (u64::from(clock_hz) << 32) / 1_000_000_000,
-            synced: false,
+            seq: LegSeq::default(),
             max_ext: 0,
             base_ext: 0,
             seen: 0,
@@ -187,7 +196,9 @@ impl RtpTracker {
     /// first RTP datagram): where a flow taking over from this input's
     /// flow starts (`Core::take_over` in the data plane).
     pub fn highest(&self) -> Option<(u16, u32)> {
-        self.synced.then(|| (low16(self.max_ext), self.stats.ssrc))
+        self.seq
+            .synced()
+            .then(|| (low16(self.max_ext), self.stats.ssrc))
     }
 
     /// Read `d`'s RTP header, arrived at `now_ns`, and count what it says.
@@ -208,10 +219,7 @@ impl RtpTracker {
         // The usual packet: the same source, the next sequence number.
         // What [`Self::observe_general`] does for a step of one, without
         // its shift by a variable amount and range checks.
-        if self.synced
-            && h.ssrc == self.stats.ssrc
-            && h.sequence == low16(self.max_ext).wrapping_add(1)
-        {
+        if self.seq.next(h.sequence, h.ssrc) {
             self.stats.packets += 1;
             self.stats.payload_type = h.payload_type;
             self.max_ext += 1;
@@ -223,59 +231,79 @@ impl RtpTracker {
     }
 
     /// Count any header: a new source, a gap, a duplicate, a late or
-    /// far-off sequence number, or the next one. Out of line, and given
-    /// the fields by value, so the fast path above stays small and keeps
-    /// the header in registers.
+    /// far-off sequence number, or the next one — as the sequence engine
+    /// places it ([`LegSeq::check`]). Out of line, and given the fields by
+    /// value, so the fast path above stays small and keeps the header in
+    /// registers.
     #[inline(never)]
     fn observe_general(&mut self, h: Fields, now_ns: u64) {
         let s = &mut self.stats;
         s.packets += 1;
         s.payload_type = h.payload_type;
-        if self.synced && h.ssrc != s.ssrc {
-            s.ssrc_changes += 1;
-            self.synced = false;
-        }
-        s.ssrc = h.ssrc;
-        if !self.synced {
-            self.resync(h.sequence);
-            self.update_jitter(h.timestamp, now_ns);
-            return;
-        }
-        let delta = i64::from(i16::from_ne_bytes(
-            h.sequence.wrapping_sub(low16(self.max_ext)).to_ne_bytes(),
-        ));
-        if delta > 0 && delta <= MAX_DROPOUT {
-            let d = delta.unsigned_abs();
-            self.stats.lost += d - 1;
-            self.seen = if d >= 128 { 0 } else { self.seen << d } | 1;
-            self.max_ext += d;
-            self.update_jitter(h.timestamp, now_ns);
-        } else if delta == 0 {
-            self.stats.duplicates += 1;
-        } else if delta < 0 && -delta <= MAX_MISORDER {
-            let back = delta.unsigned_abs();
-            let ext = self.max_ext - back;
-            if ext < self.base_ext {
-                // Older than where counting started: late, never counted.
-                self.stats.reordered += 1;
-            } else if self.seen & (1u128 << back) != 0 {
-                self.stats.duplicates += 1;
-            } else {
-                self.seen |= 1u128 << back;
-                self.stats.reordered += 1;
-                self.stats.lost = self.stats.lost.saturating_sub(1);
+        match self.seq.check(h.sequence, h.ssrc) {
+            Step::Start(ext) => {
+                s.ssrc = h.ssrc;
+                self.resync(ext);
             }
-        } else {
-            self.stats.resyncs += 1;
-            self.resync(h.sequence);
-            self.update_jitter(h.timestamp, now_ns);
+            Step::Ahead { ext, gap } => {
+                s.lost += gap;
+                let d = gap + 1;
+                self.seen = if d >= 128 { 0 } else { self.seen << d } | 1;
+                self.max_ext = ext;
+            }
+            Step::Behind(ext) => {
+                let back = self.max_ext.saturating_sub(ext);
+                if back == 0 {
+                    s.duplicates += 1;
+                } else if ext < self.base_ext {
+                    // Older than where counting started: late, never counted.
+                    s.reordered += 1;
+                } else if back >= 128 || self.seen & (1u128 << back) != 0 {
+                    s.duplicates += 1;
+                } else {
+                    self.seen |= 1u128 << back;
+                    s.reordered += 1;
+                    s.lost = s.lost.saturating_sub(1);
+                }
+                return;
+            }
+            Step::Restart(ext) => {
+                if h.ssrc == s.ssrc {
+                    // The stream confirmed a jump: one of at most
+                    // MAX_DROPOUT ahead of the highest number (from the
+                    // datagram before this one, which arrived) is loss.
+                    let d = i64::from(i16::from_ne_bytes(
+                        h.sequence
+                            .wrapping_sub(1)
+                            .wrapping_sub(low16(self.max_ext))
+                            .to_ne_bytes(),
+                    ));
+                    if d > 0 && d <= MAX_DROPOUT {
+                        s.lost += d.unsigned_abs() - 1;
+                    } else {
+                        s.resyncs += 1;
+                    }
+                } else {
+                    s.ssrc_changes += 1;
+                }
+                s.ssrc = h.ssrc;
+                self.resync(ext);
+            }
+            Step::Stray => {
+                s.strays += 1;
+                return;
+            }
+            Step::Replay => {
+                s.replays += 1;
+                return;
+            }
         }
+        self.update_jitter(h.timestamp, now_ns);
     }
 
-    fn resync(&mut self, sequence: u16) {
-        self.synced = true;
-        self.max_ext = EXT_BASE + u64::from(sequence);
-        self.base_ext = self.max_ext;
+    fn resync(&mut self, ext: u64) {
+        self.max_ext = ext;
+        self.base_ext = ext;
         self.seen = 1;
         self.transit = None;
     }
@@ -456,9 +484,34 @@ mod tests {
     }
 
     #[test]
-    fn big_jumps_resync() {
-        let s = run(&[1, 2, 10_000, 10_001, 1]);
-        assert_eq!((s.lost, s.resyncs), (0, 2));
+    fn big_jumps_resync_once_confirmed_and_a_lone_one_moves_nothing() {
+        // 10 000 is confirmed by 10 001 (a resync); the lone 1 after it is
+        // a replay (it used to resync twice).
+        let s = run(&[1, 2, 10_000, 10_001, 1, 10_002]);
+        assert_eq!((s.lost, s.resyncs, s.replays, s.strays), (0, 1, 1, 1));
+        // A lone jump ahead (a corrupt header) moves nothing either.
+        let s = run(&[1, 2, 3, 4_098, 4, 5]);
+        assert_eq!((s.lost, s.resyncs, s.strays, s.duplicates), (0, 0, 1, 0));
+    }
+
+    #[test]
+    fn a_replay_of_the_datagram_of_2_s_ago_counts_no_loss() {
+        // 1 kpps: the datagram of 2 s ago is 2000 numbers back (issue 26:
+        // that leg's lost read 13 998 000 for 17 000 datagrams).
+        let mut seqs: Vec<u16> = (0..5000).collect();
+        seqs.insert(4000, 2000);
+        seqs.extend(5000..17_000);
+        let s = run(&seqs);
+        assert_eq!((s.lost, s.resyncs, s.replays, s.duplicates), (0, 0, 1, 0));
+        assert_eq!(s.packets, 17_001);
+    }
+
+    #[test]
+    fn a_confirmed_burst_loss_longer_than_a_step_is_loss_not_a_resync() {
+        // 200 lost: 301 is a jump (a stray until 302 confirms it).
+        let seqs: Vec<u16> = (0..=100).chain(301..400).collect();
+        let s = run(&seqs);
+        assert_eq!((s.lost, s.resyncs, s.strays), (200, 0, 1));
     }
 
     #[test]
@@ -469,7 +522,10 @@ mod tests {
         t.observe(&pkt(5, 0, 2), 0);
         t.observe(&pkt(6, 0, 2), 0);
         let s = t.stats();
+        // The new SSRC's first datagram is a stray until its second
+        // confirms it.
         assert_eq!((s.ssrc_changes, s.lost, s.ssrc, s.resyncs), (1, 0, 2, 0));
+        assert_eq!(s.strays, 1);
     }
 
     #[test]

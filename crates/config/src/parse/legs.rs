@@ -1,7 +1,7 @@
 //! A flow's legs and how they combine: `input` (one leg) or `inputs`
 //! (2 to [`MAX_LEGS`] legs), and `redundancy` with its settings
 //! (`merge_delay_ms`, `merge_window_ms`, `failover_after_ms`,
-//! `revert_after_s`). Every rule that involves more than one leg lives
+//! `failover_gap_factor`, `revert_after_s`). Every rule that involves more than one leg lives
 //! here; a single leg is checked by [`Walker::input`].
 
 use std::ops::Range;
@@ -13,7 +13,7 @@ use crate::model::*;
 
 /// The keys of `merge` and of `failover`, for "only valid with" errors.
 const MERGE_KEYS: [&str; 2] = ["merge_delay_ms", "merge_window_ms"];
-const FAILOVER_KEYS: [&str; 2] = ["failover_after_ms", "revert_after_s"];
+const FAILOVER_KEYS: [&str; 3] = ["failover_after_ms", "failover_gap_factor", "revert_after_s"];
 
 const ONE_LEG_EXAMPLE: &str = "{ interface = \"eth0\", address = \"239.1.1.1\", port = 5000 }";
 
@@ -154,6 +154,13 @@ impl Walker<'_> {
             MAX_FAILOVER_AFTER_MS,
             DEFAULT_FAILOVER_AFTER_MS,
         );
+        let gap_factor = setting(
+            self,
+            "failover_gap_factor",
+            0,
+            MAX_FAILOVER_GAP_FACTOR,
+            DEFAULT_FAILOVER_GAP_FACTOR,
+        );
         let revert_after_s = setting(
             self,
             "revert_after_s",
@@ -237,6 +244,7 @@ impl Walker<'_> {
             (Some(_), _) => ok.then_some(Redundancy::Failover {
                 after_ms,
                 revert_after_s,
+                gap_factor,
             }),
         }
     }
@@ -312,13 +320,14 @@ mod tests {
         );
         let f = parsed(&flow(
             &[A, B],
-            "redundancy = \"failover\"\nfailover_after_ms = 250\nrevert_after_s = 0\n",
+            "redundancy = \"failover\"\nfailover_after_ms = 250\nrevert_after_s = 0\nfailover_gap_factor = 0\n",
         ));
         assert_eq!(
             f.redundancy,
             Redundancy::Failover {
                 after_ms: 250,
-                revert_after_s: 0
+                revert_after_s: 0,
+                gap_factor: 0
             }
         );
         // Failover takes any payload, and has its defaults.
@@ -327,7 +336,8 @@ mod tests {
             f.redundancy,
             Redundancy::Failover {
                 after_ms: 100,
-                revert_after_s: 10
+                revert_after_s: 10,
+                gap_factor: 4
             }
         );
         assert_eq!(f.health.payload, Payload::Udp);
@@ -525,6 +535,13 @@ mod tests {
                 &format!("{failover}failover_after_ms = 0\n")
             )),
             "t.toml:6:21: flow \"x\": failover_after_ms 0 is out of range; use 1-3600000"
+        );
+        assert_eq!(
+            error(&flow(
+                &[A, B],
+                &format!("{failover}failover_gap_factor = 101\n")
+            )),
+            "t.toml:6:23: flow \"x\": failover_gap_factor 101 is out of range; use 0-100"
         );
         assert_eq!(
             error(&flow(

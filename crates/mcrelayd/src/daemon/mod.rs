@@ -225,6 +225,7 @@ impl Daemon {
             config_path: path.display().to_string(),
             started: Instant::now(),
             mode: mode::control_mode(config.daemon.mode),
+            metrics_endpoint: None,
         }));
         let mut rejoin = rejoin::Rejoin::default();
         if let Some(links) = &links {

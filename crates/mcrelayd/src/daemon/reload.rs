@@ -219,20 +219,29 @@ impl Daemon {
     /// Replace running flow `new.name` by `new`, make before break: the new
     /// sockets are opened (and joined) while the old ones still receive,
     /// so every datagram is in one socket or the other: a reload that adds
-    /// or removes a leg loses nothing on the legs that stay. A shard that
-    /// stays on its worker is swapped by one [`Command::Replace`], the new
-    /// flow taking the old one's redundancy state over, so what arrives in
-    /// both sockets between the join and the swap leaves once (merge,
-    /// failover with `rtp`, or an RTP flow becoming one of them). A shard
-    /// that moves (its flow's `core` or `spread` changed) is removed from
-    /// its old worker and added on the new one; what arrives in between
-    /// may leave twice. The flow starts with fresh counters, as a changed
-    /// flow does; all its new shards are added before it counts as
-    /// replaced. If the new sockets
-    /// can't be opened, the flow is stopped and configured anew like any
-    /// changed flow (the reconciler retries it) and the error is returned
-    /// for the reload to report; if the worker refuses the new one, the
-    /// flow waits for a retry like any failed start.
+    /// or removes a leg loses nothing on the legs that stay.
+    ///
+    /// A shard that stays on its worker with the same outputs is swapped
+    /// by one [`Command::Replace`], the new flow taking the old one's
+    /// redundancy state over, so what arrives in both sockets between the
+    /// join and the swap leaves once (merge, failover with `rtp`, a one-leg
+    /// RTP flow, or an RTP flow becoming one of them). Every other shard
+    /// moves (its flow's `core` or `spread` changed, or its outputs did):
+    /// the old shards are removed first and each reports the last RTP
+    /// number it relayed ([`Event::FlowRemoved`]); then the new shards are
+    /// added, each output resuming after the number of the old shard that
+    /// sent to it ([`mcrelay_dataplane::OutputSocket::resume_after`]), so
+    /// an RTP flow loses nothing and repeats nothing across workers
+    /// either. The new sockets hold what arrives meanwhile. A flow whose
+    /// datagrams aren't RTP has no number to resume after: what arrived
+    /// in the overlap may leave twice (measured: docs/benchmarks.md).
+    ///
+    /// The flow starts with fresh counters, as a changed flow does; all
+    /// its new shards are added before it counts as replaced. If the new
+    /// sockets can't be opened, the flow is stopped and configured anew
+    /// like any changed flow (the reconciler retries it) and the error is
+    /// returned for the reload to report; if a worker refuses the new
+    /// one, the flow waits for a retry like any failed start.
     fn replace_flow(&mut self, new: &Flow) -> Result<(), ReplaceError> {
         let Prepared {
             shards,
@@ -253,16 +262,19 @@ impl Daemon {
             }
         };
         let mut entry = entry;
+        let old = self.flows[i].flow.clone();
         let old_workers = self.flows[i].workers.clone();
         let name = new.name.clone();
-        // A shard that keeps its worker is replaced there by one command
-        // (nothing leaves twice); the others are removed here and added
-        // below.
-        let kept = kept_legs(&self.flows[i].flow, new);
+        // A shard that keeps its worker and its outputs is replaced there
+        // by one command (nothing leaves twice); the others are removed
+        // here and added once they have said where they stopped.
+        let kept = kept_legs(&old, new);
         let mut shards: Vec<Option<FlowSockets>> = shards.into_iter().map(Some).collect();
         let mut sent = 0_usize;
+        // (old shard, its worker) of each shard removed.
+        let mut moving = Vec::new();
         for (k, &w) in old_workers.iter().enumerate() {
-            let in_place = workers.get(k) == Some(&w);
+            let in_place = workers.get(k) == Some(&w) && same_outputs(&old, new, k);
             let command = match shards
                 .get_mut(k)
                 .filter(|_| in_place)
@@ -275,10 +287,13 @@ impl Daemon {
                         kept,
                     }
                 }
-                None => Command::RemoveFlow(name.clone()),
+                None => {
+                    moving.push((k, w));
+                    Command::RemoveFlow(name.clone())
+                }
             };
-            let old = self.workers.get(w).ok_or(FlowCommandError::NoSuchWorker)?;
-            if old.command(command).is_err() {
+            let handle = self.workers.get(w).ok_or(FlowCommandError::NoSuchWorker)?;
+            if handle.command(command).is_err() {
                 return Err(FlowCommandError::NotTakingCommands { worker: w }.into());
             }
         }
@@ -300,9 +315,31 @@ impl Daemon {
                 };
             }
         }
+        // Every answer, so none is left for a later command to misread.
+        let mut answers = Answers::default();
+        // Where each removed shard stopped, before its successors start.
+        let mut last_rtp = vec![None; old_workers.len()];
+        let mut stopped = 0;
+        while stopped < moving.len() {
+            let event = self.await_event(&name)?;
+            if let Event::FlowRemoved { worker, .. } | Event::FlowUnknown { worker, .. } = &event
+                && let Some(&(k, _)) = moving.iter().find(|(_, w)| w == worker)
+            {
+                stopped += 1;
+                if let Event::FlowRemoved {
+                    last_rtp: Some(at), ..
+                } = &event
+                    && let Some(slot) = last_rtp.get_mut(k)
+                {
+                    *slot = Some(*at);
+                }
+            }
+            answers.note(event);
+        }
         let mut unsent = None;
-        for (shard, &w) in shards.into_iter().zip(&workers) {
-            let Some(shard) = shard else { continue };
+        for (k, (shard, &w)) in shards.into_iter().zip(&workers).enumerate() {
+            let Some(mut shard) = shard else { continue };
+            resume_outputs(&old, new, k, &last_rtp, &mut shard);
             let handle = self.workers.get(w).ok_or(FlowCommandError::NoSuchWorker)?;
             if handle.command(Command::AddFlow(Box::new(shard))).is_err() {
                 unsent = Some(w);
@@ -310,26 +347,10 @@ impl Daemon {
             }
             sent += 1;
         }
-        // Every answer, so none is left for a later command to misread.
-        let (mut added, mut refused, mut answered, mut removed) = (Vec::new(), None, 0, 0);
-        while answered < sent || removed < old_workers.len() {
-            match self.await_event(&name)? {
-                Event::FlowAdded { worker, .. } => {
-                    added.push(worker);
-                    answered += 1;
-                }
-                Event::FlowRefused { worker, reason, .. } => {
-                    refused = Some(FlowCommandError::Refused {
-                        worker,
-                        answer: reason,
-                    });
-                    answered += 1;
-                }
-                Event::FlowRemoved { .. } | Event::FlowUnknown { .. } => removed += 1,
-                // `await_event` answers about flows only.
-                Event::ModeSet { .. } => {}
-            }
+        while answers.answered < sent || answers.removed < old_workers.len() {
+            answers.note(self.await_event(&name)?);
         }
+        let Answers { added, refused, .. } = answers;
         if added.len() < workers.len() {
             // No shard without the others: take back those added; the flow
             // waits for a retry like any failed start.
@@ -435,4 +456,72 @@ pub(super) fn kept_legs(old: &Flow, new: &Flow) -> u8 {
         .enumerate()
         .filter(|(_, (a, b))| a == b)
         .fold(0, |kept, (i, _)| kept | (1 << i))
+}
+
+/// Shard `k` of `old` and of `new` send to the same outputs, in the same
+/// order: the new one can take the old one's place on its worker.
+fn same_outputs(old: &Flow, new: &Flow, k: usize) -> bool {
+    let of = |f: &Flow| {
+        f.outputs
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| f.shard_of(i) == k)
+            .map(|(_, o)| o.clone())
+            .collect::<Vec<_>>()
+    };
+    of(old) == of(new)
+}
+
+/// Each output of `new`'s shard `k` (`shard`, its outputs in config
+/// order) that an old shard sent to resumes after the last RTP number
+/// that shard relayed (`last_rtp`, by old shard; `None`: no number, not
+/// RTP, or not removed).
+fn resume_outputs(
+    old: &Flow,
+    new: &Flow,
+    k: usize,
+    last_rtp: &[Option<(u16, u32)>],
+    shard: &mut FlowSockets,
+) {
+    let indices = (0..new.outputs.len()).filter(|&i| new.shard_of(i) == k);
+    for (socket, i) in shard.outputs.iter_mut().zip(indices) {
+        socket.resume_after = new
+            .outputs
+            .get(i)
+            .and_then(|o| old.outputs.iter().position(|p| p == o))
+            .and_then(|j| last_rtp.get(old.shard_of(j)).copied().flatten());
+    }
+}
+
+/// The workers' answers about one flow during its replacement.
+#[derive(Default)]
+struct Answers {
+    /// Workers that added a new shard.
+    added: Vec<usize>,
+    refused: Option<FlowCommandError>,
+    /// Adds answered (added or refused).
+    answered: usize,
+    /// Old shards gone (removed, or unknown to their worker).
+    removed: usize,
+}
+
+impl Answers {
+    fn note(&mut self, event: Event) {
+        match event {
+            Event::FlowAdded { worker, .. } => {
+                self.added.push(worker);
+                self.answered += 1;
+            }
+            Event::FlowRefused { worker, reason, .. } => {
+                self.refused = Some(FlowCommandError::Refused {
+                    worker,
+                    answer: reason,
+                });
+                self.answered += 1;
+            }
+            Event::FlowRemoved { .. } | Event::FlowUnknown { .. } => self.removed += 1,
+            // `await_event` answers about flows only.
+            Event::ModeSet { .. } => {}
+        }
+    }
 }

@@ -89,6 +89,8 @@ pub struct Shared {
     pub(super) started: Instant,
     /// The mode every worker has confirmed (or was started in).
     pub(super) mode: mcrelay_control::Mode,
+    /// The metrics endpoint's connection counters, once it listens.
+    pub(crate) metrics_endpoint: Option<Arc<crate::metrics::EndpointCounters>>,
 }
 
 /// Readers' handle.
@@ -113,6 +115,7 @@ impl Shared {
             config_path: String::new(),
             started: Instant::now(),
             mode: mcrelay_control::Mode::Active,
+            metrics_endpoint: None,
         }))
     }
 
@@ -146,6 +149,7 @@ impl Shared {
                 .map(|f| flow_snapshot(f, take_gaps))
                 .collect(),
             mode: self.mode,
+            metrics_endpoint: self.metrics_endpoint.as_ref().map(|c| c.snapshot()),
         }
     }
 }

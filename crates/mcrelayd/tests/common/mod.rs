@@ -644,7 +644,7 @@ pub fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'sta
 }
 
 #[allow(unsafe_code)]
-fn enter_netns(file: &fs::File) {
+pub fn enter_netns(file: &fs::File) {
     use std::os::fd::AsRawFd;
     // SAFETY: setns on a descriptor this function borrows, for the calling
     // thread only (network namespace); no memory is passed.

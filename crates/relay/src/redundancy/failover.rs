@@ -1,9 +1,13 @@
 //! Input failover: a flow forwards the datagrams of its active leg only.
 //!
-//! A leg is healthy while it has delivered a datagram within the last
-//! `after_ns`, and unhealthy once silent that long (a leg that never
+//! A leg is healthy while it has delivered a datagram within its
+//! detection time, and unhealthy once silent that long (a leg that never
 //! delivered counts as silent from the flow's first event, so the first
-//! leg gets `after_ns` to start). When the active leg is unhealthy the
+//! leg gets `after_ns` to start). The detection time adapts to the
+//! source: `gap_factor` times the leg's recent longest gap between
+//! datagrams ([`GapEstimate`]), never less than `after_ns` (with
+//! `gap_factor` 0, `after_ns` exactly), so a VBR source whose gaps
+//! reach 150 ms under load does not flap at a 100 ms floor. When the active leg is unhealthy the
 //! flow goes to the first healthy leg in list order; when a leg before
 //! the active one has been healthy for `revert_after_ns` it goes back
 //! to it (`None`: never). Each change counts a switch and sets the
@@ -17,27 +21,39 @@
 //!
 //! With `rtp`, a sequence number already sent is never sent again
 //! ([`SeqGuard`]): after a switch, the new leg's copies of numbers the
-//! old one sent are duplicates.
+//! old one sent are duplicates. Each leg's datagrams also go through the
+//! sequence engine ([`crate::sequence::LegSeq`]): a jump or a far
+//! step back the leg has not confirmed is dropped (`strays`, `replays`)
+//! and does not count as the leg being heard, so a leg sending a broken
+//! stream goes unhealthy as a silent one does; a restart the leg
+//! confirmed (an encoder restart, a new source) restarts the guard.
 
 use super::{LegId, SPAN};
 use crate::counters::RedundancyCounters;
+use crate::sequence::{LegSeq, Step};
 
 /// What a datagram of a failover flow becomes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Pass {
-    /// Forward it; with `rtp`, its number to mark as sent.
-    Forward(Option<(u16, u32)>),
+    /// Forward it; with `rtp`, its number to mark as sent (and whether
+    /// its leg restarted its numbering with it).
+    Forward(Option<(u16, u32, bool)>),
     /// Not the active leg.
     Standby,
     Duplicate,
     Late,
     NotRtp,
+    /// A jump its leg has not confirmed (`mcrelay_relay::sequence`).
+    Stray,
+    /// A step far back its leg has not confirmed.
+    Replay,
 }
 
 /// The sequence numbers a flow has sent: the highest, and a bit for each
 /// of the 64 below it. A number 64 to [`SPAN`] below the highest can't
-/// be told from a repeat (`late`); one further off, or an SSRC change,
-/// restarts it.
+/// be told from a repeat (`late`); one further off, or a restart its leg
+/// confirmed, restarts it. The SSRC does not matter: legs carrying the
+/// same numbering under different SSRCs repeat nothing across a switch.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct SeqGuard {
     ssrc: Option<u32>,
@@ -61,10 +77,10 @@ impl SeqGuard {
         ))
     }
 
-    fn check(&self, seq: u16, ssrc: u32) -> Seen {
+    fn check(&self, seq: u16, restart: bool) -> Seen {
         let span = i64::try_from(SPAN).unwrap_or(i64::MAX);
         let d = self.distance(seq);
-        if self.ssrc != Some(ssrc) || d >= span || d <= -span {
+        if restart || self.ssrc.is_none() || d >= span || d <= -span {
             return Seen::Fresh(true);
         }
         if d > 0 {
@@ -82,8 +98,8 @@ impl SeqGuard {
         }
     }
 
-    fn mark(&mut self, seq: u16, ssrc: u32, counters: &RedundancyCounters) {
-        if let Seen::Fresh(true) = self.check(seq, ssrc) {
+    fn mark(&mut self, seq: u16, ssrc: u32, restart: bool, counters: &RedundancyCounters) {
+        if let Seen::Fresh(true) = self.check(seq, restart) {
             if self.ssrc.is_some() {
                 counters.resets.inc();
             }
@@ -110,12 +126,38 @@ impl SeqGuard {
     }
 }
 
+/// A leg's recent longest gap between datagrams: the largest gap seen,
+/// decaying by half in about [`GapEstimate::DECAY_SHIFT`] (2^35 ns, 34 s)
+/// of time as newer, shorter gaps come. A gap longer than twice the
+/// detection time it was measured against (an outage, not the source's
+/// rhythm) is not learnt.
+#[derive(Debug, Clone, Copy, Default)]
+struct GapEstimate(u64);
+
+impl GapEstimate {
+    const DECAY_SHIFT: u32 = 35;
+
+    fn learn(&mut self, gap: u64, limit: u64) {
+        if gap >= limit.saturating_mul(2) {
+            return;
+        }
+        let decay = (u128::from(self.0) * u128::from(gap)) >> Self::DECAY_SHIFT;
+        let decayed = self
+            .0
+            .saturating_sub(u64::try_from(decay).unwrap_or(u64::MAX));
+        self.0 = decayed.max(gap);
+    }
+}
+
 /// One flow's failover state.
 #[derive(Debug)]
 pub(crate) struct Failover {
     after_ns: u64,
     revert_after_ns: Option<u64>,
     rtp: bool,
+    gap_factor: u32,
+    /// Each leg's recent longest gap (valid datagrams).
+    gaps: [GapEstimate; LegId::MAX_LEGS as usize],
     legs: u8,
     active: u8,
     /// The flow's first event: legs that never delivered are silent
@@ -125,20 +167,34 @@ pub(crate) struct Failover {
     last_ns: [Option<u64>; LegId::MAX_LEGS as usize],
     /// Since when each leg has been healthy (valid while it is).
     healthy_since_ns: [u64; LegId::MAX_LEGS as usize],
+    /// With `rtp`: each leg's stream (`mcrelay_relay::sequence`). A datagram its
+    /// leg's stream does not take (a jump not confirmed, a replay) is
+    /// dropped and does not count as the leg being heard: a leg sending
+    /// only such datagrams goes unhealthy as a silent one does.
+    seqs: [LegSeq; LegId::MAX_LEGS as usize],
     guard: SeqGuard,
 }
 
 impl Failover {
-    pub(crate) fn new(legs: u8, after_ns: u64, revert_after_ns: Option<u64>, rtp: bool) -> Self {
+    pub(crate) fn new(
+        legs: u8,
+        after_ns: u64,
+        revert_after_ns: Option<u64>,
+        rtp: bool,
+        gap_factor: u32,
+    ) -> Self {
         Self {
             after_ns: after_ns.max(1),
             revert_after_ns,
             rtp,
+            gap_factor,
+            gaps: [GapEstimate::default(); LegId::MAX_LEGS as usize],
             legs: legs.clamp(1, LegId::MAX_LEGS),
             active: 0,
             start_ns: None,
             last_ns: [None; LegId::MAX_LEGS as usize],
             healthy_since_ns: [0; LegId::MAX_LEGS as usize],
+            seqs: [LegSeq::default(); LegId::MAX_LEGS as usize],
             guard: SeqGuard::default(),
         }
     }
@@ -147,12 +203,21 @@ impl Failover {
         LegId(self.active)
     }
 
+    /// How long `leg` may be silent before it is unhealthy.
+    pub(crate) fn limit(&self, leg: u8) -> u64 {
+        let learnt = self
+            .gaps
+            .get(usize::from(leg))
+            .map_or(0, |g| g.0.saturating_mul(u64::from(self.gap_factor)));
+        self.after_ns.max(learnt)
+    }
+
     fn healthy(&self, leg: u8, now: u64) -> bool {
         self.last_ns
             .get(usize::from(leg))
             .copied()
             .flatten()
-            .is_some_and(|t| now.saturating_sub(t) < self.after_ns)
+            .is_some_and(|t| now.saturating_sub(t) < self.limit(leg))
     }
 
     /// When `leg` is (or was) last heard of, counting the flow's start.
@@ -170,7 +235,7 @@ impl Failover {
     pub(crate) fn evaluate(&mut self, now: u64, counters: &RedundancyCounters) -> bool {
         self.start_ns.get_or_insert(now);
         let active = self.active;
-        let silent = now.saturating_sub(self.heard_ns(active, now)) >= self.after_ns;
+        let silent = now.saturating_sub(self.heard_ns(active, now)) >= self.limit(active);
         let to = if silent {
             (0..self.legs).find(|&l| l != active && self.healthy(l, now))
         } else if let Some(revert) = self.revert_after_ns {
@@ -200,10 +265,35 @@ impl Failover {
     ) -> Pass {
         self.start_ns.get_or_insert(now);
         let l = leg.index();
+        // With `rtp`, only a datagram its leg's stream takes is heard.
+        let mut ticket = None;
+        if self.rtp {
+            let Some(h) = mcrelay_wire::rtp::parse(payload) else {
+                return Pass::NotRtp;
+            };
+            let Some(s) = self.seqs.get_mut(l) else {
+                return Pass::NotRtp;
+            };
+            let restart = match s.check(h.sequence, h.ssrc) {
+                Step::Stray => return Pass::Stray,
+                Step::Replay => return Pass::Replay,
+                Step::Restart(_) => true,
+                Step::Start(_) | Step::Ahead { .. } | Step::Behind(_) => false,
+            };
+            ticket = Some((h.sequence, h.ssrc, restart));
+        }
         if !self.healthy(leg.0, now)
             && let Some(since) = self.healthy_since_ns.get_mut(l)
         {
             *since = now;
+        }
+        if self.gap_factor > 0
+            && let Some(Some(last)) = self.last_ns.get(l).copied()
+        {
+            let limit = self.limit(leg.0);
+            if let Some(g) = self.gaps.get_mut(l) {
+                g.learn(now.saturating_sub(last), limit);
+            }
         }
         if let Some(last) = self.last_ns.get_mut(l) {
             *last = Some(now);
@@ -215,23 +305,20 @@ impl Failover {
                 return Pass::Standby;
             }
         }
-        if !self.rtp {
+        let Some((seq, ssrc, restart)) = ticket else {
             return Pass::Forward(None);
-        }
-        let Some(h) = mcrelay_wire::rtp::parse(payload) else {
-            return Pass::NotRtp;
         };
-        match self.guard.check(h.sequence, h.ssrc) {
-            Seen::Fresh(_) => Pass::Forward(Some((h.sequence, h.ssrc))),
+        match self.guard.check(seq, restart) {
+            Seen::Fresh(_) => Pass::Forward(Some((seq, ssrc, restart))),
             Seen::Repeat => Pass::Duplicate,
             Seen::Late => Pass::Late,
         }
     }
 
     /// The datagram [`Failover::admit`] let through took a buffer.
-    pub(crate) fn sent(&mut self, seq: Option<(u16, u32)>, counters: &RedundancyCounters) {
-        if let Some((seq, ssrc)) = seq {
-            self.guard.mark(seq, ssrc, counters);
+    pub(crate) fn sent(&mut self, seq: Option<(u16, u32, bool)>, counters: &RedundancyCounters) {
+        if let Some((seq, ssrc, restart)) = seq {
+            self.guard.mark(seq, ssrc, restart, counters);
         }
     }
 
@@ -248,6 +335,8 @@ impl Failover {
             if kept & (1 << l) != 0 && l < usize::from(old.legs) {
                 self.last_ns[l] = old.last_ns[l];
                 self.healthy_since_ns[l] = old.healthy_since_ns[l];
+                self.seqs[l] = old.seqs[l];
+                self.gaps[l] = old.gaps[l];
             }
         }
         self.active = if old.active < self.legs {
@@ -288,7 +377,7 @@ impl Failover {
     pub(crate) fn deadline(&self, now: u64) -> Option<u64> {
         let silent = self
             .heard_ns(self.active, now)
-            .saturating_add(self.after_ns);
+            .saturating_add(self.limit(self.active));
         let silent = (silent > now).then_some(silent);
         let revert = self.revert_after_ns.and_then(|revert| {
             (0..self.active)

@@ -23,11 +23,19 @@
 //!   out of the span), it is accounted: never forwarded = `lost`;
 //!   forwarded, but not every leg delivered it = `recovered`. A copy
 //!   after that is a duplicate if its number was sent, else late.
-//! - An SSRC change, or a number [`SPAN`] or more away from the highest
-//!   one, restarts the state (`resets`): held packets leave in order,
-//!   the open window is not accounted, and the stream starts anew at
-//!   that number. Numbers just below where a stream starts are taken
-//!   when no delay is set (a leg behind the first one), late otherwise.
+//! - Which number a datagram carries is the sequence engine's call
+//!   ([`crate::sequence`]): legs are merged by number whatever
+//!   their SSRC; a jump or a far step back its leg has not confirmed is
+//!   dropped (`strays`, `replays`) and moves nothing; a leg whose
+//!   confirmed numbering is not the flow's (an independent encoder) is
+//!   not merged (`mismatched`, its bit in `detached_legs`); a leg behind
+//!   the oldest number kept — later than the window, at any distance —
+//!   is `late`. A confirmed new numbering (an encoder restart, a new
+//!   source) restarts the state (`resets`) once no leg carried the old
+//!   one within the window: held packets leave in order, the open window
+//!   is not accounted, and the stream starts anew at that number.
+//!   Numbers just below where a stream starts are taken when no delay is
+//!   set (a leg behind the first one), late otherwise.
 //!
 //! Work per datagram: the RTP header read, a record update, and the
 //! numbers its arrival newly covers (at most [`SPAN`], one in a steady
@@ -37,6 +45,7 @@ use mcrelay_pool::Buffer;
 
 use super::{LegId, SPAN};
 use crate::counters::RedundancyCounters;
+use crate::sequence::{Frame, MAX_MISORDER, Place};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
@@ -78,8 +87,15 @@ pub(crate) enum Verdict {
     New(u64),
     /// Already forwarded or held.
     Duplicate,
-    /// Its turn has passed without it.
+    /// Its turn has passed without it, or its leg is behind the stream
+    /// by more than the window.
     Late,
+    /// A jump its leg has not confirmed ([`Place::Stray`]).
+    Stray,
+    /// A step far back its leg has not confirmed ([`Place::Replay`]).
+    Replay,
+    /// Its leg's numbering is not the flow's ([`Place::Apart`]).
+    Apart,
 }
 
 /// One flow's merge state.
@@ -89,13 +105,13 @@ pub(crate) struct Merge {
     window_ns: u64,
     /// Every leg's bit.
     all_legs: u8,
-    /// The stream's SSRC; `None` before its first datagram.
-    ssrc: Option<u32>,
+    /// Where each leg's stream is and the numbering the flow follows
+    /// (`mcrelay_relay::sequence`): gives each datagram its extended number.
+    frame: Frame,
     /// Restarts so far: tells this stream's records from older ones.
     epoch: u32,
-    /// The highest number seen, extended past 16 bits, and its RTP value.
+    /// The highest number placed (the frame's top).
     top: u64,
-    top_seq: u16,
     /// The oldest number whose window is still open.
     base: u64,
     /// With a delay: the next number to leave (or skip).
@@ -118,10 +134,9 @@ impl Merge {
             delay_ns,
             window_ns,
             all_legs: u8::try_from((1u16 << legs.min(LegId::MAX_LEGS)) - 1).unwrap_or(0x0f),
-            ssrc: None,
+            frame: Frame::new(),
             epoch: 0,
             top: SPAN,
-            top_seq: 0,
             base: SPAN + 1,
             next: SPAN + 1,
             records: vec![EMPTY; span].into_boxed_slice(),
@@ -155,6 +170,7 @@ impl Merge {
     /// Classify a copy of `seq` from `leg` at `now`, advancing the
     /// stream; buffers the hold must let go of now (a restart, a full
     /// hold) go to `release`, in sequence order.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn classify(
         &mut self,
         leg: LegId,
@@ -164,21 +180,40 @@ impl Merge {
         counters: &RedundancyCounters,
         release: &mut impl FnMut(Buffer),
     ) -> Verdict {
-        let span = i64::try_from(SPAN).unwrap_or(i64::MAX);
-        // Two's complement: the signed distance from the highest number.
-        let mut delta = i64::from(i16::from_ne_bytes(
-            seq.wrapping_sub(self.top_seq).to_ne_bytes(),
-        ));
-        if self.ssrc != Some(ssrc) || delta >= span || delta <= -span {
-            if self.ssrc.is_some() {
-                counters.resets.inc();
-            }
-            self.restart(seq, ssrc, now, release);
-            delta = 0;
+        // The frame may place a number from a little below the oldest
+        // open window (to tell a duplicate from a late copy) down to the
+        // oldest record kept.
+        let low = self
+            .base
+            .saturating_sub(MAX_MISORDER)
+            .max(self.top.saturating_sub(SPAN) + 1);
+        let joined = self.frame.joined();
+        let place = self
+            .frame
+            .place(leg.index(), seq, ssrc, now, low, self.window_ns);
+        if self.frame.joined() != joined || !matches!(place, Place::At(_)) {
+            counters
+                .detached_legs
+                .set(u64::from(self.frame.detached(
+                    u8::try_from(self.all_legs.count_ones()).unwrap_or(4),
+                )));
         }
-        let ext = self.top.saturating_add_signed(delta);
-        if delta > 0 {
-            self.advance(ext, seq, now, counters, release);
+        let ext = match place {
+            Place::At(ext) => ext,
+            Place::Restart(ext) => {
+                if self.epoch != 0 {
+                    counters.resets.inc();
+                }
+                self.restart(ext, now, release);
+                ext
+            }
+            Place::Stray => return Verdict::Stray,
+            Place::Replay => return Verdict::Replay,
+            Place::Behind => return Verdict::Late,
+            Place::Apart => return Verdict::Apart,
+        };
+        if ext > self.top {
+            self.advance(ext, now, counters, release);
         }
         let bit = 1u8 << leg.0.min(7);
         let before = self.record(ext);
@@ -319,13 +354,11 @@ impl Merge {
         }
     }
 
-    fn restart(&mut self, seq: u16, ssrc: u32, now: u64, release: &mut impl FnMut(Buffer)) {
+    /// The stream (re)starts at `ext` (past every earlier number).
+    fn restart(&mut self, ext: u64, now: u64, release: &mut impl FnMut(Buffer)) {
         self.drain(release);
-        self.epoch = self.epoch.wrapping_add(1);
-        self.ssrc = Some(ssrc);
-        let ext = self.top + 1;
+        self.epoch = self.epoch.wrapping_add(1).max(1);
         self.top = ext;
-        self.top_seq = seq;
         self.base = ext;
         self.next = ext;
         let epoch = self.epoch;
@@ -345,7 +378,6 @@ impl Merge {
     fn advance(
         &mut self,
         ext: u64,
-        seq: u16,
         now: u64,
         counters: &RedundancyCounters,
         release: &mut impl FnMut(Buffer),
@@ -373,7 +405,6 @@ impl Merge {
             }
         }
         self.top = ext;
-        self.top_seq = seq;
     }
 
     /// Take over the state of `old`, the merge of the flow this one
@@ -386,10 +417,9 @@ impl Merge {
         if !self.delays() {
             old.release_held(release);
         }
-        self.ssrc = old.ssrc;
+        self.frame = old.frame.clone();
         self.epoch = old.epoch;
         self.top = old.top;
-        self.top_seq = old.top_seq;
         self.base = old.base;
         std::mem::swap(&mut self.records, &mut old.records);
         if !self.delays() {
@@ -438,11 +468,9 @@ impl Merge {
     /// a one-leg flow or a failover): copies of those numbers are
     /// duplicates, none is accounted.
     pub(crate) fn seed(&mut self, seq: u16, ssrc: u32, now: u64) {
-        self.epoch = self.epoch.wrapping_add(1);
-        self.ssrc = Some(ssrc);
-        let top = self.top + SPAN;
+        self.epoch = self.epoch.wrapping_add(1).max(1);
+        let top = self.frame.seed(seq, ssrc);
         self.top = top;
-        self.top_seq = seq;
         self.base = top + 1;
         self.next = top + 1;
         let (epoch, legs) = (self.epoch, self.all_legs);
@@ -461,7 +489,9 @@ impl Merge {
     /// The highest number and the SSRC of the stream (`None` before its
     /// first datagram): where a failover replacing this flow starts.
     pub(crate) fn highest(&self) -> Option<(u16, u32)> {
-        self.ssrc.map(|ssrc| (self.top_seq, ssrc))
+        self.frame
+            .top()
+            .map(|(_, seq)| (seq, self.frame.top_ssrc()))
     }
 
     /// The classes of the buffers in the hold.

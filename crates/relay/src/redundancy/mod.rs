@@ -37,14 +37,18 @@ pub enum Redundancy {
     /// is skipped). A number no leg delivered within `window_ns` is lost.
     Merge { delay_ns: u64, window_ns: u64 },
     /// Forward from the active leg only: the first healthy leg in list
-    /// order, a leg being unhealthy once silent for `after_ns`; return to
-    /// a higher-priority leg once it has been healthy for
-    /// `revert_after_ns` (`None`: never). With `rtp`, a sequence number
-    /// already sent is never sent again.
+    /// order, a leg being unhealthy once silent for its detection time:
+    /// `after_ns`, or `gap_factor` times the longest gap between its
+    /// datagrams lately when that is longer (`gap_factor` 0: `after_ns`
+    /// alone); return to a higher-priority leg once it has been healthy
+    /// for `revert_after_ns` (`None`: never). With `rtp`, a sequence
+    /// number already sent is never sent again, and only datagrams the
+    /// leg's stream takes count as hearing from it.
     Failover {
         after_ns: u64,
         revert_after_ns: Option<u64>,
         rtp: bool,
+        gap_factor: u32,
     },
 }
 
@@ -85,11 +89,13 @@ impl Mode {
                 after_ns,
                 revert_after_ns,
                 rtp,
+                gap_factor,
             } => Self::Failover(Box::new(failover::Failover::new(
                 legs,
                 after_ns,
                 revert_after_ns,
                 rtp,
+                gap_factor,
             ))),
         }
     }

@@ -6,7 +6,14 @@
 use super::driver::Worker;
 use super::flow::Flow;
 use super::{Command, Event, FlowSockets};
-use mcrelay_relay::{FlowId, Handover, LegId};
+use mcrelay_relay::{FlowId, Handover, LegId, Received};
+
+/// Datagrams read per leg from a removed flow's socket ([`Worker::drain`]):
+/// far more than a loop turn's lag, far less than a full receive buffer.
+const DRAIN_MAX: usize = 1024;
+/// Room for the largest datagram the pool takes, and a byte to spot a
+/// larger one (dropped as oversize).
+const DRAIN_BUFFER: usize = mcrelay_pool::MAX_PAYLOAD + 1;
 
 impl Worker {
     /// Give a flow a number in the core and here; its name back when
@@ -145,29 +152,113 @@ impl Worker {
     }
 
     /// Drop the flows whose remove has finished: nothing of theirs is left
-    /// in the kernel, so their sockets can close.
+    /// in the kernel, so their sockets can close. Once a removed flow's
+    /// receives have ended, what its sockets still hold is read and
+    /// relayed first ([`Worker::drain`]).
     pub(super) fn finish_removals(&mut self) {
         let mut i = 0;
         while let Some(&f) = self.removing.get(i) {
-            let done = self.flows[f.index()]
+            let disarmed = self.flows[f.index()]
                 .as_ref()
-                .is_some_and(|fl| fl.legs.iter().all(|l| !l.armed))
+                .is_some_and(|fl| fl.legs.iter().all(|l| !l.armed));
+            if disarmed
                 && self.core.is_removing(f)
-                && self.core.is_quiet(f);
+                && self.last_rtp(f).is_some()
+                && let Some(fl) = self.flows[f.index()].as_mut()
+                && !fl.drained
+            {
+                fl.drained = true;
+                self.drain(f);
+                i += 1;
+                continue;
+            }
+            let done = disarmed && self.core.is_removing(f) && self.core.is_quiet(f);
             if !done {
                 i += 1;
                 continue;
             }
             self.removing.swap_remove(i);
+            // Every receive has completed: what the flow relayed is final,
+            // and so is the last number it saw.
+            let last_rtp = self.last_rtp(f);
             if let Some(flow) = self.flows[f.index()].take() {
                 self.core.forget(f);
                 tracing::info!(worker = self.index, flow = %flow.name, "flow removed");
                 self.report(Event::FlowRemoved {
                     worker: self.index,
                     flow: flow.name,
+                    last_rtp,
                 });
             }
         }
+    }
+
+    /// The highest RTP number (and SSRC) flow `f` relayed: its merge's or
+    /// failover's, else its first leg's stream health's.
+    fn last_rtp(&self, f: FlowId) -> Option<(u16, u32)> {
+        self.core.last_sent(f).or_else(|| {
+            self.flows[f.index()]
+                .as_ref()?
+                .legs
+                .first()?
+                .health
+                .rtp_highest()
+        })
+    }
+
+    /// Read and relay what a removed RTP flow's sockets still hold now that
+    /// its receives have ended: datagrams that arrived before its
+    /// successor's sockets joined (a reload moving it to another worker)
+    /// are in no other socket, and dropping them with the socket would
+    /// lose them. Its successor resumes after the last RTP number this
+    /// flow saw, these included ([`Event::FlowRemoved`]), so what both
+    /// hold leaves once. A flow with no RTP number is not drained: its
+    /// successor has no mark to skip by, and reading on would only repeat
+    /// more of what the successor sends anyway. Non-blocking
+    /// reads, at most [`DRAIN_MAX`] per leg, once per removal: the
+    /// control plane's cost, not the packet path's. Packet-ring legs keep
+    /// what their ring holds (not read here).
+    fn drain(&mut self, f: FlowId) {
+        let mut buf = vec![0u8; DRAIN_BUFFER];
+        let legs = self.flows[f.index()].as_ref().map_or(0, |fl| fl.legs.len());
+        for (l, leg_id) in (0..legs).zip((0..=u8::MAX).map(LegId)) {
+            // No more than every output has room for: completions aren't
+            // reaped here, and a datagram that found the outputs full
+            // would be lost (its successor skips it). What is left in the
+            // socket is the newest, which the successor's sockets hold.
+            let room = usize::try_from(self.core.room(f)).unwrap_or(0);
+            for n in 0..DRAIN_MAX.min(room) {
+                let Some(leg) = self.flows[f.index()]
+                    .as_mut()
+                    .and_then(|fl| fl.legs.get_mut(l))
+                    .filter(|leg| leg.packet.is_none())
+                else {
+                    break;
+                };
+                let Ok(len) = nix::sys::socket::recv(
+                    leg.fd,
+                    &mut buf,
+                    nix::sys::socket::MsgFlags::MSG_DONTWAIT,
+                ) else {
+                    break;
+                };
+                let bytes = buf.get(..len).unwrap_or(&buf);
+                let now = self.now_ns;
+                if leg.health.observe_at(bytes, now) {
+                    self.health_unpublished.push((f, leg_id));
+                }
+                if matches!(
+                    self.core.receive_on(f, leg_id, bytes, now),
+                    Received::Full { .. }
+                ) {
+                    break;
+                }
+                if n % 32 == 31 {
+                    self.flush_sends();
+                }
+            }
+        }
+        self.flush_sends();
     }
 
     /// Flip warm standby ([`mcrelay_relay::standby`]): the flows' sockets

@@ -46,6 +46,9 @@ pub(super) struct Flow {
     pub(super) legs: Box<[Leg]>,
     /// Kept open for as long as the io_uring may name their fds.
     _outputs: Box<[UdpSocket]>,
+    /// Removed: what its sockets still held once its receives ended has
+    /// been read (`Worker::drain`).
+    pub(super) drained: bool,
 }
 
 impl Flow {
@@ -71,6 +74,7 @@ impl Flow {
                 depth: o.queue_depth,
                 gso: gso && crate::sockets::supports_gso(&o.socket),
                 counters: Arc::clone(&o.counters),
+                resume_after: o.resume_after,
             })
             .collect();
         let output_fds = f.outputs.iter().map(|o| o.socket.as_raw_fd()).collect();
@@ -85,6 +89,7 @@ impl Flow {
             output_fds,
             legs,
             _outputs: f.outputs.into_iter().map(|o| o.socket).collect(),
+            drained: false,
         };
         (flow, specs, f.counters, f.redundancy)
     }

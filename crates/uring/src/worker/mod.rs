@@ -64,6 +64,11 @@ pub struct OutputSocket {
     pub queue_depth: u32,
     /// Written by the worker, read by anyone.
     pub counters: Arc<OutputCounters>,
+    /// The last RTP number (and SSRC) the flow this one replaces sent to
+    /// this output, on another worker (a reload that moved it): the new
+    /// flow sends the numbers after it only ([`Event::FlowRemoved`]
+    /// reports it for the old flow).
+    pub resume_after: Option<(u16, u32)>,
 }
 
 impl OutputSocket {
@@ -73,6 +78,7 @@ impl OutputSocket {
             socket,
             queue_depth,
             counters: Arc::default(),
+            resume_after: None,
         }
     }
 }
@@ -184,9 +190,13 @@ pub enum Event {
         reason: String,
     },
     /// The flow's last send completed and its sockets are closed.
+    /// `last_rtp`: the highest RTP sequence number (and SSRC) it relayed,
+    /// if its datagrams were RTP — where its successor on another worker
+    /// resumes ([`OutputSocket::resume_after`]).
     FlowRemoved {
         worker: usize,
         flow: String,
+        last_rtp: Option<(u16, u32)>,
     },
     /// A remove named a flow the worker doesn't have.
     FlowUnknown {

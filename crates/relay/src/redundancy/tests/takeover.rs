@@ -17,6 +17,7 @@ impl Harness {
             depth: 100_000,
             gso: false,
             counters: Arc::default(),
+            resume_after: None,
         };
         let id = self
             .core
