@@ -138,35 +138,14 @@ pub struct Output {
 }
 
 /// What a flow carries, for stream health (`payload`, `silence_ms`,
-/// `rtp_clock_hz` in a `[[flow]]`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Health {
-    /// `"udp"` (opaque, the default), `"rtp"`, `"mpegts"` or `"rtp-mpegts"`.
-    pub payload: Payload,
-    /// An input with no datagram for this long is silent.
-    pub silence_ms: u32,
-    /// The RTP timestamp clock, for jitter.
-    pub rtp_clock_hz: u32,
-}
+/// `rtp_clock_hz` in a `[[flow]]`): the relay core's own settings type.
+pub use mcrelay_wire::health::HealthSettings as Health;
+pub use mcrelay_wire::health::{DEFAULT_RTP_CLOCK_HZ, DEFAULT_SILENCE_MS};
 
-/// Default `silence_ms`.
-pub const DEFAULT_SILENCE_MS: u32 = 1000;
 /// Largest `silence_ms` (one day).
 pub const MAX_SILENCE_MS: u32 = 86_400_000;
-/// Default `rtp_clock_hz` (video, RFC 3551).
-pub const DEFAULT_RTP_CLOCK_HZ: u32 = 90_000;
 /// Largest `rtp_clock_hz`.
 pub const MAX_RTP_CLOCK_HZ: u32 = 1_000_000_000;
-
-impl Default for Health {
-    fn default() -> Self {
-        Self {
-            payload: Payload::Udp,
-            silence_ms: DEFAULT_SILENCE_MS,
-            rtp_clock_hz: DEFAULT_RTP_CLOCK_HZ,
-        }
-    }
-}
 
 /// Most legs (`inputs`) a flow may have.
 pub const MAX_LEGS: usize = 4;
@@ -243,20 +222,22 @@ impl fmt::Display for Redundancy {
 }
 
 /// A flow's identity: stable across restarts, platforms and Rust versions
-/// (a fixed hash of the flow's name, not `DefaultHasher`).
+/// (a fixed hash of the flow's name, not `DefaultHasher`). Named apart
+/// from the relay core's `FlowId`, which is the flow's slot in one worker
+/// (a small index reused after removal), not an identity.
 ///
 /// The value is the 64-bit FNV-1a hash of the UTF-8 bytes of the flow name:
 /// start with `0xcbf29ce484222325`; for each byte, XOR it in, then multiply
 /// by `0x100000001b3` (wrapping). Renaming a flow therefore gives it a new
 /// identity; changing anything else keeps it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct FlowId(pub u64);
+pub struct FlowKey(pub u64);
 
 /// One `[[flow]]`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Flow {
-    /// `FlowId::from_name(&name)`.
-    pub id: FlowId,
+    /// `FlowKey::from_name(&name)`.
+    pub id: FlowKey,
     /// Unique, non-empty name.
     pub name: String,
     /// Where packets come from: one leg, or 2 to [`MAX_LEGS`] legs
@@ -278,7 +259,7 @@ pub struct Flow {
     pub health: Health,
 }
 
-impl FlowId {
+impl FlowKey {
     /// The identity of the flow called `name` (64-bit FNV-1a of its bytes).
     pub const fn from_name(name: &str) -> Self {
         let bytes = name.as_bytes();
@@ -289,11 +270,11 @@ impl FlowId {
             hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
             i += 1;
         }
-        FlowId(hash)
+        FlowKey(hash)
     }
 }
 
-impl fmt::Display for FlowId {
+impl fmt::Display for FlowKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{:016x}", self.0)
     }
@@ -572,12 +553,12 @@ impl Config {
 
 /// The immutable, validated set of flows, sorted by name.
 ///
-/// Names are unique and every flow's `id` is `FlowId::from_name(&name)`.
+/// Names are unique and every flow's `id` is `FlowKey::from_name(&name)`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FlowTable {
     flows: Vec<Flow>,
     /// `(id, index into flows)`, sorted by id, for [`FlowTable::get`].
-    by_id: Vec<(FlowId, usize)>,
+    by_id: Vec<(FlowKey, usize)>,
 }
 
 /// Why [`FlowTable::new`] refused a set of flows.
@@ -586,12 +567,12 @@ pub enum FlowTableError {
     /// Two flows have the same name.
     #[error("duplicate flow name {0:?}")]
     DuplicateName(String),
-    /// Two different names hash to the same [`FlowId`].
+    /// Two different names hash to the same [`FlowKey`].
     #[error("flows {0:?} and {1:?} have the same flow id")]
     IdCollision(String, String),
-    /// A flow's `id` is not `FlowId::from_name(&name)`.
+    /// A flow's `id` is not `FlowKey::from_name(&name)`.
     #[error("flow {0:?} has id {1}, expected {2}")]
-    WrongId(String, FlowId, FlowId),
+    WrongId(String, FlowKey, FlowKey),
     /// A flow with no input, more than [`MAX_LEGS`], or a redundancy that
     /// doesn't fit its number of legs.
     #[error("flow {0:?} has {1} inputs with redundancy {2}")]
@@ -616,12 +597,12 @@ impl FlowTable {
             if legs == 0 || legs > MAX_LEGS || single != (legs == 1) {
                 return Err(FlowTableError::BadLegs(f.name.clone(), legs, f.redundancy));
             }
-            let expected = FlowId::from_name(&f.name);
+            let expected = FlowKey::from_name(&f.name);
             if f.id != expected {
                 return Err(FlowTableError::WrongId(f.name.clone(), f.id, expected));
             }
         }
-        let mut by_id: Vec<(FlowId, usize)> =
+        let mut by_id: Vec<(FlowKey, usize)> =
             flows.iter().enumerate().map(|(i, f)| (f.id, i)).collect();
         by_id.sort_unstable();
         for w in by_id.windows(2) {
@@ -656,7 +637,7 @@ impl FlowTable {
     }
 
     /// The flow with this id.
-    pub fn get(&self, id: FlowId) -> Option<&Flow> {
+    pub fn get(&self, id: FlowKey) -> Option<&Flow> {
         let i = self.by_id.binary_search_by_key(&id, |&(id, _)| id).ok()?;
         self.flows.get(self.by_id[i].1)
     }
@@ -709,14 +690,14 @@ impl<'a> IntoIterator for &'a FlowTable {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FlowDiff {
     /// In the newer table only: start these.
-    pub added: Vec<FlowId>,
+    pub added: Vec<FlowKey>,
     /// In the older table only: stop these.
-    pub removed: Vec<FlowId>,
+    pub removed: Vec<FlowKey>,
     /// In both, with different inputs, redundancy, outputs, core or
     /// health: restart these.
-    pub changed: Vec<FlowId>,
+    pub changed: Vec<FlowKey>,
     /// In both and identical: leave these alone.
-    pub unchanged: Vec<FlowId>,
+    pub unchanged: Vec<FlowKey>,
 }
 
 impl FlowDiff {
@@ -767,7 +748,7 @@ mod tests {
 
     fn flow(name: &str, port: u16) -> Flow {
         Flow {
-            id: FlowId::from_name(name),
+            id: FlowKey::from_name(name),
             name: name.to_owned(),
             inputs: vec![Input {
                 interface: "eth0".into(),
@@ -795,10 +776,10 @@ mod tests {
     #[test]
     fn flow_id_is_fnv1a_64() {
         // Published FNV-1a 64-bit test vectors: these values must never change.
-        assert_eq!(FlowId::from_name(""), FlowId(0xcbf2_9ce4_8422_2325));
-        assert_eq!(FlowId::from_name("a"), FlowId(0xaf63_dc4c_8601_ec8c));
-        assert_eq!(FlowId::from_name("foobar"), FlowId(0x8594_4171_f739_67e8));
-        assert_eq!(FlowId::from_name("camera-1").to_string().len(), 16);
+        assert_eq!(FlowKey::from_name(""), FlowKey(0xcbf2_9ce4_8422_2325));
+        assert_eq!(FlowKey::from_name("a"), FlowKey(0xaf63_dc4c_8601_ec8c));
+        assert_eq!(FlowKey::from_name("foobar"), FlowKey(0x8594_4171_f739_67e8));
+        assert_eq!(FlowKey::from_name("camera-1").to_string().len(), 16);
     }
 
     #[test]
@@ -808,9 +789,9 @@ mod tests {
         assert_eq!(names, ["a", "b", "c"]);
         assert_eq!(t.len(), 3);
         assert!(!t.is_empty());
-        assert_eq!(t.get(FlowId::from_name("c")).unwrap().primary().port, 3);
+        assert_eq!(t.get(FlowKey::from_name("c")).unwrap().primary().port, 3);
         assert_eq!(t.by_name("b").unwrap().primary().port, 2);
-        assert!(t.get(FlowId::from_name("d")).is_none());
+        assert!(t.get(FlowKey::from_name("d")).is_none());
         assert!(t.by_name("d").is_none());
         assert_eq!((&t).into_iter().count(), 3);
         assert!(FlowTable::default().is_empty());
@@ -823,7 +804,7 @@ mod tests {
             Err(FlowTableError::DuplicateName("a".into()))
         );
         let mut f = flow("a", 1);
-        f.id = FlowId(7);
+        f.id = FlowKey(7);
         assert!(matches!(
             FlowTable::new(vec![f]),
             Err(FlowTableError::WrongId(..))
@@ -837,10 +818,10 @@ mod tests {
         edited.outputs[0].ttl = 9;
         let new = FlowTable::new(vec![flow("keep", 1), edited, flow("new", 4)]).unwrap();
         let d = old.diff(&new);
-        assert_eq!(d.added, [FlowId::from_name("new")]);
-        assert_eq!(d.removed, [FlowId::from_name("drop")]);
-        assert_eq!(d.changed, [FlowId::from_name("edit")]);
-        assert_eq!(d.unchanged, [FlowId::from_name("keep")]);
+        assert_eq!(d.added, [FlowKey::from_name("new")]);
+        assert_eq!(d.removed, [FlowKey::from_name("drop")]);
+        assert_eq!(d.changed, [FlowKey::from_name("edit")]);
+        assert_eq!(d.unchanged, [FlowKey::from_name("keep")]);
         assert!(!d.is_empty());
         let same = old.diff(&old.clone());
         assert!(same.is_empty());
@@ -849,7 +830,7 @@ mod tests {
         let mut pinned = flow("keep", 1);
         pinned.core = Some(3);
         let d = old.diff(&FlowTable::new(vec![pinned]).unwrap());
-        assert_eq!(d.changed, [FlowId::from_name("keep")]);
+        assert_eq!(d.changed, [FlowKey::from_name("keep")]);
         assert_eq!(d.removed.len(), 2);
         // So is each health setting.
         for edit in [
@@ -860,7 +841,7 @@ mod tests {
             let mut f = flow("keep", 1);
             edit(&mut f.health);
             let d = old.diff(&FlowTable::new(vec![f]).unwrap());
-            assert_eq!(d.changed, [FlowId::from_name("keep")]);
+            assert_eq!(d.changed, [FlowKey::from_name("keep")]);
         }
         // A leg added, removed or reordered, or another redundancy, is a
         // change too.
@@ -875,19 +856,19 @@ mod tests {
             gap_factor: 4,
         };
         let t2 = FlowTable::new(vec![two.clone()]).unwrap();
-        assert_eq!(old.diff(&t2).changed, [FlowId::from_name("keep")]);
-        assert_eq!(t2.diff(&old).changed, [FlowId::from_name("keep")]);
+        assert_eq!(old.diff(&t2).changed, [FlowKey::from_name("keep")]);
+        assert_eq!(t2.diff(&old).changed, [FlowKey::from_name("keep")]);
         let mut swapped = two.clone();
         swapped.inputs.reverse();
         let t3 = FlowTable::new(vec![swapped]).unwrap();
-        assert_eq!(t2.diff(&t3).changed, [FlowId::from_name("keep")]);
+        assert_eq!(t2.diff(&t3).changed, [FlowKey::from_name("keep")]);
         let mut merged = two;
         merged.redundancy = Redundancy::Merge {
             delay_ms: 0,
             window_ms: 50,
         };
         let t4 = FlowTable::new(vec![merged]).unwrap();
-        assert_eq!(t2.diff(&t4).changed, [FlowId::from_name("keep")]);
+        assert_eq!(t2.diff(&t4).changed, [FlowKey::from_name("keep")]);
         assert!(t4.diff(&t4.clone()).is_empty());
     }
 

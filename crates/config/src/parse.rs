@@ -836,7 +836,7 @@ impl<'t> Walker<'t> {
             (ok, &parts.name, inputs, health, redundancy, spread)
         {
             parts.flow = Some(Flow {
-                id: FlowId::from_name(name),
+                id: FlowKey::from_name(name),
                 name: name.clone(),
                 inputs: inputs.into_iter().map(|(i, _)| i).collect(),
                 redundancy,
@@ -1127,15 +1127,15 @@ impl<'t> Walker<'t> {
             None => {}
             Some(v) => match v.get_ref() {
                 DeValue::Array(items) => {
-                    let mut names: HashMap<String, (usize, FlowId)> = HashMap::new();
-                    let mut ids: HashMap<FlowId, String> = HashMap::new();
+                    let mut names: HashMap<String, (usize, FlowKey)> = HashMap::new();
+                    let mut ids: HashMap<FlowKey, String> = HashMap::new();
                     let mut inputs: HashMap<(String, IpAddr, u16, Option<IpAddr>), String> =
                         HashMap::new();
                     for (i, item) in items.iter().enumerate() {
                         let parts = self.flow(i, item, cores);
                         if let Some((name, at)) = &parts.name {
                             name_spans.entry(name.clone()).or_insert(*at);
-                            let id = FlowId::from_name(name);
+                            let id = FlowKey::from_name(name);
                             if let Some((first, _)) = names.get(name) {
                                 let line = self.lines.line(*first);
                                 self.errors.push((*at, format!(
@@ -1315,7 +1315,7 @@ mod tests {
             }
         );
         let f = c.flows.by_name("x").unwrap();
-        assert_eq!(f.id, FlowId::from_name("x"));
+        assert_eq!(f.id, FlowKey::from_name("x"));
         assert_eq!(f.primary().ingress, IngressKind::Socket);
         assert_eq!(f.primary().source, None);
         assert_eq!(f.primary().receive_buffer_bytes, 4 * 1024 * 1024);

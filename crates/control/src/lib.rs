@@ -5,8 +5,9 @@
 //!
 //! Where it sits: on the control plane, never on the packet path. The daemon
 //! reads its workers' lock-free counters (pool, flow, output and loop
-//! counters) into a [`Snapshot`]; this crate turns requests into replies
-//! ([`answer_line`]), snapshots into tables ([`render_flows`]), into the
+//! counters) into a [`Snapshot`] and answers each [`Request`] itself; this
+//! crate parses the requests ([`parse_request`]), turns snapshots into
+//! tables ([`render_flows`]), into the
 //! bounded [`Summary`] that `status` answers with, and into
 //! metrics ([`render_metrics`], or OpenMetrics through [`render_metrics_as`]). `mcrelayctl` uses the same types to encode
 //! requests and decode replies, through the one control-socket client both
@@ -20,6 +21,8 @@
 #![deny(unsafe_code)]
 
 pub mod client;
+#[cfg(feature = "cli")]
+pub mod completions;
 mod framing;
 mod fuzz;
 mod mode;
@@ -28,9 +31,9 @@ mod protocol;
 mod rates;
 mod render;
 pub mod roff;
-mod server;
 mod snapshot;
 mod summary;
+mod units;
 
 pub use framing::{LineEvent, LineReader};
 pub use fuzz::fuzz_request;
@@ -47,11 +50,9 @@ pub use protocol::{
 };
 pub use rates::{FlowRates, OutputRates, Rates};
 pub use render::{
-    health_text, human_bits_per_second, human_bytes, human_count, human_duration, human_rate,
-    ingress_drops as flow_drops_text, output_drops as output_drops_text, render_flows,
+    health_text, ingress_drops as flow_drops_text, output_drops as output_drops_text, render_flows,
     render_stats, render_status, render_top,
 };
-pub use server::{ControlHandler, answer_event, answer_line};
 #[cfg(any(test, feature = "test-support"))]
 pub use snapshot::bench_snapshot;
 pub use snapshot::{
@@ -61,4 +62,7 @@ pub use snapshot::{
 };
 pub use summary::{
     FlowStateCounts, MAX_NAMED, MAX_TEXT, Named, NotRunning, StreamErrors, Summary, decode_status,
+};
+pub use units::{
+    human_bits_per_second, human_bytes, human_count, human_duration, human_rate, per_second,
 };

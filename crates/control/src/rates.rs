@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::snapshot::{FlowSnapshot, OutputSnapshot, Snapshot};
+use crate::units::per_second;
 
 /// Per-second rates over the interval between two snapshots.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -107,16 +108,6 @@ fn output_rates(p: &OutputSnapshot, c: &OutputSnapshot, seconds: f64) -> OutputR
         packets_per_second: per_second(p.packets_out, c.packets_out, seconds),
         bits_per_second: 8.0 * per_second(p.bytes_out, c.bytes_out, seconds),
         drops_per_second: per_second(p.drops(), c.drops(), seconds),
-    }
-}
-
-/// Growth from `prev` to `cur` per second; 0 if the counter went backwards
-/// or no time passed.
-fn per_second(prev: u64, cur: u64, seconds: f64) -> f64 {
-    if seconds > 0.0 && cur >= prev {
-        (cur - prev) as f64 / seconds
-    } else {
-        0.0
     }
 }
 

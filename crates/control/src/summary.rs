@@ -203,7 +203,7 @@ pub(crate) fn stream_error_counts(h: &InputHealth) -> Vec<String> {
             ("not rtp", r.malformed),
         ] {
             if n > 0 {
-                parts.push(format!("{what} {}", crate::render::human_count(n)));
+                parts.push(format!("{what} {}", crate::units::human_count(n)));
             }
         }
     }
@@ -214,7 +214,7 @@ pub(crate) fn stream_error_counts(h: &InputHealth) -> Vec<String> {
             ("tei", t.transport_errors),
         ] {
             if n > 0 {
-                parts.push(format!("{what} {}", crate::render::human_count(n)));
+                parts.push(format!("{what} {}", crate::units::human_count(n)));
             }
         }
     }

@@ -21,8 +21,6 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-mod completions;
-
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 mod mode;
@@ -171,7 +169,7 @@ fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
     }
     if let Cmd::Completions { shell } = cli.command {
         use clap::CommandFactory;
-        completions::write(
+        mcrelay_control::completions::write(
             shell,
             "mcrelayctl",
             &Cli::command(),

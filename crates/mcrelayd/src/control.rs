@@ -25,7 +25,7 @@ use mcrelay_control::{
 use crate::daemon::{SharedHandle, lock};
 
 /// Clients served at once; more are told to retry and closed.
-pub const MAX_CLIENTS: usize = 16;
+pub const MAX_CLIENTS: usize = crate::fdbudget::CONTROL_CLIENTS;
 /// Clients of one peer uid served at once: one user (the service user, a
 /// member of the socket's group) can't take every slot.
 pub const MAX_CLIENTS_PER_UID: usize = 4;

@@ -5,8 +5,10 @@
 //! N times: each shard has its own); the process also needs a fixed set (stdio, the helper link, the
 //! control and metrics listeners, netlink, the signal pipe, one io_uring
 //! per worker) and a reserve that is never spent on flows: a config read
-//! on reload, [`crate::control::MAX_CLIENTS`] control clients and
-//! [`crate::metrics::MAX_CONNECTIONS`] scrapes. At start-up the soft
+//! on reload, [`CONTROL_CLIENTS`] control clients and
+//! [`METRICS_CONNECTIONS`] scrapes (the control socket and the metrics
+//! listener take their limits from here, so this module depends on
+//! neither). At start-up the soft
 //! `RLIMIT_NOFILE` is raised to the hard one; then a config whose flows
 //! don't fit under it is refused — at start, on reload and by `mcrelayd
 //! check` — with the numbers and the limit to raise, instead of flows
@@ -26,8 +28,13 @@ const FIXED: u64 = 24;
 const PER_WORKER: u64 = 4;
 /// Kept free for what must always work: a config read (1) and a full
 /// house of control clients and scrapes, with room to spare.
-const RESERVE: u64 =
-    8 + crate::control::MAX_CLIENTS as u64 + crate::metrics::MAX_CONNECTIONS as u64;
+const RESERVE: u64 = 8 + CONTROL_CLIENTS as u64 + METRICS_CONNECTIONS as u64;
+
+/// Control clients served at once (`control::MAX_CLIENTS`); more are told
+/// to retry and closed.
+pub const CONTROL_CLIENTS: usize = 16;
+/// /metrics connections served at once (`metrics::MAX_CONNECTIONS`).
+pub const METRICS_CONNECTIONS: usize = 16;
 
 /// What a config needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

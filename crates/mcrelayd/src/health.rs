@@ -15,11 +15,7 @@ use mcrelay_relay::health::{HealthCounters, HealthSettings, now_ns};
 
 /// A flow's stream-health settings for its worker.
 pub fn settings(flow: &Flow) -> HealthSettings {
-    HealthSettings {
-        payload: flow.health.payload,
-        rtp_clock_hz: flow.health.rtp_clock_hz,
-        silence_ms: flow.health.silence_ms,
-    }
+    flow.health
 }
 
 /// What readers see of an input's health now. Reading changes nothing

@@ -8,8 +8,6 @@
 
 mod chain;
 mod check;
-#[path = "../../mcrelayctl/src/completions.rs"]
-mod completions_script;
 mod control;
 mod daemon;
 mod demo;
@@ -165,7 +163,7 @@ fn man(config_file: bool) -> ExitCode {
 /// The completion script for `shell` on stdout.
 fn completions(shell: clap_complete::Shell) -> ExitCode {
     use clap::CommandFactory;
-    match completions_script::write(
+    match mcrelay_control::completions::write(
         shell,
         "mcrelayd",
         &Cli::command(),

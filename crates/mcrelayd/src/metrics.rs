@@ -37,7 +37,7 @@ use mcrelay_control::EndpointSnapshot;
 use crate::daemon::{SharedHandle, lock};
 
 /// Connections served at once.
-pub const MAX_CONNECTIONS: usize = 16;
+pub const MAX_CONNECTIONS: usize = crate::fdbudget::METRICS_CONNECTIONS;
 /// Connections served at once from one address. A Prometheus server has
 /// one scrape of a target in flight at a time; four leave room for a
 /// second server or a person with curl behind the same address.

@@ -27,7 +27,6 @@ mod common;
 use std::collections::HashMap;
 use std::fs;
 use std::net::{IpAddr, Ipv4Addr, UdpSocket};
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -325,7 +324,6 @@ struct Seen {
 
 /// A receiver thread in namespace `ns`, joined to 239.2.2.2:6000 on
 /// 10.78.2.4; it notes every datagram until `stop`.
-#[allow(unsafe_code)]
 fn receiver(
     ns: String,
     stop: Arc<AtomicBool>,
@@ -333,11 +331,7 @@ fn receiver(
 ) -> std::thread::JoinHandle<()> {
     let (ready_tx, ready) = std::sync::mpsc::channel();
     let handle = std::thread::spawn(move || {
-        let file = fs::File::open(format!("/run/netns/{ns}")).expect("namespace file");
-        // SAFETY: setns on a descriptor this thread owns; it changes only
-        // this thread's network namespace.
-        let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-        assert_eq!(rc, 0, "setns: {}", std::io::Error::last_os_error());
+        mcrelay_testkit::enter_netns(&ns);
         let group = Ipv4Addr::new(239, 2, 2, 2);
         let socket = UdpSocket::bind((group, 6000)).expect("bind the group");
         socket

@@ -45,26 +45,9 @@ fn rpf_drops(ns: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// Run `f` on a thread that has entered network namespace `ns`; sockets
-/// it opens live there.
-#[allow(unsafe_code)]
-fn in_namespace<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let path = format!("/run/netns/{ns}");
-    std::thread::spawn(move || {
-        let file = std::fs::File::open(&path).expect("namespace file");
-        // SAFETY: setns on a descriptor this thread owns; it changes only
-        // this thread's network namespace.
-        let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-        assert_eq!(rc, 0, "setns: {}", std::io::Error::last_os_error());
-        f()
-    })
-    .join()
-    .expect("namespace thread")
-}
-
 /// A socket in B joined to the flow's output group 239.2.2.2:6000.
 fn output_receiver(t: &Topology) -> UdpSocket {
-    let receiver = in_namespace(&t.b, || {
+    let receiver = mcrelay_testkit::in_netns(&t.b, || {
         let s = UdpSocket::bind("0.0.0.0:6000").expect("bind");
         s.join_multicast_v4(&"239.2.2.2".parse().unwrap(), &"10.10.2.2".parse().unwrap())
             .expect("join");
@@ -160,7 +143,7 @@ fn zero_length_payloads_are_relayed_and_fragments_counted() {
     unroutable(&t);
     let relay = t.relay(&FLOW.replace("INGRESS", "packet"), &[]);
     let receiver = output_receiver(&t);
-    in_namespace(&t.a, || {
+    mcrelay_testkit::in_netns(&t.a, || {
         let s = UdpSocket::bind(format!("{SOURCE}:0")).expect("bind");
         for _ in 0..3 {
             s.send_to(b"", "239.1.1.1:5000").expect("empty");
@@ -194,7 +177,7 @@ fn zero_length_payloads_are_relayed_and_fragments_counted() {
 /// socket of the test's own: tags and checksums exactly as built).
 #[allow(unsafe_code)]
 fn inject(ns: &str, dev: &'static str, frames: Vec<Vec<u8>>) {
-    in_namespace(ns, move || {
+    mcrelay_testkit::in_netns(ns, move || {
         // SAFETY: plain socket(2); checked below.
         let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0) };
         assert!(fd >= 0, "AF_PACKET: {}", std::io::Error::last_os_error());

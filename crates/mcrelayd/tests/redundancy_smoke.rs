@@ -25,7 +25,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::fs;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::{DEADLINE, Topology, ctl, sh, stats_json};
@@ -43,10 +43,9 @@ fn in_netns<T: Send + 'static>(
     ns: &str,
     f: impl FnOnce() -> T + Send + 'static,
 ) -> std::thread::JoinHandle<T> {
-    let path = PathBuf::from("/var/run/netns").join(ns);
+    let ns = ns.to_owned();
     std::thread::spawn(move || {
-        let file = fs::File::open(&path).expect("netns file");
-        enter(&file);
+        mcrelay_testkit::enter_netns(&ns);
         f()
     })
 }
@@ -119,15 +118,6 @@ fn output_receiver() -> UdpSocket {
     };
     assert_eq!(rc, 0, "SO_RCVBUFFORCE: {}", std::io::Error::last_os_error());
     s
-}
-
-#[allow(unsafe_code)]
-fn enter(file: &fs::File) {
-    use std::os::fd::AsRawFd;
-    // SAFETY: setns on a descriptor this function borrows, for the calling
-    // thread only (network namespace); no memory is passed.
-    let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-    assert_eq!(rc, 0, "setns: {}", std::io::Error::last_os_error());
 }
 
 /// Datagram `seq` of the stream: an RTP header and a payload that names it.

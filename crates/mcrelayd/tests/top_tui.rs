@@ -21,7 +21,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
 
-use mcrelay_control::{ControlHandler, ReloadOutcome, Snapshot, answer_line};
+use mcrelay_control::{ReloadOutcome, Request, Response, Snapshot, Summary, parse_request};
 use serde_json::json;
 
 mod common;
@@ -265,21 +265,24 @@ impl Recorded {
     }
 }
 
-impl ControlHandler for Recorded {
-    fn snapshot(&mut self) -> Snapshot {
-        self.requests += 1;
-        Self::snapshot(self.requests)
-    }
-
-    fn reload(&mut self, _allow_empty: bool) -> ReloadOutcome {
-        ReloadOutcome::default()
-    }
-
-    fn set_mode(
-        &mut self,
-        _mode: mcrelay_control::Mode,
-    ) -> Result<mcrelay_control::ModeOutcome, String> {
-        Err("a recorded daemon has no mode to set".into())
+impl Recorded {
+    /// The reply to one request line, as the daemon would give it.
+    fn answer(&mut self, line: &[u8]) -> Response {
+        match parse_request(line) {
+            Ok(Request::Status { summary: true }) => {
+                self.requests += 1;
+                Response::ok(&Summary::of(&Self::snapshot(self.requests)))
+            }
+            Ok(Request::Status { summary: false } | Request::Flows | Request::Stats) => {
+                self.requests += 1;
+                Response::ok(&Self::snapshot(self.requests))
+            }
+            Ok(Request::Reload { .. }) => Response::ok(&ReloadOutcome::default()),
+            Ok(Request::Standby | Request::Active) => {
+                Response::error("a recorded daemon has no mode to set")
+            }
+            Err(e) => Response::error(e),
+        }
     }
 }
 
@@ -295,7 +298,7 @@ fn serve_recorded(path: &Path) {
             if BufReader::new(&conn).read_until(b'\n', &mut line).is_err() {
                 continue;
             }
-            let reply = answer_line(&line, &mut daemon).encode();
+            let reply = daemon.answer(&line).encode();
             let _ = conn.write_all(reply.as_bytes());
         }
     });

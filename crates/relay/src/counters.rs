@@ -34,6 +34,67 @@ impl Counter {
     }
 }
 
+/// A value with one writer (the worker); readers only load it.
+#[derive(Debug, Default)]
+pub struct Gauge(AtomicU64);
+
+impl Gauge {
+    #[inline(always)]
+    pub(crate) fn set(&self, v: u64) {
+        self.0.store(v, Relaxed);
+    }
+
+    pub fn get(&self) -> u64 {
+        self.0.load(Relaxed)
+    }
+}
+
+/// One input's published health. Counters only grow while the flow is
+/// configured (across pauses: a re-added flow's tracker starts from where
+/// they stood).
+#[derive(Debug, Default)]
+pub struct HealthCounters {
+    /// The payload mode as its index in `mcrelay_wire::health::Payload::ALL`, plus one; 0 until the
+    /// flow is first added to a worker.
+    pub payload: Gauge,
+    pub rtp_clock_hz: Gauge,
+    pub silence_ms: Gauge,
+    /// When the flow was last added to its worker (`health::now_ns`).
+    pub added_ns: Gauge,
+    /// When its latest datagram arrived (`health::now_ns`), plus one; 0 before
+    /// any.
+    pub last_arrival_ns: Gauge,
+    /// Longest gap between two datagrams that ended in the window
+    /// [`Self::max_gap_window`] (of `health::GAP_WINDOW_NS`).
+    pub max_gap_ns: Gauge,
+    /// The same for the window before it (0 if no datagram ended one).
+    pub max_gap_prev_ns: Gauge,
+    /// The index (time / `health::GAP_WINDOW_NS`) of the window `max_gap_ns`
+    /// covers.
+    pub max_gap_window: Gauge,
+    pub rtp_packets: Gauge,
+    pub rtp_lost: Gauge,
+    pub rtp_duplicates: Gauge,
+    pub rtp_reordered: Gauge,
+    pub rtp_ssrc_changes: Gauge,
+    pub rtp_resyncs: Gauge,
+    pub rtp_malformed: Gauge,
+    /// Jumps the stream did not confirm (`mcrelay_wire::rtp_seq`): a
+    /// corrupt header, a stray sender, a restart's first datagram.
+    pub rtp_strays: Gauge,
+    /// Far steps back the stream did not confirm: replayed datagrams.
+    pub rtp_replays: Gauge,
+    pub rtp_payload_type: Gauge,
+    pub rtp_ssrc: Gauge,
+    /// RFC 3550 jitter in clock units, times 16.
+    pub rtp_jitter_x16: Gauge,
+    pub ts_packets: Gauge,
+    pub ts_sync_errors: Gauge,
+    pub ts_continuity_errors: Gauge,
+    pub ts_transport_errors: Gauge,
+    pub ts_pids: Gauge,
+}
+
 /// Why an ingress datagram was not relayed.
 #[derive(Debug, Default)]
 pub struct IngressDrops {
@@ -114,14 +175,14 @@ pub struct FlowCounters {
     /// discarded on purpose (not a drop; see [`crate::standby`]).
     pub standby_discarded: Counter,
     /// Stream health of the input, or of its first leg (see
-    /// [`crate::health`]); [`FlowCounters::leg_health`] has every leg's.
-    pub health: crate::health::HealthCounters,
+    /// the `health` module); [`FlowCounters::leg_health`] has every leg's.
+    pub health: HealthCounters,
     /// Stream health of legs 1 to 3 of a flow with several inputs.
-    pub more_health: [crate::health::HealthCounters; 3],
+    pub more_health: [HealthCounters; crate::redundancy::LegId::MAX_LEGS as usize - 1],
     /// A flow with several inputs: the stream health of what its
     /// redundancy rule let through to the outputs (the merge's or the
     /// active leg's datagrams), as [`Self::health`] is of one input.
-    pub output_health: crate::health::HealthCounters,
+    pub output_health: HealthCounters,
     /// What the flow's redundancy rule did with each leg's datagrams
     /// (see [`crate::redundancy`]).
     pub redundancy: RedundancyCounters,
@@ -129,7 +190,7 @@ pub struct FlowCounters {
 
 impl FlowCounters {
     /// Stream health of leg `leg` (0 to 3).
-    pub fn leg_health(&self, leg: usize) -> Option<&crate::health::HealthCounters> {
+    pub fn leg_health(&self, leg: usize) -> Option<&HealthCounters> {
         match leg {
             0 => Some(&self.health),
             n => self.more_health.get(n - 1),

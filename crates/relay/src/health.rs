@@ -21,7 +21,6 @@
 
 use std::sync::Arc;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
 
 pub use mcrelay_wire::health::is_silent;
@@ -29,24 +28,10 @@ use mcrelay_wire::health::{InputTracker, Payload};
 pub use mcrelay_wire::rtp::jitter_ns;
 
 use crate::counters::FlowCounters;
+pub use crate::counters::{Gauge, HealthCounters};
 
-/// A flow's stream-health settings (from its config).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HealthSettings {
-    pub payload: Payload,
-    pub rtp_clock_hz: u32,
-    pub silence_ms: u32,
-}
-
-impl Default for HealthSettings {
-    fn default() -> Self {
-        Self {
-            payload: Payload::Udp,
-            rtp_clock_hz: 90_000,
-            silence_ms: 1000,
-        }
-    }
-}
+/// A flow's stream-health settings: the config's `Health`, the same type.
+pub use mcrelay_wire::health::HealthSettings;
 
 /// Nanoseconds on the monotonic clock the workers stamp arrivals with
 /// (since the first call in this process), so readers can compare.
@@ -60,67 +45,6 @@ pub fn now_ns() -> u64 {
 /// ([`HealthCounters::max_gap`]): one minute, longer than any usual
 /// scrape interval, so every gap is seen by every scraper at least once.
 pub const GAP_WINDOW_NS: u64 = 60_000_000_000;
-
-/// A value with one writer (the worker); readers only load it.
-#[derive(Debug, Default)]
-pub struct Gauge(AtomicU64);
-
-impl Gauge {
-    #[inline(always)]
-    fn set(&self, v: u64) {
-        self.0.store(v, Relaxed);
-    }
-
-    pub fn get(&self) -> u64 {
-        self.0.load(Relaxed)
-    }
-}
-
-/// One input's published health. Counters only grow while the flow is
-/// configured (across pauses: a re-added flow's tracker starts from where
-/// they stood).
-#[derive(Debug, Default)]
-pub struct HealthCounters {
-    /// [`Payload`] as its index in [`Payload::ALL`], plus one; 0 until the
-    /// flow is first added to a worker.
-    pub payload: Gauge,
-    pub rtp_clock_hz: Gauge,
-    pub silence_ms: Gauge,
-    /// When the flow was last added to its worker ([`now_ns`]).
-    pub added_ns: Gauge,
-    /// When its latest datagram arrived ([`now_ns`]), plus one; 0 before
-    /// any.
-    pub last_arrival_ns: Gauge,
-    /// Longest gap between two datagrams that ended in the window
-    /// [`Self::max_gap_window`] (of [`GAP_WINDOW_NS`]).
-    pub max_gap_ns: Gauge,
-    /// The same for the window before it (0 if no datagram ended one).
-    pub max_gap_prev_ns: Gauge,
-    /// The index (time / [`GAP_WINDOW_NS`]) of the window `max_gap_ns`
-    /// covers.
-    pub max_gap_window: Gauge,
-    pub rtp_packets: Gauge,
-    pub rtp_lost: Gauge,
-    pub rtp_duplicates: Gauge,
-    pub rtp_reordered: Gauge,
-    pub rtp_ssrc_changes: Gauge,
-    pub rtp_resyncs: Gauge,
-    pub rtp_malformed: Gauge,
-    /// Jumps the stream did not confirm ([`mcrelay_wire::rtp_seq`]): a
-    /// corrupt header, a stray sender, a restart's first datagram.
-    pub rtp_strays: Gauge,
-    /// Far steps back the stream did not confirm: replayed datagrams.
-    pub rtp_replays: Gauge,
-    pub rtp_payload_type: Gauge,
-    pub rtp_ssrc: Gauge,
-    /// RFC 3550 jitter in clock units, times 16.
-    pub rtp_jitter_x16: Gauge,
-    pub ts_packets: Gauge,
-    pub ts_sync_errors: Gauge,
-    pub ts_continuity_errors: Gauge,
-    pub ts_transport_errors: Gauge,
-    pub ts_pids: Gauge,
-}
 
 impl HealthCounters {
     /// The flow's settings, once it has been added to a worker.

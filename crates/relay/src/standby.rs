@@ -177,6 +177,7 @@ mod tests {
             depth: 4,
             gso: false,
             counters: Arc::default(),
+            resume_after: None,
         };
         let merge = crate::Redundancy::Merge {
             delay_ns: 0,

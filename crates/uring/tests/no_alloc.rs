@@ -18,20 +18,12 @@ use counting::ALLOCATIONS;
 
 const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
-fn free_port() -> u16 {
-    UdpSocket::bind((LOCALHOST, 0))
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
-}
-
 /// Relay 20 000 datagrams through a worker and count allocations. With
 /// `same_size`, every datagram is 1316 bytes, so runs of them leave as GSO
 /// sends when `gso` is on; otherwise sizes cycle through 1..=1316.
 fn relay_and_count(mode: ReceiveMode, gso: bool, same_size: bool) {
     let lo = interface_index("lo").expect("lo");
-    let in_port = free_port();
+    let in_port = mcrelay_testkit::free_udp_port();
     let input = Input {
         interface: "lo".into(),
         address: LOCALHOST,

@@ -15,6 +15,35 @@ use crate::rtp::{RtpStats, RtpTracker};
 use crate::ts::{TsStats, TsTracker};
 
 /// What a flow's datagrams carry (`payload` in the config).
+/// A flow's stream-health settings: what it carries and how to judge it.
+/// The config parses them (`payload`, `silence_ms`, `rtp_clock_hz` of a
+/// `[[flow]]`, as `mcrelay_config::Health`) and the relay core's tracker
+/// uses the same value: one type end to end, nothing copied field by field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct HealthSettings {
+    /// `"udp"` (opaque, the default), `"rtp"`, `"mpegts"` or `"rtp-mpegts"`.
+    pub payload: Payload,
+    /// An input with no datagram for this long is silent.
+    pub silence_ms: u32,
+    /// The RTP timestamp clock, for jitter.
+    pub rtp_clock_hz: u32,
+}
+
+/// Default `silence_ms`.
+pub const DEFAULT_SILENCE_MS: u32 = 1000;
+/// Default `rtp_clock_hz` (video, RFC 3551).
+pub const DEFAULT_RTP_CLOCK_HZ: u32 = 90_000;
+
+impl Default for HealthSettings {
+    fn default() -> Self {
+        Self {
+            payload: Payload::Udp,
+            silence_ms: DEFAULT_SILENCE_MS,
+            rtp_clock_hz: DEFAULT_RTP_CLOCK_HZ,
+        }
+    }
+}
+
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Payload {
     /// Opaque datagrams: only arrival is tracked.

@@ -1,20 +1,11 @@
 //! `loadgen legs` into `loadgen legs-recv` over loopback (no relay): the
 //! receiver's account of the two legs' copies matches the sender's plan.
 
-use std::net::UdpSocket;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const LOADGEN: &str = env!("CARGO_BIN_EXE_loadgen");
-
-/// A loopback port nobody uses right now.
-fn free_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .and_then(|s| s.local_addr())
-        .expect("bind")
-        .port()
-}
 
 fn receiver(dir: &Path, port: u16, expect: u64) -> Child {
     let ready = dir.join(format!("ready-{port}"));
@@ -88,9 +79,10 @@ fn leg(json: &str, i: usize) -> &str {
 /// disjoint), each copy the other leg also sent as a duplicate, and
 /// numbers only the 20 ms late leg sent as late.
 fn both_legs_into_one_receiver(extra: &[&str], check: impl Fn(&str, &str)) {
-    let dir = std::env::temp_dir().join(format!("loadgen-legs-{}", free_port()));
+    let dir =
+        std::env::temp_dir().join(format!("loadgen-legs-{}", mcrelay_testkit::free_udp_port()));
     std::fs::create_dir_all(&dir).expect("dir");
-    let port = free_port();
+    let port = mcrelay_testkit::free_udp_port();
     let rx = receiver(&dir, port, 2000);
     let leg = format!("127.0.0.1:{port}@lo");
     let tx = Command::new(LOADGEN)

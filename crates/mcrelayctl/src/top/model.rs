@@ -11,7 +11,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use mcrelay_control::{FlowRates, FlowSnapshot, Rates, Snapshot};
+use mcrelay_control::{FlowRates, FlowSnapshot, Rates, Snapshot, per_second};
 
 use super::history::{History, sample};
 
@@ -514,15 +514,6 @@ impl Model {
 
     pub fn quit(&self) -> bool {
         self.quit
-    }
-}
-
-/// Growth of a counter per second; 0 if it went backwards (a restart).
-fn per_second(before: u64, now: u64, seconds: f64) -> f64 {
-    if seconds > 0.0 && now >= before {
-        (now - before) as f64 / seconds
-    } else {
-        0.0
     }
 }
 

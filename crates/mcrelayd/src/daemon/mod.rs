@@ -51,6 +51,12 @@ use crate::links::LinkTable;
 use crate::outputs::Unconnected;
 use crate::sockets::Opener;
 
+// The 4-leg limit has one value: the config refuses what the relay core
+// can't carry (the core's leg masks and per-leg arrays are sized by its
+// own constant; the config can't depend on the core).
+const _: () =
+    assert!(mcrelay_config::MAX_LEGS == mcrelay_relay::redundancy::LegId::MAX_LEGS as usize);
+
 /// How long a reload waits for a worker to answer a command.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
 /// A flow whose interfaces are up but whose sockets could not be opened is

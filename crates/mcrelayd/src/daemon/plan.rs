@@ -84,7 +84,7 @@ impl ReloadPlan {
     /// flow relays now.
     pub fn new(current: &FlowTable, newer: &FlowTable, running: impl Fn(&str) -> bool) -> Self {
         let diff = current.diff(newer);
-        let names = |table: &FlowTable, ids: &[mcrelay_config::FlowId]| -> Vec<String> {
+        let names = |table: &FlowTable, ids: &[mcrelay_config::FlowKey]| -> Vec<String> {
             ids.iter()
                 .filter_map(|&id| table.get(id).map(|f| f.name.clone()))
                 .collect()

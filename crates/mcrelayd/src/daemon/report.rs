@@ -43,7 +43,7 @@ pub(super) struct FlowEntry {
     /// Kernel drops counted by earlier ingress sockets (before pauses),
     /// over every leg and per leg.
     kernel_drops_before: u64,
-    leg_kernel_drops_before: [u64; 4],
+    leg_kernel_drops_before: [u64; mcrelay_config::MAX_LEGS],
     pub(super) state: FlowState,
     pub(super) interface_pauses: u64,
     /// Each output's connection, in config order.
@@ -352,7 +352,7 @@ pub(super) fn new_entry(flow: &Flow, workers: &[usize]) -> FlowEntry {
         ingress: None,
         own: Vec::new(),
         kernel_drops_before: 0,
-        leg_kernel_drops_before: [0; 4],
+        leg_kernel_drops_before: [0; mcrelay_config::MAX_LEGS],
         state: FlowState::Running,
         interface_pauses: 0,
         outputs_state: vec![OutputState::default(); flow.outputs.len()],

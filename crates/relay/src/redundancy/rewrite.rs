@@ -301,6 +301,7 @@ mod through_the_core {
             depth: 64,
             gso: false,
             counters: Arc::<OutputCounters>::default(),
+            resume_after: None,
         };
         let redundancy = Redundancy::Failover {
             after_ns: 50 * MS,
