@@ -31,6 +31,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admission;
+pub mod fec;
 pub mod gso;
 pub mod ids;
 pub mod inflight;
