@@ -85,6 +85,9 @@ struct Flow {
     /// In [`Core::ready`]: held packets may leave once the queues have
     /// room.
     ready: bool,
+    /// Per leg, its 2022-1 FEC decoder ([`Core::enable_fec`]); empty for
+    /// a flow without FEC (the packet path's one extra check).
+    fec: Vec<Option<Box<fec::FecDecoder>>>,
 }
 
 /// One worker's relay state: its pool, in-flight table, GSO runs and flows.
@@ -107,6 +110,11 @@ pub struct Core {
     due: Vec<FlowId>,
     /// Warm standby: receive and count, send nothing ([`standby`]).
     standby: bool,
+    /// The packets one FEC datagram repaired, copied out of the decoder
+    /// before they are admitted (sized when the first FEC leg is added).
+    fec_scratch: Vec<u8>,
+    /// Their ends in `fec_scratch`.
+    fec_ends: Vec<usize>,
 }
 
 impl Core {
@@ -130,6 +138,8 @@ impl Core {
             ready: Vec::new(),
             due: Vec::new(),
             standby: false,
+            fec_scratch: Vec::new(),
+            fec_ends: Vec::new(),
         }
     }
 
@@ -192,6 +202,7 @@ impl Core {
             redundancy,
             mode: Mode::new(legs, redundancy),
             ready: false,
+            fec: Vec::new(),
         });
         // A tick serves each flow at most twice (its timer, the ready
         // list): no allocation on the packet path.
@@ -229,6 +240,34 @@ impl Core {
             };
             m.drain(&mut |buf| parts.enqueue(flow, &mut f.outputs, &mut f.held, buf));
         }
+    }
+
+    /// Decode SMPTE 2022-1 FEC on leg `leg` of `flow`: its media
+    /// packets are kept for repairs and [`Core::receive_fec`] takes its
+    /// FEC datagrams. Allocates the decoder (about 850 KB); `false` for
+    /// an unknown flow or leg.
+    pub fn enable_fec(&mut self, flow: FlowId, leg: LegId) -> bool {
+        let Some(f) = self.flows.get_mut(flow.index()).and_then(Option::as_mut) else {
+            return false;
+        };
+        if leg.0 >= f.legs {
+            return false;
+        }
+        if f.fec.is_empty() {
+            f.fec.resize_with(usize::from(f.legs), || None);
+        }
+        f.fec[leg.index()] = Some(Box::new(fec::FecDecoder::new()));
+        let most = fec::decode::PENDING + 1;
+        self.fec_scratch
+            .reserve(most * fec::MAX_MEDIA - self.fec_scratch.len().min(most * fec::MAX_MEDIA));
+        self.fec_ends.reserve(most);
+        true
+    }
+
+    /// A flow leg's FEC decoder counters (tests, benches).
+    pub fn fec_stats(&self, flow: FlowId, leg: LegId) -> Option<fec::FecStats> {
+        let d = self.flow(flow)?.fec.get(leg.index())?.as_ref()?;
+        Some(*d.stats())
     }
 
     /// Buffers a merge flow holds back (waiting for their turn).

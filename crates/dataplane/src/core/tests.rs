@@ -633,3 +633,60 @@ proptest! {
         m.drain();
     }
 }
+
+/// 2022-1 FEC on a leg: lost packets repaired by the FEC datagrams go to
+/// the outputs byte-exact, are not counted as received, and a repaired
+/// packet arriving after all is dropped as a duplicate.
+#[test]
+fn fec_repairs_go_to_the_outputs_byte_exact() {
+    use super::fec::{FecEncoder, FecLayout};
+    let mut core = core(256);
+    let (id, counters, _) = add(&mut core, &[512], false);
+    assert!(core.enable_fec(id, LegId(0)));
+    assert!(!core.enable_fec(id, LegId(1)));
+    let mut enc = FecEncoder::new(FecLayout {
+        columns: 5,
+        rows: 5,
+        row_stream: true,
+    });
+    let packet = |seq: u16| {
+        let mut p = vec![0x80, 33];
+        p.extend_from_slice(&seq.to_be_bytes());
+        p.extend_from_slice(&[0, 0, 0, 9, 1, 2, 3, 4]);
+        p.extend((0..(100 + seq as usize)).map(|i| (i as u8) ^ (seq as u8)));
+        p
+    };
+    // Column 2 loses 7 and 12; rows 1 and 2 repair them.
+    let lost = [7u16, 12];
+    for seq in 0..25u16 {
+        let p = packet(seq);
+        let mut fec = Vec::new();
+        enc.push(&p, |_, f| fec.push(f.to_vec()));
+        if !lost.contains(&seq) {
+            assert_eq!(core.receive_on(id, LegId(0), &p, 0), Received::Queued);
+        }
+        for f in fec {
+            core.receive_fec(id, LegId(0), &f, 0);
+        }
+    }
+    let mut sent = BTreeMap::new();
+    for (_, slots) in flush_all(&mut core) {
+        for slot in slots {
+            let b = core.in_flight().buffer(slot).expect("parked");
+            let bytes = core.pool().bytes(b).to_vec();
+            sent.insert(u16::from_be_bytes([bytes[2], bytes[3]]), bytes);
+        }
+    }
+    assert_eq!(sent.len(), 25);
+    for (seq, bytes) in &sent {
+        assert_eq!(bytes, &packet(*seq), "{seq}");
+    }
+    assert_eq!(counters.packets_in.get(), 23);
+    assert_eq!(counters.fec.recovered.get(), 2);
+    assert_eq!(counters.fec.packets.get(), 10);
+    assert_eq!(
+        core.receive_on(id, LegId(0), &packet(7), 0),
+        Received::Dropped
+    );
+    assert_eq!(counters.fec.duplicates.get(), 1);
+}

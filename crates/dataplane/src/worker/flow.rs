@@ -23,6 +23,9 @@ pub(super) struct Leg {
     /// the core, with the batch's clock reading; published once per batch
     /// ([`Worker::publish_health`]).
     pub(super) health: crate::health::InputHealth,
+    /// A 2022-1 FEC socket: the leg whose media it protects (its
+    /// datagrams go to `Core::receive_fec`, not to stream health).
+    pub(super) fec: Option<LegId>,
     /// Packet ingress: the frames' filter, checked again per frame.
     pub(super) packet: Option<mcrelay_wire::FlowMatch>,
     /// Packet ingress: frames are left in the packet ring for the next turn.
@@ -42,8 +45,12 @@ pub(super) struct Flow {
     pub(super) name: String,
     /// Output sockets' fds, in the core's output order.
     pub(super) output_fds: Box<[i32]>,
-    /// Each leg, its index its [`LegId`] (1 to [`LegId::MAX_LEGS`]).
+    /// Each leg, its index its [`LegId`] (1 to [`LegId::MAX_LEGS`]),
+    /// then the FEC sockets of legs with FEC (up to
+    /// [`LegId::MAX_RECEIVERS`] in all).
     pub(super) legs: Box<[Leg]>,
+    /// The media legs (the first `media_legs` of `legs`).
+    pub(super) media_legs: u8,
     /// Kept open for as long as the io_uring may name their fds.
     _outputs: Box<[UdpSocket]>,
 }
@@ -74,16 +81,24 @@ impl Flow {
             })
             .collect();
         let output_fds = f.outputs.iter().map(|o| o.socket.as_raw_fd()).collect();
-        let legs = f
+        let media_legs = u8::try_from(f.legs.len()).unwrap_or(u8::MAX);
+        let mut legs: Vec<Leg> = f
             .legs
             .into_iter()
             .enumerate()
             .map(|(i, ingress)| Leg::new(&f.name, i, ingress, f.health, &f.counters))
             .collect();
+        for s in f.fec {
+            let index = legs.len();
+            let mut leg = Leg::new(&f.name, index, s.socket, f.health, &f.counters);
+            leg.fec = Some(s.leg);
+            legs.push(leg);
+        }
         let flow = Self {
             name: f.name,
             output_fds,
-            legs,
+            legs: legs.into_boxed_slice(),
+            media_legs,
             _outputs: f.outputs.into_iter().map(|o| o.socket).collect(),
         };
         (flow, specs, f.counters, f.redundancy)
@@ -96,6 +111,23 @@ impl Flow {
 
     pub(super) fn leg_mut(&mut self, leg: LegId) -> Option<&mut Leg> {
         self.legs.get_mut(leg.index())
+    }
+
+    /// The media legs with FEC sockets (each once).
+    pub(super) fn fec_legs(&self) -> impl Iterator<Item = LegId> + '_ {
+        self.legs
+            .iter()
+            .filter_map(|l| l.fec)
+            .enumerate()
+            .filter(|&(i, leg)| {
+                !self
+                    .legs
+                    .iter()
+                    .filter_map(|l| l.fec)
+                    .take(i)
+                    .any(|l| l == leg)
+            })
+            .map(|(_, leg)| leg)
     }
 
     /// Every leg's number.
@@ -155,6 +187,7 @@ impl Leg {
             armed: false,
             error_logged: false,
             health: crate::health::InputHealth::for_leg(health, Arc::clone(counters), index),
+            fec: None,
             packet: ingress.packet_filter(),
             ring_pending: false,
             packet_ring,

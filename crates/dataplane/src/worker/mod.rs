@@ -92,6 +92,19 @@ pub struct FlowSockets {
     pub health: crate::health::HealthSettings,
     /// How the legs combine (`Single` for one leg).
     pub redundancy: Redundancy,
+    /// SMPTE 2022-1 FEC sockets of legs with `fec` (see
+    /// [`FlowSockets::with_fec`]).
+    pub fec: Vec<FecSocket>,
+}
+
+/// A socket receiving one of a leg's 2022-1 FEC streams (the leg's port
+/// + 2 for columns, + 4 for rows).
+#[derive(Debug)]
+pub struct FecSocket {
+    /// The leg whose media it protects.
+    pub leg: crate::core::LegId,
+    pub direction: crate::core::fec::Direction,
+    pub socket: IngressSocket,
 }
 
 impl FlowSockets {
@@ -104,6 +117,7 @@ impl FlowSockets {
             counters: Arc::default(),
             health: crate::health::HealthSettings::default(),
             redundancy: Redundancy::Single,
+            fec: Vec::new(),
         }
     }
 
@@ -122,7 +136,15 @@ impl FlowSockets {
             counters: Arc::default(),
             health: crate::health::HealthSettings::default(),
             redundancy,
+            fec: Vec::new(),
         }
+    }
+
+    /// With 2022-1 FEC decoded on the legs these sockets name (a leg at
+    /// most once per direction; a socket naming no leg is refused by the
+    /// worker).
+    pub fn with_fec(self, fec: Vec<FecSocket>) -> Self {
+        Self { fec, ..self }
     }
 
     /// With stream-health settings other than the default (`udp`).
