@@ -113,6 +113,16 @@ pub struct Input {
     pub ingress: IngressKind,
     /// `SO_RCVBUF` to request for the ingress socket.
     pub receive_buffer_bytes: u32,
+    /// Forward error correction received beside the stream (`fec`).
+    pub fec: Option<InputFec>,
+}
+
+/// An input's `fec`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum InputFec {
+    /// `"2022-1"`: SMPTE 2022-1 column and row FEC on the input's port + 2
+    /// and + 4, same address; `L` and `D` are read from the FEC headers.
+    Smpte2022_1,
 }
 
 /// One of a flow's `outputs`.
@@ -308,6 +318,25 @@ impl Flow {
     /// least one. (Used by tests; the daemon walks `inputs`.)
     pub fn primary(&self) -> &Input {
         &self.inputs[0]
+    }
+
+    /// Every socket the flow receives on: its legs in order, then for
+    /// each leg with `fec = "2022-1"` (in leg order) its column and row
+    /// FEC ports (port + 2 and + 4, same address, interface and source).
+    pub fn receive_inputs(&self) -> Vec<Input> {
+        let mut all = self.inputs.clone();
+        for input in &self.inputs {
+            if input.fec == Some(InputFec::Smpte2022_1) {
+                for offset in [2, 4] {
+                    all.push(Input {
+                        port: input.port.saturating_add(offset),
+                        fec: None,
+                        ..input.clone()
+                    });
+                }
+            }
+        }
+        all
     }
 
     /// The interfaces the flow needs up: every leg's and every output's,
@@ -642,6 +671,7 @@ mod tests {
                 source: None,
                 ingress: IngressKind::Socket,
                 receive_buffer_bytes: DEFAULT_RECEIVE_BUFFER_BYTES,
+                fec: None,
             }],
             redundancy: Redundancy::Single,
             outputs: vec![Output {

@@ -57,6 +57,7 @@ const INPUT_KEYS: &[&str] = &[
     "source",
     "ingress",
     "receive_buffer_bytes",
+    "fec",
 ];
 const OUTPUT_KEYS: &[&str] = &[
     "interface",
@@ -799,6 +800,34 @@ impl<'t> Walker<'t> {
                 None => ok = false,
             }
         }
+        let mut fec = None;
+        if let Some(v) = t.get("fec") {
+            match self.string(v, p, Dotted(path, "fec")) {
+                Some("2022-1") if ingress == IngressKind::Packet => {
+                    self.err(&v.span(), format!("{p}{path}.fec needs ingress = \"socket\" (the FEC ports are received on sockets); remove ingress or fec"));
+                    ok = false;
+                }
+                Some("2022-1") if port.is_some_and(|p| p > u16::MAX - 4) => {
+                    self.err(
+                        &v.span(),
+                        format!(
+                            "{p}{path}.fec needs the ports + 2 and + 4; use a port up to {}",
+                            u16::MAX - 4
+                        ),
+                    );
+                    ok = false;
+                }
+                Some("2022-1") => fec = Some(InputFec::Smpte2022_1),
+                Some(s) => {
+                    self.err(
+                        &v.span(),
+                        format!("{p}{path}.fec {s:?} is not valid; use \"2022-1\""),
+                    );
+                    ok = false;
+                }
+                None => ok = false,
+            }
+        }
         let (Some(interface), Some(address), Some(port), true) = (interface, address, port, ok)
         else {
             return None;
@@ -810,6 +839,7 @@ impl<'t> Walker<'t> {
             source,
             ingress,
             receive_buffer_bytes,
+            fec,
         })
     }
 
@@ -1185,6 +1215,7 @@ outputs = [{ interface = "eth1", address = "239.2.2.2", port = 6000, ttl = 255, 
                 source: Some("2001:db8::1".parse().unwrap()),
                 ingress: IngressKind::Packet,
                 receive_buffer_bytes: 1024,
+                fec: None,
             }
         );
         assert_eq!(
@@ -1249,7 +1280,7 @@ outputs = [{ interface = "eth1", address = "239.2.2.2", port = 6000, ttl = 255, 
             [
                 "t.toml:3:9: flow \"x\": input.address is missing; add address = \"239.1.1.1\"",
                 "t.toml:3:31: flow \"x\": unknown key \"adress\" in input (expected one of: \
-                 interface, address, port, source, ingress, receive_buffer_bytes)",
+                 interface, address, port, source, ingress, receive_buffer_bytes, fec)",
             ]
         );
     }

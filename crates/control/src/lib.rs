@@ -53,9 +53,9 @@ pub use render::{
 };
 pub use server::{ControlHandler, answer_event, answer_line};
 pub use snapshot::{
-    DaemonState, FlowSnapshot, FlowState, IngressDropsSnapshot, InputHealth, LegSnapshot,
-    OutputSnapshot, PoolClassSnapshot, RedundancySnapshot, RtpHealth, Snapshot, Totals, TsHealth,
-    WorkerSnapshot, bench_snapshot, input_label,
+    DaemonState, FecSnapshot, FlowSnapshot, FlowState, IngressDropsSnapshot, InputHealth,
+    LegSnapshot, OutputSnapshot, PoolClassSnapshot, RedundancySnapshot, RtpHealth, Snapshot,
+    Totals, TsHealth, WorkerSnapshot, bench_snapshot, input_label,
 };
 pub use summary::{
     FlowStateCounts, MAX_NAMED, MAX_TEXT, Named, NotRunning, StreamErrors, Summary, decode_status,

@@ -39,6 +39,7 @@ fn relay_and_count(mode: ReceiveMode, gso: bool, same_size: bool) {
         source: None,
         ingress: IngressKind::Socket,
         receive_buffer_bytes: 4 << 20,
+        fec: None,
     };
     let receivers: Vec<UdpSocket> = (0..2)
         .map(|_| UdpSocket::bind((LOCALHOST, 0)).expect("bind"))

@@ -36,6 +36,7 @@ fn flow(receiver: &UdpSocket) -> (FlowSockets, SocketAddr) {
         source: None,
         ingress: IngressKind::Socket,
         receive_buffer_bytes: 4 << 20,
+        fec: None,
     };
     let out = Output {
         interface: "lo".into(),

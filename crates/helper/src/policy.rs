@@ -99,14 +99,17 @@ impl Policy {
             })
         };
         let leg_field = |i: usize| {
-            if flow.inputs.len() == 1 {
+            if i >= flow.inputs.len() {
+                "fec input".to_owned()
+            } else if flow.inputs.len() == 1 {
                 "input".to_owned()
             } else {
                 format!("inputs[{i}]")
             }
         };
-        let leg_indexes = flow
-            .inputs
+        // The legs, then the FEC ports of legs with `fec`.
+        let inputs = flow.receive_inputs();
+        let leg_indexes = inputs
             .iter()
             .enumerate()
             .map(|(i, input)| interface(format!("{}.interface", leg_field(i)), &input.interface))
@@ -117,8 +120,8 @@ impl Policy {
             .enumerate()
             .map(|(i, o)| interface(format!("outputs[{i}].interface"), &o.interface))
             .collect::<Result<Vec<u32>, Refusal>>()?;
-        let mut legs = Vec::with_capacity(flow.inputs.len());
-        for (input, ifindex) in flow.inputs.iter().zip(leg_indexes) {
+        let mut legs = Vec::with_capacity(inputs.len());
+        for (input, ifindex) in inputs.iter().zip(leg_indexes) {
             let open = match input.ingress {
                 IngressKind::Socket => open_ingress,
                 IngressKind::Packet => open_packet_ingress,

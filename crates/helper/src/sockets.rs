@@ -195,6 +195,7 @@ mod tests {
             source: None,
             ingress: mcrelay_config::IngressKind::Socket,
             receive_buffer_bytes,
+            fec: None,
         }
     }
 

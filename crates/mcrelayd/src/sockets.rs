@@ -11,8 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mcrelay_config::{Flow, IngressKind, Output};
-use mcrelay_dataplane::core::Redundancy;
-use mcrelay_dataplane::{FlowSockets, IngressSocket, OutputSocket};
+use mcrelay_dataplane::core::fec::Direction;
+use mcrelay_dataplane::core::{LegId, Redundancy};
+use mcrelay_dataplane::{FecSocket, FlowSockets, IngressSocket, OutputSocket};
 use mcrelay_helper::packet::{flow_match, open_packet_ingress};
 use mcrelay_helper::sockets::open_egress_or_pending;
 use mcrelay_helper::{
@@ -179,18 +180,35 @@ impl Opener {
                     })?
             }
         };
-        if opened.outputs.len() != flow.outputs.len() || opened.legs.len() != flow.inputs.len() {
+        let inputs = flow.receive_inputs();
+        if opened.outputs.len() != flow.outputs.len() || opened.legs.len() != inputs.len() {
             return Err(OpenError::Count {
                 flow: flow.name.clone(),
                 opened: (opened.legs.len(), opened.outputs.len()),
-                configured: (flow.inputs.len(), flow.outputs.len()),
+                configured: (inputs.len(), flow.outputs.len()),
             });
         }
         let OpenedFlow {
-            legs,
+            mut legs,
             outputs,
             unconnected,
         } = opened;
+        // After the legs, each FEC leg's column then row socket.
+        let fec_sockets = legs.split_off(flow.inputs.len());
+        let fec_legs = flow
+            .inputs
+            .iter()
+            .enumerate()
+            .filter(|(_, i)| i.fec.is_some())
+            .flat_map(|(leg, _)| [(leg, Direction::Column), (leg, Direction::Row)]);
+        let fec: Vec<FecSocket> = fec_legs
+            .zip(fec_sockets)
+            .map(|((leg, direction), s)| FecSocket {
+                leg: LegId(u8::try_from(leg).unwrap_or(u8::MAX)),
+                direction,
+                socket: IngressSocket::Udp(s.socket.into()),
+            })
+            .collect();
         let pending = crate::outputs::pending(flow, &outputs, &unconnected)?;
         let legs = flow
             .inputs
@@ -241,7 +259,8 @@ impl Opener {
             .collect();
         Ok((
             FlowSockets::with_legs(flow.name.clone(), legs, redundancy(flow), outputs)
-                .with_health(crate::health::settings(flow)),
+                .with_health(crate::health::settings(flow))
+                .with_fec(fec),
             pending,
         ))
     }
@@ -420,8 +439,9 @@ fn open_here(flow: &Flow) -> Result<OpenedFlow, OpenError> {
             source,
         })
     };
-    let mut legs = Vec::with_capacity(flow.inputs.len());
-    for input in &flow.inputs {
+    let inputs = flow.receive_inputs();
+    let mut legs = Vec::with_capacity(inputs.len());
+    for input in &inputs {
         let open = match input.ingress {
             IngressKind::Socket => open_ingress,
             // Needs CAP_NET_RAW, which an unprivileged run lacks: EPERM, said.
