@@ -69,6 +69,18 @@ struct Output {
     /// Largest datagram grouped into GSO sends; 0 when GSO is off.
     gso_max: usize,
     counters: Arc<OutputCounters>,
+    /// Carries only another output's 2022-1 FEC: takes no media.
+    parity: bool,
+    /// This output's 2022-1 FEC encoder and the outputs its column and
+    /// row packets go to ([`Core::enable_fec_output`]).
+    fec: Option<Box<OutputFec>>,
+}
+
+#[derive(Debug)]
+struct OutputFec {
+    encoder: fec::FecEncoder,
+    column: OutputId,
+    row: OutputId,
 }
 
 #[derive(Debug)]
@@ -189,6 +201,8 @@ impl Core {
                 queue: SendQueue::default(),
                 gso_max: if o.gso { MAX_PAYLOAD } else { 0 },
                 counters: o.counters,
+                parity: false,
+                fec: None,
             })
             .take(usize::from(u16::MAX))
             .collect();
@@ -264,6 +278,36 @@ impl Core {
         true
     }
 
+    /// Send 2022-1 FEC of output `media` of `flow`: its column packets on
+    /// output `column`, its row packets on output `row` (both then carry
+    /// nothing else). `false` (nothing changed) for unknown or equal
+    /// outputs or an invalid layout.
+    pub fn enable_fec_output(
+        &mut self,
+        flow: FlowId,
+        media: OutputId,
+        column: OutputId,
+        row: OutputId,
+        layout: fec::FecLayout,
+    ) -> bool {
+        let Some(f) = self.flows.get_mut(flow.index()).and_then(Option::as_mut) else {
+            return false;
+        };
+        let n = f.outputs.len();
+        let (m, c, r) = (media.index(), column.index(), row.index());
+        if !layout.is_valid() || m >= n || c >= n || r >= n || m == c || m == r || c == r {
+            return false;
+        }
+        f.outputs[c].parity = true;
+        f.outputs[r].parity = true;
+        f.outputs[m].fec = Some(Box::new(OutputFec {
+            encoder: fec::FecEncoder::new(layout),
+            column,
+            row,
+        }));
+        true
+    }
+
     /// A flow leg's FEC decoder counters (tests, benches).
     pub fn fec_stats(&self, flow: FlowId, leg: LegId) -> Option<fec::FecStats> {
         let d = self.flow(flow)?.fec.get(leg.index())?.as_ref()?;
@@ -319,7 +363,12 @@ impl Core {
         let Some(f) = self.flow_mut(flow) else {
             return false;
         };
-        if !f.paused || !f.outputs.iter().any(|o| o.in_flight <= o.depth / 2) {
+        if !f.paused
+            || !f
+                .outputs
+                .iter()
+                .any(|o| !o.parity && o.in_flight <= o.depth / 2)
+        {
             return false;
         }
         f.paused = false;
@@ -393,7 +442,10 @@ fn release(
 /// Outputs with room for one more datagram.
 #[inline(always)]
 fn with_room(outputs: &[Output]) -> u32 {
-    let n = outputs.iter().filter(|o| o.in_flight < o.depth).count();
+    let n = outputs
+        .iter()
+        .filter(|o| !o.parity && o.in_flight < o.depth)
+        .count();
     u32::try_from(n).unwrap_or(u32::MAX)
 }
 
@@ -489,6 +541,8 @@ impl Parts<'_> {
         uses: u32,
     ) {
         let len = buf.len();
+        // Outputs (of the first 64) with an encoder that took the packet.
+        let mut encode = 0u64;
         let slot = match SharedBuffer::new(buf, uses)
             .and_then(|s| self.in_flight.insert(s).map_err(SharedBuffer::into_buffer))
         {
@@ -508,6 +562,9 @@ impl Parts<'_> {
             }
         };
         for (i, o) in outputs.iter_mut().enumerate() {
+            if o.parity {
+                continue;
+            }
             if o.in_flight >= o.depth {
                 o.counters.drop_backlog.inc();
                 continue;
@@ -521,6 +578,9 @@ impl Parts<'_> {
                 if u64::from(o.in_flight) > o.counters.in_flight_high_water.get() {
                     o.counters.in_flight_high_water.set(u64::from(o.in_flight));
                 }
+                if o.fec.is_some() && i < 64 {
+                    encode |= 1 << i;
+                }
             } else {
                 // The queues are flushed before they can fill (after each
                 // completion batch, and every 32 ring frames) and a merge's
@@ -529,6 +589,83 @@ impl Parts<'_> {
                 // restart, the flow removed): counted as backlog.
                 o.counters.drop_backlog.inc();
                 release(self.in_flight, self.pool, self.reserve, held, slot);
+            }
+        }
+        while encode != 0 {
+            let i = encode.trailing_zeros() as usize;
+            encode &= encode - 1;
+            self.encode_fec(flow, outputs, held, slot, i);
+        }
+    }
+
+    /// Feed the datagram in `slot` to output `i`'s FEC encoder and queue
+    /// the FEC packets it completes on their outputs (each in a pool
+    /// buffer of its own; without one, or without room, counted as that
+    /// output's backlog).
+    #[cold]
+    fn encode_fec(
+        &mut self,
+        flow: FlowId,
+        outputs: &mut [Output],
+        held: &mut Held,
+        slot: Slot,
+        i: usize,
+    ) {
+        let Some(buf) = self.in_flight.buffer(slot) else {
+            return;
+        };
+        let Some(fec) = outputs.get_mut(i).and_then(|o| o.fec.as_mut()) else {
+            return;
+        };
+        let done = fec.encoder.push_stored(self.pool.bytes(buf));
+        let (column, row) = (fec.column, fec.row);
+        for direction in done.iter() {
+            let target = match direction {
+                fec::Direction::Column => column.index(),
+                fec::Direction::Row => row.index(),
+            };
+            let Some(data) = outputs[i].fec.as_ref().map(|f| f.encoder.packet(direction)) else {
+                return;
+            };
+            let len = data.len();
+            let mut b = match self.reserve.take(self.pool, held, len) {
+                Taken::Fitting(b) | Taken::Fallback(b) => b,
+                Taken::Exhausted => {
+                    outputs[target].counters.drop_backlog.inc();
+                    continue;
+                }
+            };
+            let _ = self.pool.fill(&mut b, data);
+            let o = &mut outputs[target];
+            let parked = if o.in_flight < o.depth {
+                SharedBuffer::new(b, 1)
+                    .and_then(|s| self.in_flight.insert(s).map_err(SharedBuffer::into_buffer))
+            } else {
+                Err(b)
+            };
+            let s = match parked {
+                Ok(s) => s,
+                Err(b) => {
+                    o.counters.drop_backlog.inc();
+                    let class = b.class();
+                    if self.pool.give(b).is_ok() {
+                        self.reserve.given(held, class);
+                    }
+                    continue;
+                }
+            };
+            if o.queue.is_empty() {
+                self.dirty
+                    .push((flow, OutputId(u16::try_from(target).unwrap_or(u16::MAX))));
+            }
+            if o.queue.push(Queued { slot: s, len }) {
+                o.in_flight += 1;
+                if u64::from(o.in_flight) > o.counters.in_flight_high_water.get() {
+                    o.counters.in_flight_high_water.set(u64::from(o.in_flight));
+                }
+            } else {
+                o.counters.drop_backlog.inc();
+                release(self.in_flight, self.pool, self.reserve, held, s);
             }
         }
     }

@@ -145,8 +145,30 @@ pub struct FecEncoder {
     row: Parity,
     column_seq: u16,
     row_seq: u16,
-    out: Box<[u8]>,
+    column_out: Box<[u8]>,
+    column_len: usize,
+    row_out: Box<[u8]>,
+    row_len: usize,
     stats: EncoderStats,
+}
+
+/// The FEC packets one media packet completed.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Completed {
+    pub column: bool,
+    pub row: bool,
+}
+
+impl Completed {
+    /// The streams completed, columns first.
+    pub fn iter(self) -> impl Iterator<Item = Direction> {
+        [
+            self.column.then_some(Direction::Column),
+            self.row.then_some(Direction::Row),
+        ]
+        .into_iter()
+        .flatten()
+    }
 }
 
 impl FecEncoder {
@@ -173,7 +195,10 @@ impl FecEncoder {
             row: Parity::new(),
             column_seq: 0,
             row_seq: 0,
-            out: vec![0; RTP_HEADER + FEC_HEADER + MAX_RECOVERY].into_boxed_slice(),
+            column_out: vec![0; RTP_HEADER + FEC_HEADER + MAX_RECOVERY].into_boxed_slice(),
+            column_len: 0,
+            row_out: vec![0; RTP_HEADER + FEC_HEADER + MAX_RECOVERY].into_boxed_slice(),
+            row_len: 0,
             stats: EncoderStats::default(),
         }
     }
@@ -193,22 +218,30 @@ impl FecEncoder {
     /// Take the next media packet sent; `emit` gets each FEC packet it
     /// completes (at most a row and a column), with its stream.
     pub fn push(&mut self, packet: &[u8], mut emit: impl FnMut(Direction, &[u8])) {
+        let done = self.push_stored(packet);
+        for d in done.iter() {
+            emit(d, self.packet(d));
+        }
+    }
+
+    /// [`FecEncoder::push`] keeping the FEC packets it completes in the
+    /// encoder ([`FecEncoder::packet`]) until the next push: which ones.
+    pub fn push_stored(&mut self, packet: &[u8]) -> Completed {
+        let mut done = Completed::default();
         let Some(h) = mcrelay_wire::rtp::parse(packet) else {
             self.cut();
             self.stats.unprotected += 1;
-            return;
+            return done;
         };
         if packet.len() > MAX_MEDIA {
             self.cut();
             self.stats.unprotected += 1;
-            return;
+            return done;
         }
         let seq = h.sequence;
         if self.next != Some(seq) {
             // A gap, a restart or the first packet: a new matrix here.
-            if self.index != 0 {
-                self.stats.unprotected += u64::from(self.index);
-            }
+            self.stats.unprotected += u64::from(self.index);
             self.index = 0;
         }
         let l = u16::from(self.layout.columns);
@@ -228,8 +261,8 @@ impl FecEncoder {
         }
         let ts = h.timestamp;
         if col + 1 == usize::from(l) && self.layout.row_stream {
-            let n = self.row.write(
-                &mut self.out,
+            self.row_len = self.row.write(
+                &mut self.row_out,
                 Direction::Row,
                 1,
                 self.layout.columns,
@@ -238,12 +271,12 @@ impl FecEncoder {
             );
             self.row_seq = self.row_seq.wrapping_add(1);
             self.stats.rows_sent += 1;
-            emit(Direction::Row, &self.out[..n]);
+            done.row = true;
         }
         if self.layout.rows > 0 && row + 1 == u16::from(self.layout.rows) {
             let c = &self.columns[col];
-            let n = c.write(
-                &mut self.out,
+            self.column_len = c.write(
+                &mut self.column_out,
                 Direction::Column,
                 self.layout.columns,
                 self.layout.rows,
@@ -252,13 +285,22 @@ impl FecEncoder {
             );
             self.column_seq = self.column_seq.wrapping_add(1);
             self.stats.columns_sent += 1;
-            emit(Direction::Column, &self.out[..n]);
+            done.column = true;
         }
         self.index += 1;
         if self.index == self.block() {
             self.index = 0;
         }
         self.next = Some(seq.wrapping_add(1));
+        done
+    }
+
+    /// The last FEC packet completed in `direction`.
+    pub fn packet(&self, direction: Direction) -> &[u8] {
+        match direction {
+            Direction::Column => &self.column_out[..self.column_len],
+            Direction::Row => &self.row_out[..self.row_len],
+        }
     }
 
     /// End the current matrix unprotected.

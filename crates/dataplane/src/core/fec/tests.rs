@@ -340,8 +340,8 @@ proptest! {
         let mut dec = FecDecoder::new();
         let out = run(layout, first, count, &|i| lens[i % lens.len()], &lost, &lost_fec, &mut dec);
         // The same count as peeling each matrix with the FEC packets that
-        // arrived (emission order: rows after their last packet, columns
-        // after theirs; recomputed here from the encoder's rule).
+        // arrived (emission order: a column after its last packet, then a
+        // row after its last; recomputed here from the encoder's rule).
         let mut want = 0;
         let mut fec_index = 0;
         for m in 0..matrices {
@@ -351,12 +351,12 @@ proptest! {
             let mut cols_ok = vec![false; l];
             for k in 0..block {
                 let (r, c) = (k / l, k % l);
-                if c + 1 == l && layout.row_stream {
-                    rows_ok[r] = !lost_fec.contains(&fec_index);
-                    fec_index += 1;
-                }
                 if rows > 0 && r + 1 == d {
                     cols_ok[c] = !lost_fec.contains(&fec_index);
+                    fec_index += 1;
+                }
+                if c + 1 == l && layout.row_stream {
+                    rows_ok[r] = !lost_fec.contains(&fec_index);
                     fec_index += 1;
                 }
             }
