@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# SMPTE 2022-1 FEC against tools nobody here wrote: ffmpeg's prompeg FEC
+# SMPTE 2022-1 FEC against tools nobody here wrote, both ways: ffmpeg's prompeg FEC
 # into mcrelayd (fec = "2022-1") with 2 % random loss (iptables statistic
 # in the relay's namespace), mcrelayd repairing at least as many packets
 # as GStreamer's rtpst2022-1-fecdec on the same input and byte-identical
-# to it (crates/mcrelayd/tests/fec.rs; it skips without these tools, so
+# to it; and mcrelayd's output FEC repaired by GStreamer behind 2 % loss
+# (crates/mcrelayd/tests/fec.rs; it skips without these tools, so
 # the workspace run before this step may have skipped it).
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive

@@ -142,6 +142,19 @@ pub struct Output {
     /// Maximum sends in flight on this output before packets are dropped
     /// and counted as output backlog.
     pub queue_depth: u32,
+    /// SMPTE 2022-1 FEC sent beside the stream (`fec`).
+    pub fec: Option<OutputFec>,
+}
+
+/// An output's `fec = { columns = L, rows = D }`: 2022-1 column FEC to
+/// port + 2 (when `rows` > 0) and row FEC to port + 4 (when `columns` >
+/// 1), as ffmpeg sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct OutputFec {
+    /// `L`: 1-20 (2 or more for row FEC).
+    pub columns: u8,
+    /// `D`: 0 (row FEC only), or 4-20; `L` × `D` at most 100.
+    pub rows: u8,
 }
 
 /// What a flow carries, for stream health (`payload`, `silence_ms`,
@@ -332,6 +345,25 @@ impl Flow {
                         port: input.port.saturating_add(offset),
                         fec: None,
                         ..input.clone()
+                    });
+                }
+            }
+        }
+        all
+    }
+
+    /// Every socket the flow sends on: its outputs in order, then for
+    /// each output with `fec` (in output order) its column and row FEC
+    /// destinations (port + 2 and + 4, same address and settings).
+    pub fn send_outputs(&self) -> Vec<Output> {
+        let mut all = self.outputs.clone();
+        for o in &self.outputs {
+            if o.fec.is_some() {
+                for offset in [2, 4] {
+                    all.push(Output {
+                        port: o.port.saturating_add(offset),
+                        fec: None,
+                        ..o.clone()
                     });
                 }
             }
@@ -681,6 +713,7 @@ mod tests {
                 ttl: 1,
                 source_address: None,
                 queue_depth: DEFAULT_OUTPUT_QUEUE_DEPTH,
+                fec: None,
             }],
             core: None,
             spread: 1,

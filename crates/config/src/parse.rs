@@ -66,7 +66,9 @@ const OUTPUT_KEYS: &[&str] = &[
     "ttl",
     "source_address",
     "queue_depth",
+    "fec",
 ];
+const OUTPUT_FEC_KEYS: &[&str] = &["columns", "rows"];
 
 /// Longest `sun_path` a Unix socket address can hold, minus the NUL.
 const MAX_SOCKET_PATH: usize = 107;
@@ -643,6 +645,17 @@ impl<'t> Walker<'t> {
 
         let spread = self.spread(t, p, outputs.len(), t.contains_key("core"));
         ok &= spread.is_some();
+        if spread.is_some_and(|n| n > 1) && outputs.iter().any(|o| o.fec.is_some()) {
+            if let Some(v) = t.get("spread") {
+                self.err(
+                    &v.span(),
+                    format!(
+                        "{p}spread with an output's fec is not supported yet; remove spread or fec"
+                    ),
+                );
+            }
+            ok = false;
+        }
         let health = self.health(t, p);
         ok &= health.is_some();
         let redundancy = self.redundancy(
@@ -926,6 +939,13 @@ impl<'t> Walker<'t> {
                 None => ok = false,
             }
         }
+        let mut fec = None;
+        if let Some(v) = t.get("fec") {
+            match self.output_fec(v, p, i, port) {
+                Some(f) => fec = Some(f),
+                None => ok = false,
+            }
+        }
         let (Some(interface), Some(address), Some(port), true) = (interface, address, port, ok)
         else {
             return None;
@@ -942,7 +962,56 @@ impl<'t> Walker<'t> {
             ttl,
             source_address,
             queue_depth,
+            fec,
         })
+    }
+
+    /// An output's `fec = { columns = L, rows = D }`, within 2022-1's
+    /// limits.
+    fn output_fec(
+        &mut self,
+        v: &Value<'_>,
+        p: &str,
+        i: usize,
+        port: Option<u16>,
+    ) -> Option<OutputFec> {
+        let path = Dotted(Indexed("outputs", i), "fec");
+        let t = self.table(v, p, path)?;
+        self.check_keys(t, OUTPUT_FEC_KEYS, p, Inside(path));
+        let columns = match t.get("columns") {
+            Some(c) => self.ranged(c, p, Dotted(path, "columns"), 1, 20),
+            None => {
+                self.missing(&v.span(), p, Dotted(path, "columns"), "columns", "5");
+                None
+            }
+        };
+        let rows = match t.get("rows") {
+            Some(r) => self.ranged(r, p, Dotted(path, "rows"), 0, 20),
+            None => {
+                self.missing(&v.span(), p, Dotted(path, "rows"), "rows", "5");
+                None
+            }
+        };
+        let (columns, rows) = (u8::try_from(columns?).ok()?, u8::try_from(rows?).ok()?);
+        let fix = if rows != 0 && rows < 4 {
+            Some("rows is 0 (row FEC only) or 4-20")
+        } else if u16::from(columns) * u16::from(rows) > 100 {
+            Some("columns × rows is at most 100")
+        } else if rows == 0 && columns < 2 {
+            Some("row FEC only (rows = 0) needs columns 2-20")
+        } else if port.is_some_and(|p| p > u16::MAX - 4) {
+            Some("the FEC goes to port + 2 and + 4: use a port up to 65531")
+        } else {
+            None
+        };
+        if let Some(fix) = fix {
+            self.err(
+                &v.span(),
+                format!("{p}{path} = {{ columns = {columns}, rows = {rows} }} is outside SMPTE 2022-1: {fix}"),
+            );
+            return None;
+        }
+        Some(OutputFec { columns, rows })
     }
 
     fn document(&mut self, root: &DeTable<'_>) -> Option<Config> {
@@ -1227,6 +1296,7 @@ outputs = [{ interface = "eth1", address = "239.2.2.2", port = 6000, ttl = 255, 
                 ttl: 255,
                 source_address: Some("10.0.0.1".parse().unwrap()),
                 queue_depth: 65536,
+                fec: None,
             }]
         );
     }
@@ -1300,7 +1370,7 @@ outputs = [{ interface = "eth1", address = "239.2.2.2", port = 6000, ttl = 255, 
                 "t.toml:1:1: unknown key \"colour\" (expected one of: daemon, pools, flow)",
                 "t.toml:3:1: unknown key \"usr\" in daemon (expected one of: user, control_socket, cores, metrics_listen, log_level, mode)",
                 "t.toml:5:1: unknown key \"tiny\" in pools (expected one of: small, standard, jumbo)",
-                "t.toml:9:70: flow \"x\": unknown key \"tll\" in outputs[0] (expected one of: interface, address, port, ttl, source_address, queue_depth)",
+                "t.toml:9:70: flow \"x\": unknown key \"tll\" in outputs[0] (expected one of: interface, address, port, ttl, source_address, queue_depth, fec)",
                 "t.toml:10:1: flow \"x\": unknown key \"core_\" (expected one of: name, input, inputs, outputs, core, spread, payload, silence_ms, rtp_clock_hz, redundancy, merge_delay_ms, merge_window_ms, failover_after_ms, revert_after_s)",
             ]
         );

@@ -45,6 +45,7 @@ fn flow(receiver: &UdpSocket) -> (FlowSockets, SocketAddr) {
         ttl: 64,
         source_address: None,
         queue_depth: 256,
+        fec: None,
     };
     let sockets = FlowSockets::new(
         "standby".into(),

@@ -114,8 +114,9 @@ impl Policy {
             .enumerate()
             .map(|(i, input)| interface(format!("{}.interface", leg_field(i)), &input.interface))
             .collect::<Result<Vec<u32>, Refusal>>()?;
-        let output_indexes = flow
-            .outputs
+        // The outputs, then the FEC destinations of outputs with `fec`.
+        let send_outputs = flow.send_outputs();
+        let output_indexes = send_outputs
             .iter()
             .enumerate()
             .map(|(i, o)| interface(format!("outputs[{i}].interface"), &o.interface))
@@ -132,9 +133,9 @@ impl Policy {
                 source,
             })?);
         }
-        let mut outputs = Vec::with_capacity(flow.outputs.len());
+        let mut outputs = Vec::with_capacity(send_outputs.len());
         let mut unconnected = Vec::new();
-        for (index, (output, ifindex)) in flow.outputs.iter().zip(output_indexes).enumerate() {
+        for (index, (output, ifindex)) in send_outputs.iter().zip(output_indexes).enumerate() {
             let (socket, pending) =
                 open_egress_or_pending(output, ifindex).map_err(|source| Refusal::Egress {
                     flow: flow.name.clone(),

@@ -245,6 +245,7 @@ mod tests {
             ttl: 64,
             source_address: None,
             queue_depth: 16,
+            fec: None,
         };
         let egress = open_egress(&out, interface_index("lo").expect("lo")).expect("egress");
         egress.send(b"out").expect("send");

@@ -11,9 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mcrelay_config::{Flow, IngressKind, Output};
-use mcrelay_dataplane::core::fec::Direction;
+use mcrelay_dataplane::core::fec::{Direction, FecLayout};
 use mcrelay_dataplane::core::{LegId, Redundancy};
-use mcrelay_dataplane::{FecSocket, FlowSockets, IngressSocket, OutputSocket};
+use mcrelay_dataplane::{FecOutput, FecSocket, FlowSockets, IngressSocket, OutputSocket};
 use mcrelay_helper::packet::{flow_match, open_packet_ingress};
 use mcrelay_helper::sockets::open_egress_or_pending;
 use mcrelay_helper::{
@@ -181,18 +181,26 @@ impl Opener {
             }
         };
         let inputs = flow.receive_inputs();
-        if opened.outputs.len() != flow.outputs.len() || opened.legs.len() != inputs.len() {
+        let send_outputs = flow.send_outputs();
+        if opened.outputs.len() != send_outputs.len() || opened.legs.len() != inputs.len() {
             return Err(OpenError::Count {
                 flow: flow.name.clone(),
                 opened: (opened.legs.len(), opened.outputs.len()),
-                configured: (inputs.len(), flow.outputs.len()),
+                configured: (inputs.len(), send_outputs.len()),
             });
         }
         let OpenedFlow {
             mut legs,
-            outputs,
+            mut outputs,
             unconnected,
         } = opened;
+        // After the outputs, each FEC output's column then row socket
+        // (one left unconnected now stays so: its sends fail, counted).
+        let parity_sockets = outputs.split_off(flow.outputs.len());
+        let unconnected: Vec<(usize, i32)> = unconnected
+            .into_iter()
+            .filter(|&(i, _)| i < flow.outputs.len())
+            .collect();
         // After the legs, each FEC leg's column then row socket.
         let fec_sockets = legs.split_off(flow.inputs.len());
         let fec_legs = flow
@@ -260,10 +268,40 @@ impl Opener {
         Ok((
             FlowSockets::with_legs(flow.name.clone(), legs, redundancy(flow), outputs)
                 .with_health(crate::health::settings(flow))
-                .with_fec(fec),
+                .with_fec(fec)
+                .with_fec_outputs(fec_outputs(flow, parity_sockets)),
             pending,
         ))
     }
+}
+
+/// The FEC of `flow`'s outputs with `fec`, on `sockets` (each one's
+/// column then row socket, in output order).
+fn fec_outputs(flow: &Flow, sockets: Vec<std::net::UdpSocket>) -> Vec<FecOutput> {
+    let mut sockets = sockets.into_iter();
+    let mut all = Vec::new();
+    for (index, o) in flow.outputs.iter().enumerate() {
+        let Some(fec) = o.fec else { continue };
+        let (Some(column), Some(row)) = (sockets.next(), sockets.next()) else {
+            break;
+        };
+        let label = |offset: u16| {
+            let mut p = o.clone();
+            p.port = p.port.saturating_add(offset);
+            output_label(&p)
+        };
+        all.push(FecOutput {
+            output: index,
+            layout: FecLayout {
+                columns: fec.columns,
+                rows: fec.rows,
+                row_stream: fec.columns >= 2,
+            },
+            column: OutputSocket::new(label(2), column, o.queue_depth),
+            row: OutputSocket::new(label(4), row, o.queue_depth),
+        });
+    }
+    all
 }
 
 /// The data plane's rule for `flow`'s legs (times in nanoseconds).
@@ -458,9 +496,10 @@ fn open_here(flow: &Flow) -> Result<OpenedFlow, OpenError> {
             })?,
         );
     }
-    let mut outputs = Vec::with_capacity(flow.outputs.len());
+    let send_outputs = flow.send_outputs();
+    let mut outputs = Vec::with_capacity(send_outputs.len());
     let mut unconnected = Vec::new();
-    for (i, o) in flow.outputs.iter().enumerate() {
+    for (i, o) in send_outputs.iter().enumerate() {
         let (socket, pending) =
             open_egress_or_pending(o, index_of(&o.interface)?).map_err(|source| {
                 OpenError::Output {

@@ -1,5 +1,7 @@
 //! SMPTE 2022-1 FEC against tools nobody here wrote, in network
-//! namespaces (A sends, R relays, B receives):
+//! namespaces (A sends, R relays, B receives), both directions: FEC
+//! decoded on an input (below), and FEC sent on an output and decoded by
+//! GStreamer (`mcrelay_fec_output_repaired_by_gstreamer`).
 //!
 //! ffmpeg in A sends `-f rtp_mpegts -fec prompeg=l=5:d=5` (media on port
 //! 5000, column FEC on 5002, row FEC on 5004) to a group; in R, iptables
@@ -353,4 +355,207 @@ fn ffmpeg_prompeg_repaired_by_mcrelay_at_least_as_well_as_gstreamer() {
         out.keys().all(|s| all.contains(s) || wire.contains_key(s)),
         "{summary}"
     );
+}
+
+/// mcrelayd's FEC on an output repaired by GStreamer: ffmpeg in A sends
+/// a plain RTP stream; mcrelayd relays it to B with `fec = { columns = 5,
+/// rows = 5 }` (column FEC to port + 2, row FEC to port + 4); in B,
+/// iptables drops 2 % of what arrives on all three ports, and GStreamer's
+/// `rtpst2022-1-fecdec` repairs from what survives. Every packet it
+/// repairs is the one sent (but for the SSRC, which it takes from the FEC
+/// packets), and it repairs what mcrelay's own decoder repairs from the
+/// same survivors.
+#[test]
+fn mcrelay_fec_output_repaired_by_gstreamer() {
+    use mcrelay_dataplane::core::fec::FecDecoder;
+    if !have("ffmpeg", "-version") || !have("gst-launch-1.0", "--version") {
+        eprintln!("SKIPPED: needs ffmpeg and GStreamer (CI installs them: .ci/steps/28-fec.sh)");
+        return;
+    }
+    let Some(t) = Topology::new() else { return };
+    let group = Ipv4Addr::new(239, 7, 10, 1);
+    let out_group = Ipv4Addr::new(239, 7, 10, 2);
+    let socket = t.dir.join("control.sock");
+    let config = format!(
+        "[daemon]\nuser = \"nobody\"\ncontrol_socket = \"{}\"\n\
+         [[flow]]\nname = \"fecout\"\n\
+         input = {{ interface = \"vRA\", address = \"{group}\", port = {PORT} }}\n\
+         outputs = [{{ interface = \"vRB\", address = \"{out_group}\", port = {OUT_PORT}, fec = {{ columns = 5, rows = 5 }} }}]\n",
+        socket.display()
+    );
+    let relay = t.relay(&config, &[]);
+    sh(&[
+        "ip",
+        "netns",
+        "exec",
+        &t.b,
+        "iptables",
+        "-t",
+        "raw",
+        "-A",
+        "PREROUTING",
+        "-i",
+        "vB",
+        "-p",
+        "udp",
+        "-m",
+        "statistic",
+        "--mode",
+        "random",
+        "--probability",
+        LOSS,
+        "-j",
+        "DROP",
+    ]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let vra = Ipv4Addr::new(10, 10, 1, 2);
+    let vb = Ipv4Addr::new(10, 10, 2, 2);
+    let sent = receiver(t.r.clone(), Some((group, vra)), PORT, Arc::clone(&stop));
+    let wire = receiver(
+        t.b.clone(),
+        Some((out_group, vb)),
+        OUT_PORT,
+        Arc::clone(&stop),
+    );
+    let columns = receiver(
+        t.b.clone(),
+        Some((out_group, vb)),
+        OUT_PORT + 2,
+        Arc::clone(&stop),
+    );
+    let rows = receiver(
+        t.b.clone(),
+        Some((out_group, vb)),
+        OUT_PORT + 4,
+        Arc::clone(&stop),
+    );
+    let gst_out = receiver(t.b.clone(), None, GST_PORT, Arc::clone(&stop));
+    let media = "application/x-rtp,media=(string)video,clock-rate=(int)90000,encoding-name=(string)MP2T,payload=(int)33";
+    let fec_caps = "application/x-rtp,clock-rate=(int)90000,payload=(int)96";
+    let src = |port: u16, caps: &str| {
+        format!("udpsrc address={out_group} port={port} multicast-iface=vB caps=\"{caps}\"")
+    };
+    let pipeline = format!(
+        "{} ! dec.sink {} ! dec.fec_0 {} ! dec.fec_1 rtpst2022-1-fecdec name=dec ! udpsink host=127.0.0.1 port={GST_PORT} sync=false async=false",
+        src(OUT_PORT, media),
+        src(OUT_PORT + 2, fec_caps),
+        src(OUT_PORT + 4, fec_caps),
+    );
+    let mut gst = Command::new("ip")
+        .args(["netns", "exec", &t.b, "sh", "-c"])
+        .arg(format!("exec gst-launch-1.0 -q {pipeline}"))
+        .stdout(Stdio::null())
+        .stderr(fs::File::create(t.dir.join("gst.log")).expect("gst log"))
+        .spawn()
+        .expect("gst-launch");
+    // The receivers in B (3 sockets) and GStreamer (3).
+    let deadline = Instant::now() + DEADLINE;
+    while igmp_users(&t.b, "vB", out_group) < 6 {
+        assert!(
+            Instant::now() < deadline,
+            "GStreamer never joined: {}",
+            fs::read_to_string(t.dir.join("gst.log")).unwrap_or_default()
+        );
+        assert!(gst.try_wait().expect("gst").is_none(), "GStreamer exited");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let status = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &t.a,
+            "ffmpeg",
+            "-hide_banner",
+            "-loglevel",
+            "error",
+        ])
+        .args(["-re", "-f", "lavfi", "-i", "testsrc=size=320x240:rate=25"])
+        .args(["-t", SECONDS, "-c:v", "mpeg2video", "-b:v", "2M"])
+        .args(["-f", "rtp_mpegts"])
+        .arg(format!(
+            "rtp://{group}:{PORT}?localaddr=10.10.1.1&ttl=1&pkt_size=1328"
+        ))
+        .stdin(Stdio::null())
+        .status()
+        .expect("ffmpeg");
+    assert!(status.success(), "ffmpeg failed");
+    let counts = [&sent, &wire, &columns, &rows, &gst_out].map(|r| Arc::clone(&r.count));
+    let mut last = (0, Instant::now());
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let n: u64 = counts.iter().map(|c| c.load(Ordering::Relaxed)).sum();
+        if n != last.0 {
+            last = (n, Instant::now());
+        } else if last.1.elapsed() > Duration::from_secs(1) || Instant::now() > deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let [sent, wire, columns, rows, gst_out] =
+        [sent, wire, columns, rows, gst_out].map(|r| r.thread.join().expect("receiver"));
+    let _ = gst.kill();
+    let _ = gst.wait();
+    drop(relay);
+
+    let (lo, hi) = (
+        *wire.keys().next().expect("wire"),
+        *wire.keys().last().expect("wire"),
+    );
+    // What mcrelay's decoder repairs from the same survivors, in the
+    // order they were sent: each FEC packet after the last packet it
+    // protects.
+    let mut dec = FecDecoder::new();
+    let mut ours = BTreeSet::new();
+    let mut order: Vec<(u16, u8, &Vec<u8>)> = wire
+        .values()
+        .map(|p| (u16::from_be_bytes([p[2], p[3]]).wrapping_sub(lo), 0, p))
+        .collect();
+    for p in columns.values().chain(rows.values()) {
+        let base = u16::from_be_bytes([p[12], p[13]]);
+        let last = base.wrapping_add(u16::from(p[25]) * u16::from(p[26].saturating_sub(1)));
+        order.push((last.wrapping_sub(lo), 1, p));
+    }
+    order.sort_by_key(|&(at, kind, _)| (at, kind));
+    for (_, kind, p) in order {
+        if kind == 0 {
+            dec.media(p);
+        } else {
+            dec.repair(p, |r| {
+                ours.insert(u16::from_be_bytes([r[2], r[3]]));
+            });
+        }
+    }
+    let lost: BTreeSet<u16> = span(lo, hi).filter(|s| !wire.contains_key(s)).collect();
+    let gst_repaired: BTreeSet<u16> = lost
+        .iter()
+        .copied()
+        .filter(|s| gst_out.contains_key(s))
+        .collect();
+    let summary = format!(
+        "{} numbers, {} lost on the way to B, {} column and {} row FEC packets arrived; \
+         GStreamer repaired {}, mcrelay's decoder {}",
+        hi.wrapping_sub(lo) + 1,
+        lost.len(),
+        columns.len(),
+        rows.len(),
+        gst_repaired.len(),
+        ours.len()
+    );
+    eprintln!("{summary}");
+    assert!(
+        lost.len() >= 10,
+        "the loss rule dropped too little: {summary}"
+    );
+    assert!(!columns.is_empty() && !rows.is_empty(), "{summary}");
+    assert!(!gst_repaired.is_empty(), "{summary}");
+    for seq in &gst_repaired {
+        let (g, s) = (&gst_out[seq], sent.get(seq).expect("sent"));
+        assert!(
+            g.len() == s.len() && g[..8] == s[..8] && g[12..] == s[12..],
+            "{seq}: GStreamer's repair is not the packet sent; {summary}"
+        );
+    }
+    // GStreamer repairs what 2022-1 can: what mcrelay's own decoder does.
+    assert_eq!(gst_repaired, ours, "{summary}");
 }

@@ -20,6 +20,11 @@ impl Worker {
         for leg in flow.fec_legs() {
             self.core.enable_fec(id, leg);
         }
+        for &(media, column, row, layout) in &flow.fec_outputs {
+            if !self.core.enable_fec_output(id, media, column, row, layout) {
+                tracing::warn!(flow = %flow.name, output = media.0, "FEC matrix refused: the output sends no FEC");
+            }
+        }
         if self.flows.len() <= id.index() {
             self.flows.resize_with(id.index() + 1, || None);
         }

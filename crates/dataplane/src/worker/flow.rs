@@ -7,7 +7,8 @@ use std::os::fd::AsRawFd;
 use std::sync::Arc;
 
 use super::FlowSockets;
-use crate::core::{LegId, OutputSpec, Redundancy};
+use crate::core::fec::FecLayout;
+use crate::core::{LegId, OutputId, OutputSpec, Redundancy};
 use crate::ingress::IngressSocket;
 use crate::packet_ring::{Layout, PacketRing, Wake};
 
@@ -53,6 +54,10 @@ pub(super) struct Flow {
     pub(super) media_legs: u8,
     /// Kept open for as long as the io_uring may name their fds.
     _outputs: Box<[UdpSocket]>,
+    /// Outputs with 2022-1 FEC: the output, its column and row outputs
+    /// (after the configured ones) and the matrix, for
+    /// `Core::enable_fec_output` once the flow has its number.
+    pub(super) fec_outputs: Vec<(OutputId, OutputId, OutputId, FecLayout)>,
 }
 
 impl Flow {
@@ -71,6 +76,19 @@ impl Flow {
         Arc<crate::counters::FlowCounters>,
         Redundancy,
     ) {
+        let mut f = f;
+        let configured = f.outputs.len();
+        let mut fec_outputs = Vec::new();
+        for fo in std::mem::take(&mut f.fec_outputs) {
+            if fo.output >= configured {
+                continue;
+            }
+            let column = f.outputs.len();
+            f.outputs.push(fo.column);
+            f.outputs.push(fo.row);
+            let id = |i: usize| OutputId(u16::try_from(i).unwrap_or(u16::MAX));
+            fec_outputs.push((id(fo.output), id(column), id(column + 1), fo.layout));
+        }
         let specs = f
             .outputs
             .iter()
@@ -100,6 +118,7 @@ impl Flow {
             legs: legs.into_boxed_slice(),
             media_legs,
             _outputs: f.outputs.into_iter().map(|o| o.socket).collect(),
+            fec_outputs,
         };
         (flow, specs, f.counters, f.redundancy)
     }

@@ -95,6 +95,21 @@ pub struct FlowSockets {
     /// SMPTE 2022-1 FEC sockets of legs with `fec` (see
     /// [`FlowSockets::with_fec`]).
     pub fec: Vec<FecSocket>,
+    /// SMPTE 2022-1 FEC of outputs with `fec` (see
+    /// [`FlowSockets::with_fec_outputs`]).
+    pub fec_outputs: Vec<FecOutput>,
+}
+
+/// An output's 2022-1 FEC: the matrix and the sockets its column (port +
+/// 2) and row (port + 4) packets leave on. The worker adds them after
+/// the flow's outputs, as outputs that carry only FEC.
+#[derive(Debug)]
+pub struct FecOutput {
+    /// The output (index in `outputs`) whose datagrams are protected.
+    pub output: usize,
+    pub layout: crate::core::fec::FecLayout,
+    pub column: OutputSocket,
+    pub row: OutputSocket,
 }
 
 /// A socket receiving one of a leg's 2022-1 FEC streams (the leg's port
@@ -118,6 +133,7 @@ impl FlowSockets {
             health: crate::health::HealthSettings::default(),
             redundancy: Redundancy::Single,
             fec: Vec::new(),
+            fec_outputs: Vec::new(),
         }
     }
 
@@ -137,6 +153,7 @@ impl FlowSockets {
             health: crate::health::HealthSettings::default(),
             redundancy,
             fec: Vec::new(),
+            fec_outputs: Vec::new(),
         }
     }
 
@@ -145,6 +162,15 @@ impl FlowSockets {
     /// worker).
     pub fn with_fec(self, fec: Vec<FecSocket>) -> Self {
         Self { fec, ..self }
+    }
+
+    /// With 2022-1 FEC sent for the outputs these name (an output naming
+    /// none is ignored by the worker).
+    pub fn with_fec_outputs(self, fec_outputs: Vec<FecOutput>) -> Self {
+        Self {
+            fec_outputs,
+            ..self
+        }
     }
 
     /// With stream-health settings other than the default (`udp`).
