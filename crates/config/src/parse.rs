@@ -1203,6 +1203,77 @@ mod tests {
     const OUT: &str = r#"[{ interface = "eth1", address = "239.2.2.2", port = 6000 }]"#;
 
     #[test]
+    fn fec_on_inputs_and_outputs() {
+        let input = r#"{ interface = "eth0", address = "239.1.1.1", port = 5000, fec = "2022-1" }"#;
+        let output = r#"[{ interface = "eth1", address = "239.2.2.2", port = 6000, fec = { columns = 5, rows = 5 } }]"#;
+        let c = parse(&flow(input, output), "t.toml").unwrap();
+        let f = c.flows.by_name("x").unwrap();
+        assert_eq!(f.primary().fec, Some(InputFec::Smpte2022_1));
+        assert_eq!(
+            f.outputs[0].fec,
+            Some(OutputFec {
+                columns: 5,
+                rows: 5
+            })
+        );
+        let ports: Vec<u16> = f.receive_inputs().iter().map(|i| i.port).collect();
+        assert_eq!(ports, [5000, 5002, 5004]);
+        let ports: Vec<u16> = f.send_outputs().iter().map(|o| o.port).collect();
+        assert_eq!(ports, [6000, 6002, 6004]);
+        let plain = parse(&flow(IN, OUT), "t.toml").unwrap();
+        assert_eq!(plain.flows.by_name("x").unwrap().receive_inputs().len(), 1);
+        assert_eq!(plain.flows.by_name("x").unwrap().send_outputs().len(), 1);
+    }
+
+    #[test]
+    fn fec_outside_2022_1_is_an_error_naming_the_fix() {
+        let out = |fec: &str| {
+            format!(
+                r#"[{{ interface = "eth1", address = "239.2.2.2", port = 6000, fec = {fec} }}]"#
+            )
+        };
+        for (fec, fix) in [
+            (
+                "{ columns = 5, rows = 2 }",
+                "rows is 0 (row FEC only) or 4-20",
+            ),
+            (
+                "{ columns = 20, rows = 20 }",
+                "columns × rows is at most 100",
+            ),
+            ("{ columns = 1, rows = 0 }", "needs columns 2-20"),
+        ] {
+            let e = error(&flow(IN, &out(fec)));
+            assert!(e.contains("outside SMPTE 2022-1") && e.contains(fix), "{e}");
+        }
+        assert!(error(&flow(IN, &out("{ columns = 21, rows = 4 }"))).contains("use 1-20"));
+        assert!(error(&flow(IN, &out("{ columns = 5 }"))).contains("rows"));
+        assert!(
+            error(&flow(IN, &out("{ columns = 5, rows = 5, x = 1 }")))
+                .contains("unknown key \"x\"")
+        );
+        let e = error(&flow(
+            r#"{ interface = "eth0", address = "239.1.1.1", port = 5000, fec = "2022-2" }"#,
+            OUT,
+        ));
+        assert!(e.contains("use \"2022-1\""), "{e}");
+        let e = error(&flow(
+            r#"{ interface = "eth0", address = "239.1.1.1", port = 5000, fec = "2022-1", ingress = "packet" }"#,
+            OUT,
+        ));
+        assert!(e.contains("needs ingress = \"socket\""), "{e}");
+        let e = error(&flow(
+            r#"{ interface = "eth0", address = "239.1.1.1", port = 65533, fec = "2022-1" }"#,
+            OUT,
+        ));
+        assert!(e.contains("65531"), "{e}");
+        let two = r#"[{ interface = "eth1", address = "239.2.2.2", port = 6000, fec = { columns = 5, rows = 5 } },
+                      { interface = "eth1", address = "239.2.2.3", port = 6000 }]
+spread = 2"#;
+        assert!(error(&flow(IN, two)).contains("spread with an output's fec"));
+    }
+
+    #[test]
     fn minimal_flow_gets_every_default() {
         let c = parse(&flow(IN, OUT), "t.toml").unwrap();
         assert_eq!(c.daemon, DaemonConfig::default());
