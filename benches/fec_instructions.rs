@@ -21,8 +21,9 @@ use mcrelay_dataplane::core::fec::{FecEncoder, FecLayout};
 use mcrelay_dataplane::core::{Core, FlowId, LegId, OutputSpec, Redundancy, SendToken};
 use mcrelay_pool::{PoolConfig, PoolSet};
 
-const N: usize = 1000;
+const N: u16 = 1000;
 const LEN: usize = 1328;
+const LEN_I32: i32 = 1328;
 
 fn packet(seq: u16) -> Vec<u8> {
     let mut p = vec![0x47u8; LEN];
@@ -44,7 +45,7 @@ type State = (Core, FlowId, Vec<Item>, Vec<SendToken>);
 
 /// The stream from `first`: `n` datagrams, and with `fec` the 5 × 5 FEC
 /// an ffmpeg sender adds.
-fn stream(first: u16, n: usize, fec: bool) -> Vec<Item> {
+fn stream(first: u16, n: u16, fec: bool) -> Vec<Item> {
     let mut enc = FecEncoder::new(FecLayout {
         columns: 5,
         rows: 5,
@@ -52,7 +53,7 @@ fn stream(first: u16, n: usize, fec: bool) -> Vec<Item> {
     });
     let mut items = Vec::new();
     for i in 0..n {
-        let p = packet(first.wrapping_add(i as u16));
+        let p = packet(first.wrapping_add(i));
         let mut f = Vec::new();
         if fec {
             enc.push(&p, |_, d| f.push(d.to_vec()));
@@ -78,7 +79,7 @@ fn relay(core: &mut Core, flow: FlowId, items: &[Item], sent: &mut Vec<SendToken
             true
         });
         for token in sent.drain(..) {
-            core.complete(token, LEN as i32, &mut |_, _| true);
+            core.complete(token, LEN_I32, &mut |_, _| true);
         }
     }
 }
@@ -128,7 +129,7 @@ fn setup_encoder() -> (FecEncoder, Vec<Vec<u8>>) {
     for seq in 0..200u16 {
         enc.push(&packet(seq), |_, _| {});
     }
-    (enc, (200..200 + N as u16).map(packet).collect())
+    (enc, (200..200 + N).map(packet).collect())
 }
 
 #[library_benchmark]

@@ -653,7 +653,13 @@ fn fec_repairs_go_to_the_outputs_byte_exact() {
         let mut p = vec![0x80, 33];
         p.extend_from_slice(&seq.to_be_bytes());
         p.extend_from_slice(&[0, 0, 0, 9, 1, 2, 3, 4]);
-        p.extend((0..(100 + seq as usize)).map(|i| (i as u8) ^ (seq as u8)));
+        let [_, low] = seq.to_be_bytes();
+        p.extend(
+            (0..=255u8)
+                .cycle()
+                .take(100 + usize::from(seq))
+                .map(|i| i ^ low),
+        );
         p
     };
     // Column 2 loses 7 and 12; rows 1 and 2 repair them.
@@ -710,7 +716,8 @@ fn fec_output_sends_parity_that_repairs() {
         let mut p = vec![0x80, 33];
         p.extend_from_slice(&seq.to_be_bytes());
         p.extend_from_slice(&[0, 0, 1, 0, 9, 9, 9, 9]);
-        p.extend((0..200).map(|i| (i as u8).wrapping_mul(seq as u8)));
+        let [_, low] = seq.to_be_bytes();
+        p.extend((0..200u8).map(|i| i.wrapping_mul(low)));
         p
     };
     for seq in 0..16u16 {

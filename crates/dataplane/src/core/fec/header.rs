@@ -255,8 +255,8 @@ mod tests {
         let h = header(Direction::Column, 5, 4);
         let members: Vec<u16> = (0..4).map(|i| h.member(i)).collect();
         assert_eq!(members, [65530, 65535, 4, 9]);
-        for (i, &m) in members.iter().enumerate() {
-            assert_eq!(h.position(m), Some(i as u8));
+        for (i, &m) in (0u8..).zip(&members) {
+            assert_eq!(h.position(m), Some(i));
         }
         assert_eq!(h.position(65531), None);
         assert_eq!(h.position(14), None);
