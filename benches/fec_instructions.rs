@@ -17,9 +17,9 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use gungraun::{library_benchmark, library_benchmark_group, main};
-use mcrelay_dataplane::core::fec::{FecEncoder, FecLayout};
-use mcrelay_dataplane::core::{Core, FlowId, LegId, OutputSpec, Redundancy, SendToken};
 use mcrelay_pool::{PoolConfig, PoolSet};
+use mcrelay_relay::fec::{FecEncoder, FecLayout};
+use mcrelay_relay::{Core, FlowId, LegId, OutputSpec, Redundancy, SendToken};
 
 const N: u16 = 1000;
 const LEN: usize = 1328;

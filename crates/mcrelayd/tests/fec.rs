@@ -367,7 +367,7 @@ fn ffmpeg_prompeg_repaired_by_mcrelay_at_least_as_well_as_gstreamer() {
 /// same survivors.
 #[test]
 fn mcrelay_fec_output_repaired_by_gstreamer() {
-    use mcrelay_dataplane::core::fec::FecDecoder;
+    use mcrelay_relay::fec::FecDecoder;
     if !have("ffmpeg", "-version") || !have("gst-launch-1.0", "--version") {
         eprintln!("SKIPPED: needs ffmpeg and GStreamer (CI installs them: .ci/steps/28-fec.sh)");
         return;
