@@ -116,6 +116,16 @@ pub struct Input {
     pub ingress: IngressKind,
     /// `SO_RCVBUF` to request for the ingress socket.
     pub receive_buffer_bytes: u32,
+    /// Forward error correction received beside the stream (`fec`).
+    pub fec: Option<InputFec>,
+}
+
+/// An input's `fec`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum InputFec {
+    /// `"2022-1"`: SMPTE 2022-1 column and row FEC on the input's port + 2
+    /// and + 4, same address; `L` and `D` are read from the FEC headers.
+    Smpte2022_1,
 }
 
 /// One of a flow's `outputs`.
@@ -135,6 +145,19 @@ pub struct Output {
     /// Maximum sends in flight on this output before packets are dropped
     /// and counted as output backlog.
     pub queue_depth: u32,
+    /// SMPTE 2022-1 FEC sent beside the stream (`fec`).
+    pub fec: Option<OutputFec>,
+}
+
+/// An output's `fec = { columns = L, rows = D }`: 2022-1 column FEC to
+/// port + 2 (when `rows` > 0) and row FEC to port + 4 (when `columns` >
+/// 1), as ffmpeg sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct OutputFec {
+    /// `L`: 1-20 (2 or more for row FEC).
+    pub columns: u8,
+    /// `D`: 0 (row FEC only), or 4-20; `L` × `D` at most 100.
+    pub rows: u8,
 }
 
 /// What a flow carries, for stream health (`payload`, `silence_ms`,
@@ -305,6 +328,44 @@ impl Flow {
     /// least one. (Used by tests; the daemon walks `inputs`.)
     pub fn primary(&self) -> &Input {
         &self.inputs[0]
+    }
+
+    /// Every socket the flow receives on: its legs in order, then for
+    /// each leg with `fec = "2022-1"` (in leg order) its column and row
+    /// FEC ports (port + 2 and + 4, same address, interface and source).
+    pub fn receive_inputs(&self) -> Vec<Input> {
+        let mut all = self.inputs.clone();
+        for input in &self.inputs {
+            if input.fec == Some(InputFec::Smpte2022_1) {
+                for offset in [2, 4] {
+                    all.push(Input {
+                        port: input.port.saturating_add(offset),
+                        fec: None,
+                        ..input.clone()
+                    });
+                }
+            }
+        }
+        all
+    }
+
+    /// Every socket the flow sends on: its outputs in order, then for
+    /// each output with `fec` (in output order) its column and row FEC
+    /// destinations (port + 2 and + 4, same address and settings).
+    pub fn send_outputs(&self) -> Vec<Output> {
+        let mut all = self.outputs.clone();
+        for o in &self.outputs {
+            if o.fec.is_some() {
+                for offset in [2, 4] {
+                    all.push(Output {
+                        port: o.port.saturating_add(offset),
+                        fec: None,
+                        ..o.clone()
+                    });
+                }
+            }
+        }
+        all
     }
 
     /// The interfaces the flow needs up: every leg's and every output's,
@@ -757,6 +818,7 @@ mod tests {
                 source: None,
                 ingress: IngressKind::Socket,
                 receive_buffer_bytes: DEFAULT_RECEIVE_BUFFER_BYTES,
+                fec: None,
             }],
             redundancy: Redundancy::Single,
             outputs: vec![Output {
@@ -766,6 +828,7 @@ mod tests {
                 ttl: 1,
                 source_address: None,
                 queue_depth: DEFAULT_OUTPUT_QUEUE_DEPTH,
+                fec: None,
             }],
             core: None,
             spread: 1,

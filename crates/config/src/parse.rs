@@ -60,6 +60,7 @@ const INPUT_KEYS: &[&str] = &[
     "source",
     "ingress",
     "receive_buffer_bytes",
+    "fec",
 ];
 const OUTPUT_KEYS: &[&str] = &[
     "interface",
@@ -68,7 +69,9 @@ const OUTPUT_KEYS: &[&str] = &[
     "ttl",
     "source_address",
     "queue_depth",
+    "fec",
 ];
+const OUTPUT_FEC_KEYS: &[&str] = &["columns", "rows"];
 
 /// Longest `sun_path` a Unix socket address can hold, minus the NUL.
 const MAX_SOCKET_PATH: usize = 107;
@@ -822,6 +825,17 @@ impl<'t> Walker<'t> {
 
         let spread = self.spread(t, p, outputs.len(), t.contains_key("core"));
         ok &= spread.is_some();
+        if spread.is_some_and(|n| n > 1) && outputs.iter().any(|o| o.fec.is_some()) {
+            if let Some(v) = t.get("spread") {
+                self.err(
+                    &v.span(),
+                    format!(
+                        "{p}spread with an output's fec is not supported yet; remove spread or fec"
+                    ),
+                );
+            }
+            ok = false;
+        }
         let health = self.health(t, p);
         ok &= health.is_some();
         let redundancy = self.redundancy(
@@ -979,6 +993,34 @@ impl<'t> Walker<'t> {
                 None => ok = false,
             }
         }
+        let mut fec = None;
+        if let Some(v) = t.get("fec") {
+            match self.string(v, p, Dotted(path, "fec")) {
+                Some("2022-1") if ingress == IngressKind::Packet => {
+                    self.err(&v.span(), format!("{p}{path}.fec needs ingress = \"socket\" (the FEC ports are received on sockets); remove ingress or fec"));
+                    ok = false;
+                }
+                Some("2022-1") if port.is_some_and(|p| p > u16::MAX - 4) => {
+                    self.err(
+                        &v.span(),
+                        format!(
+                            "{p}{path}.fec needs the ports + 2 and + 4; use a port up to {}",
+                            u16::MAX - 4
+                        ),
+                    );
+                    ok = false;
+                }
+                Some("2022-1") => fec = Some(InputFec::Smpte2022_1),
+                Some(s) => {
+                    self.err(
+                        &v.span(),
+                        format!("{p}{path}.fec {s:?} is not valid; use \"2022-1\""),
+                    );
+                    ok = false;
+                }
+                None => ok = false,
+            }
+        }
         let (Some(interface), Some(address), Some(port), true) = (interface, address, port, ok)
         else {
             return None;
@@ -990,6 +1032,7 @@ impl<'t> Walker<'t> {
             source,
             ingress,
             receive_buffer_bytes,
+            fec,
         })
     }
 
@@ -1076,6 +1119,13 @@ impl<'t> Walker<'t> {
                 None => ok = false,
             }
         }
+        let mut fec = None;
+        if let Some(v) = t.get("fec") {
+            match self.output_fec(v, p, i, port) {
+                Some(f) => fec = Some(f),
+                None => ok = false,
+            }
+        }
         let (Some(interface), Some(address), Some(port), true) = (interface, address, port, ok)
         else {
             return None;
@@ -1092,7 +1142,56 @@ impl<'t> Walker<'t> {
             ttl,
             source_address,
             queue_depth,
+            fec,
         })
+    }
+
+    /// An output's `fec = { columns = L, rows = D }`, within 2022-1's
+    /// limits.
+    fn output_fec(
+        &mut self,
+        v: &Value<'_>,
+        p: &str,
+        i: usize,
+        port: Option<u16>,
+    ) -> Option<OutputFec> {
+        let path = Dotted(Indexed("outputs", i), "fec");
+        let t = self.table(v, p, path)?;
+        self.check_keys(t, OUTPUT_FEC_KEYS, p, Inside(path));
+        let columns = match t.get("columns") {
+            Some(c) => self.ranged(c, p, Dotted(path, "columns"), 1, 20),
+            None => {
+                self.missing(&v.span(), p, Dotted(path, "columns"), "columns", "5");
+                None
+            }
+        };
+        let rows = match t.get("rows") {
+            Some(r) => self.ranged(r, p, Dotted(path, "rows"), 0, 20),
+            None => {
+                self.missing(&v.span(), p, Dotted(path, "rows"), "rows", "5");
+                None
+            }
+        };
+        let (columns, rows) = (u8::try_from(columns?).ok()?, u8::try_from(rows?).ok()?);
+        let fix = if rows != 0 && rows < 4 {
+            Some("rows is 0 (row FEC only) or 4-20")
+        } else if u16::from(columns) * u16::from(rows) > 100 {
+            Some("columns × rows is at most 100")
+        } else if rows == 0 && columns < 2 {
+            Some("row FEC only (rows = 0) needs columns 2-20")
+        } else if port.is_some_and(|p| p > u16::MAX - 4) {
+            Some("the FEC goes to port + 2 and + 4: use a port up to 65531")
+        } else {
+            None
+        };
+        if let Some(fix) = fix {
+            self.err(
+                &v.span(),
+                format!("{p}{path} = {{ columns = {columns}, rows = {rows} }} is outside SMPTE 2022-1: {fix}"),
+            );
+            return None;
+        }
+        Some(OutputFec { columns, rows })
     }
 
     fn document(&mut self, root: &DeTable<'_>) -> Option<Config> {
@@ -1295,6 +1394,77 @@ mod tests {
     const OUT: &str = r#"[{ interface = "eth1", address = "239.2.2.2", port = 6000 }]"#;
 
     #[test]
+    fn fec_on_inputs_and_outputs() {
+        let input = r#"{ interface = "eth0", address = "239.1.1.1", port = 5000, fec = "2022-1" }"#;
+        let output = r#"[{ interface = "eth1", address = "239.2.2.2", port = 6000, fec = { columns = 5, rows = 5 } }]"#;
+        let c = parse(&flow(input, output), "t.toml").unwrap();
+        let f = c.flows.by_name("x").unwrap();
+        assert_eq!(f.primary().fec, Some(InputFec::Smpte2022_1));
+        assert_eq!(
+            f.outputs[0].fec,
+            Some(OutputFec {
+                columns: 5,
+                rows: 5
+            })
+        );
+        let ports: Vec<u16> = f.receive_inputs().iter().map(|i| i.port).collect();
+        assert_eq!(ports, [5000, 5002, 5004]);
+        let ports: Vec<u16> = f.send_outputs().iter().map(|o| o.port).collect();
+        assert_eq!(ports, [6000, 6002, 6004]);
+        let plain = parse(&flow(IN, OUT), "t.toml").unwrap();
+        assert_eq!(plain.flows.by_name("x").unwrap().receive_inputs().len(), 1);
+        assert_eq!(plain.flows.by_name("x").unwrap().send_outputs().len(), 1);
+    }
+
+    #[test]
+    fn fec_outside_2022_1_is_an_error_naming_the_fix() {
+        let out = |fec: &str| {
+            format!(
+                r#"[{{ interface = "eth1", address = "239.2.2.2", port = 6000, fec = {fec} }}]"#
+            )
+        };
+        for (fec, fix) in [
+            (
+                "{ columns = 5, rows = 2 }",
+                "rows is 0 (row FEC only) or 4-20",
+            ),
+            (
+                "{ columns = 20, rows = 20 }",
+                "columns × rows is at most 100",
+            ),
+            ("{ columns = 1, rows = 0 }", "needs columns 2-20"),
+        ] {
+            let e = error(&flow(IN, &out(fec)));
+            assert!(e.contains("outside SMPTE 2022-1") && e.contains(fix), "{e}");
+        }
+        assert!(error(&flow(IN, &out("{ columns = 21, rows = 4 }"))).contains("use 1-20"));
+        assert!(error(&flow(IN, &out("{ columns = 5 }"))).contains("rows"));
+        assert!(
+            error(&flow(IN, &out("{ columns = 5, rows = 5, x = 1 }")))
+                .contains("unknown key \"x\"")
+        );
+        let e = error(&flow(
+            r#"{ interface = "eth0", address = "239.1.1.1", port = 5000, fec = "2022-2" }"#,
+            OUT,
+        ));
+        assert!(e.contains("use \"2022-1\""), "{e}");
+        let e = error(&flow(
+            r#"{ interface = "eth0", address = "239.1.1.1", port = 5000, fec = "2022-1", ingress = "packet" }"#,
+            OUT,
+        ));
+        assert!(e.contains("needs ingress = \"socket\""), "{e}");
+        let e = error(&flow(
+            r#"{ interface = "eth0", address = "239.1.1.1", port = 65533, fec = "2022-1" }"#,
+            OUT,
+        ));
+        assert!(e.contains("65531"), "{e}");
+        let two = r#"[{ interface = "eth1", address = "239.2.2.2", port = 6000, fec = { columns = 5, rows = 5 } },
+                      { interface = "eth1", address = "239.2.2.3", port = 6000 }]
+spread = 2"#;
+        assert!(error(&flow(IN, two)).contains("spread with an output's fec"));
+    }
+
+    #[test]
     fn minimal_flow_gets_every_default() {
         let c = parse(&flow(IN, OUT), "t.toml").unwrap();
         assert_eq!(c.daemon, DaemonConfig::default());
@@ -1418,6 +1588,7 @@ outputs = [{ interface = "eth1", address = "239.2.2.2", port = 6000, ttl = 255, 
                 source: Some("2001:db8::1".parse().unwrap()),
                 ingress: IngressKind::Packet,
                 receive_buffer_bytes: 1024,
+                fec: None,
             }
         );
         assert_eq!(
@@ -1429,6 +1600,7 @@ outputs = [{ interface = "eth1", address = "239.2.2.2", port = 6000, ttl = 255, 
                 ttl: 255,
                 source_address: Some("10.0.0.1".parse().unwrap()),
                 queue_depth: 65536,
+                fec: None,
             }]
         );
     }
@@ -1487,7 +1659,7 @@ outputs = [{ interface = "eth1", address = "239.2.2.2", port = 6000, ttl = 255, 
             [
                 "t.toml:3:9: flow \"x\": input.address is missing; add address = \"239.1.1.1\"",
                 "t.toml:3:31: flow \"x\": unknown key \"adress\" in input (expected one of: \
-                 interface, address, port, source, ingress, receive_buffer_bytes)",
+                 interface, address, port, source, ingress, receive_buffer_bytes, fec)",
             ]
         );
     }
@@ -1507,7 +1679,7 @@ outputs = [{ interface = "eth1", address = "239.2.2.2", port = 6000, ttl = 255, 
                 "t.toml:1:1: unknown key \"colour\" (expected one of: daemon, pools, flow)",
                 "t.toml:3:1: unknown key \"usr\" in daemon (expected one of: user, control_socket, cores, metrics_listen, metrics_allow, log_level, mode)",
                 "t.toml:5:1: unknown key \"tiny\" in pools (expected one of: small, standard, jumbo)",
-                "t.toml:9:70: flow \"x\": unknown key \"tll\" in outputs[0] (expected one of: interface, address, port, ttl, source_address, queue_depth)",
+                "t.toml:9:70: flow \"x\": unknown key \"tll\" in outputs[0] (expected one of: interface, address, port, ttl, source_address, queue_depth, fec)",
                 "t.toml:10:1: flow \"x\": unknown key \"core_\" (expected one of: name, input, inputs, outputs, core, spread, payload, silence_ms, rtp_clock_hz, redundancy, merge_delay_ms, merge_window_ms, failover_after_ms, failover_gap_factor, revert_after_s, rtp_rewrite)",
             ]
         );

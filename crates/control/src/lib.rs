@@ -56,9 +56,9 @@ pub use render::{
 #[cfg(any(test, feature = "test-support"))]
 pub use snapshot::bench_snapshot;
 pub use snapshot::{
-    DaemonState, EndpointSnapshot, FlowSnapshot, FlowState, IngressDropsSnapshot, InputHealth,
-    LegSnapshot, OutputSnapshot, PoolClassSnapshot, RedundancySnapshot, RtpHealth, Snapshot,
-    Totals, TsHealth, WorkerSnapshot, input_label,
+    DaemonState, EndpointSnapshot, FecSnapshot, FlowSnapshot, FlowState, IngressDropsSnapshot,
+    InputHealth, LegSnapshot, OutputSnapshot, PoolClassSnapshot, RedundancySnapshot, RtpHealth,
+    Snapshot, Totals, TsHealth, WorkerSnapshot, input_label,
 };
 pub use summary::{
     FlowStateCounts, MAX_NAMED, MAX_TEXT, Named, NotRunning, StreamErrors, Summary, decode_status,

@@ -131,6 +131,7 @@ fn emit_all(mut m: Exposition, s: &Snapshot) -> Exposition {
     flow_families(&mut m, s);
     input_families(&mut m, s);
     redundancy_families(&mut m, s);
+    fec_families(&mut m, s);
     output_families(&mut m, s);
     worker_families(&mut m, s);
     m
@@ -413,6 +414,47 @@ fn input_families(m: &mut Exposition, s: &Snapshot) {
         for (f, input) in &inputs {
             if let Some(t) = &f.health.ts {
                 emit(m, name, f, input, value(t));
+            }
+        }
+    }
+}
+
+/// Flows with an input with `fec = "2022-1"`: what FEC repaired and
+/// what it could not, labelled `flow`.
+fn fec_families(m: &mut Exposition, s: &Snapshot) {
+    type Value = fn(&crate::snapshot::FecSnapshot) -> u64;
+    let families: [(&str, &str, Value); 5] = [
+        (
+            "mcrelay_flow_fec_packets_total",
+            "Datagrams received on the 2022-1 FEC ports (input port + 2 and + 4).",
+            |x| x.packets,
+        ),
+        (
+            "mcrelay_flow_fec_recovered_packets_total",
+            "Media packets repaired by 2022-1 FEC and relayed (not in received_packets_total).",
+            |x| x.recovered,
+        ),
+        (
+            "mcrelay_flow_fec_unrecoverable_packets_total",
+            "Media packets neither received nor repaired by FEC: the loss left after FEC.",
+            |x| x.unrecoverable,
+        ),
+        (
+            "mcrelay_flow_fec_duplicate_packets_total",
+            "Media packets that arrived after FEC had repaired them: dropped.",
+            |x| x.duplicates,
+        ),
+        (
+            "mcrelay_flow_fec_rejected_total",
+            "Datagrams on the FEC ports that are not 2022-1 XOR FEC.",
+            |x| x.rejected,
+        ),
+    ];
+    for (name, help, value) in families {
+        m.family(name, Kind::Counter, help);
+        for f in &s.flows {
+            if let Some(x) = &f.fec {
+                m.sample(name, &[("flow", &f.name)], value(x));
             }
         }
     }

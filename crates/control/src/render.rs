@@ -178,9 +178,19 @@ pub fn render_flows(s: &Snapshot, rates: Option<&Rates>) -> String {
             fr.map_or_else(dash, |r| human_rate(r.packets_per_second)),
             fr.map_or_else(dash, |r| human_bits_per_second(r.bits_per_second)),
             ingress_drops(flow, fr),
-            match &flow.redundancy {
-                None => health_text(&flow.health),
-                Some(r) => redundancy_text(r),
+            {
+                let text = match &flow.redundancy {
+                    None => health_text(&flow.health),
+                    Some(r) => redundancy_text(r),
+                };
+                match &flow.fec {
+                    Some(x) => format!(
+                        "{text}; fec: recovered {}, unrecoverable {}",
+                        human_count(x.recovered),
+                        human_count(x.unrecoverable)
+                    ),
+                    None => text,
+                }
             },
         ]);
         for (i, leg) in flow
@@ -627,6 +637,23 @@ mod tests {
             assert!(text.contains(needle), "{needle:?} missing from\n{text}");
         }
         assert!(!render_flows(&cur, None).contains("Mb/s"));
+    }
+
+    #[test]
+    fn fec_is_shown_in_the_health_column() {
+        let mut s = crate::snapshot::sample_with_legs();
+        s.flows[0].fec = Some(crate::snapshot::FecSnapshot {
+            packets: 40,
+            recovered: 12,
+            unrecoverable: 3,
+            duplicates: 0,
+            rejected: 0,
+        });
+        let text = render_flows(&s, None);
+        assert!(
+            text.contains("fec: recovered 12, unrecoverable 3"),
+            "{text}"
+        );
     }
 
     #[test]

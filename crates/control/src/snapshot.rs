@@ -155,6 +155,27 @@ pub struct FlowSnapshot {
     /// discarded on purpose, not a drop.
     #[serde(default)]
     pub standby_discarded: u64,
+    /// A flow with an input with `fec = "2022-1"`: what the FEC repaired,
+    /// summed over its legs. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fec: Option<FecSnapshot>,
+}
+
+/// SMPTE 2022-1 FEC decoding on a flow's inputs. Repaired packets are
+/// not in `packets_in`, which counts what arrived on the wire.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FecSnapshot {
+    /// Datagrams received on the FEC ports (port + 2 and + 4).
+    pub packets: u64,
+    /// Media packets repaired and relayed.
+    pub recovered: u64,
+    /// Media packets neither received nor repaired: the loss left after
+    /// FEC.
+    pub unrecoverable: u64,
+    /// Media packets that arrived after being repaired (dropped).
+    pub duplicates: u64,
+    /// Datagrams on the FEC ports that are not 2022-1 XOR FEC.
+    pub rejected: u64,
 }
 
 impl FlowSnapshot {
@@ -650,6 +671,7 @@ pub(crate) fn sample() -> Snapshot {
             },
             redundancy: None,
             standby_discarded: 9,
+            fec: None,
         }],
         mode: crate::Mode::Active,
     }

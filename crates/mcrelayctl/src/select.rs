@@ -351,6 +351,7 @@ mod tests {
             health: InputHealth::default(),
             redundancy: None,
             standby_discarded: 0,
+            fec: None,
         }
     }
 

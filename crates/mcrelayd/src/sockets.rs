@@ -11,13 +11,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mcrelay_config::{Flow, IngressKind, Output};
-use mcrelay_relay::Redundancy;
+use mcrelay_relay::fec::{Direction, FecLayout};
+use mcrelay_relay::{LegId, Redundancy};
 use mcrelay_sockets::packet::flow_match;
 use mcrelay_sockets::{
     EGRESS_SEND_BUFFER_BYTES, HelperClient, HelperError, OpenFlowError, OpenedFlow, Zygote,
     ZygoteError, hung_up, open_flow, watch_hangup,
 };
-use mcrelay_uring::{FlowSockets, IngressSocket, OutputSocket};
+use mcrelay_uring::{FecOutput, FecSocket, FlowSockets, IngressSocket, OutputSocket};
 
 use crate::outputs::Unconnected;
 
@@ -242,18 +243,43 @@ impl Opener {
                     })?
             }
         };
-        if opened.outputs.len() != flow.outputs.len() || opened.legs.len() != flow.inputs.len() {
+        let inputs = flow.receive_inputs();
+        let send_outputs = flow.send_outputs();
+        if opened.outputs.len() != send_outputs.len() || opened.legs.len() != inputs.len() {
             return Err(OpenError::Count {
                 flow: flow.name.clone(),
                 opened: (opened.legs.len(), opened.outputs.len()),
-                configured: (flow.inputs.len(), flow.outputs.len()),
+                configured: (inputs.len(), send_outputs.len()),
             });
         }
         let OpenedFlow {
-            legs,
-            outputs,
+            mut legs,
+            mut outputs,
             unconnected,
         } = opened;
+        // After the outputs, each FEC output's column then row socket
+        // (one left unconnected now stays so: its sends fail, counted).
+        let parity_sockets = outputs.split_off(flow.outputs.len());
+        let unconnected: Vec<(usize, i32)> = unconnected
+            .into_iter()
+            .filter(|&(i, _)| i < flow.outputs.len())
+            .collect();
+        // After the legs, each FEC leg's column then row socket.
+        let fec_sockets = legs.split_off(flow.inputs.len());
+        let fec_legs = flow
+            .inputs
+            .iter()
+            .enumerate()
+            .filter(|(_, i)| i.fec.is_some())
+            .flat_map(|(leg, _)| [(leg, Direction::Column), (leg, Direction::Row)]);
+        let fec: Vec<FecSocket> = fec_legs
+            .zip(fec_sockets)
+            .map(|((leg, direction), s)| FecSocket {
+                leg: LegId(u8::try_from(leg).unwrap_or(u8::MAX)),
+                direction,
+                socket: IngressSocket::Udp(s.socket.into()),
+            })
+            .collect();
         let pending = crate::outputs::pending(flow, &outputs, &unconnected)?;
         let legs = flow
             .inputs
@@ -304,10 +330,41 @@ impl Opener {
             .collect();
         Ok((
             FlowSockets::with_legs(flow.name.clone(), legs, redundancy(flow), outputs)
-                .with_health(crate::health::settings(flow)),
+                .with_health(crate::health::settings(flow))
+                .with_fec(fec)
+                .with_fec_outputs(fec_outputs(flow, parity_sockets)),
             pending,
         ))
     }
+}
+
+/// The FEC of `flow`'s outputs with `fec`, on `sockets` (each one's
+/// column then row socket, in output order).
+fn fec_outputs(flow: &Flow, sockets: Vec<std::net::UdpSocket>) -> Vec<FecOutput> {
+    let mut sockets = sockets.into_iter();
+    let mut all = Vec::new();
+    for (index, o) in flow.outputs.iter().enumerate() {
+        let Some(fec) = o.fec else { continue };
+        let (Some(column), Some(row)) = (sockets.next(), sockets.next()) else {
+            break;
+        };
+        let label = |offset: u16| {
+            let mut p = o.clone();
+            p.port = p.port.saturating_add(offset);
+            output_label(&p)
+        };
+        all.push(FecOutput {
+            output: index,
+            layout: FecLayout {
+                columns: fec.columns,
+                rows: fec.rows,
+                row_stream: fec.columns >= 2,
+            },
+            column: OutputSocket::new(label(2), column, o.queue_depth),
+            row: OutputSocket::new(label(4), row, o.queue_depth),
+        });
+    }
+    all
 }
 
 /// The data plane's rule for `flow`'s legs (times in nanoseconds).

@@ -186,6 +186,27 @@ pub struct FlowCounters {
     /// What the flow's redundancy rule did with each leg's datagrams
     /// (see [`crate::redundancy`]).
     pub redundancy: RedundancyCounters,
+    /// SMPTE 2022-1 FEC on the flow's legs, summed over them (see
+    /// [`crate::fec`]); all 0 without `fec`.
+    pub fec: FecCounters,
+}
+
+/// What 2022-1 FEC decoding did on a flow's legs. Repaired packets are
+/// not in `packets_in` (which counts what arrived on the wire): each
+/// goes on like a received one, counted in `recovered`.
+#[derive(Debug, Default)]
+pub struct FecCounters {
+    /// Datagrams received on the FEC ports (column and row).
+    pub packets: Counter,
+    /// Media packets repaired.
+    pub recovered: Counter,
+    /// Media packets neither received nor repaired (counted once they
+    /// leave the decoder's window of 512 numbers).
+    pub unrecoverable: Counter,
+    /// Media packets that arrived after being repaired (dropped).
+    pub duplicates: Counter,
+    /// Datagrams on a FEC port that are not 2022-1 XOR FEC.
+    pub rejected: Counter,
 }
 
 impl FlowCounters {

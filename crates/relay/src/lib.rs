@@ -48,6 +48,7 @@
 
 pub mod admission;
 pub mod counters;
+pub mod fec;
 pub mod gso;
 pub mod health;
 pub mod ids;
@@ -90,6 +91,11 @@ struct Output {
     counters: Arc<OutputCounters>,
     /// Resuming after another flow's last RTP number (`resume`).
     guard: resume::Guard,
+    /// Carries only another output's 2022-1 FEC: takes no media.
+    parity: bool,
+    /// This output's 2022-1 FEC encoder and the outputs its column and
+    /// row packets go to ([`Core::enable_fec_output`]).
+    fec: Option<Box<OutputFec>>,
 }
 
 impl Output {
@@ -98,8 +104,15 @@ impl Output {
     /// datagram's (read back by the enqueue).
     #[inline(always)]
     fn takes(&self, bytes: &[u8]) -> bool {
-        self.guard.admits(bytes) && self.in_flight < self.depth
+        !self.parity && self.guard.admits(bytes) && self.in_flight < self.depth
     }
+}
+
+#[derive(Debug)]
+struct OutputFec {
+    encoder: fec::FecEncoder,
+    column: OutputId,
+    row: OutputId,
 }
 
 #[derive(Debug)]
@@ -118,6 +131,9 @@ struct Flow {
     ready: bool,
     /// Failover with `rtp_rewrite`: the output's one RTP stream.
     rewrite: Option<Box<redundancy::rewrite::Rewrite>>,
+    /// Per leg, its 2022-1 FEC decoder ([`Core::enable_fec`]); empty for
+    /// a flow without FEC (the packet path's one extra check).
+    fec: Vec<Option<Box<fec::FecDecoder>>>,
 }
 
 /// One worker's relay state: its pool, in-flight table, GSO runs and flows.
@@ -140,6 +156,11 @@ pub struct Core {
     due: Vec<FlowId>,
     /// Warm standby: receive and count, send nothing ([`standby`]).
     standby: bool,
+    /// The packets one FEC datagram repaired, copied out of the decoder
+    /// before they are admitted (sized when the first FEC leg is added).
+    fec_scratch: Vec<u8>,
+    /// Their ends in `fec_scratch`.
+    fec_ends: Vec<usize>,
 }
 
 impl Core {
@@ -163,6 +184,8 @@ impl Core {
             ready: Vec::new(),
             due: Vec::new(),
             standby: false,
+            fec_scratch: Vec::new(),
+            fec_ends: Vec::new(),
         }
     }
 
@@ -213,6 +236,8 @@ impl Core {
                 gso_max: if o.gso { MAX_PAYLOAD } else { 0 },
                 counters: o.counters,
                 guard: resume::Guard::new(o.resume_after),
+                parity: false,
+                fec: None,
             })
             .take(usize::from(u16::MAX))
             .collect();
@@ -233,6 +258,7 @@ impl Core {
                 } => Some(Box::new(redundancy::rewrite::Rewrite::new(clock_hz))),
                 _ => None,
             },
+            fec: Vec::new(),
         });
         // A tick serves each flow at most twice (its timer, the ready
         // list): no allocation on the packet path.
@@ -270,6 +296,64 @@ impl Core {
             };
             m.drain(&mut |buf| parts.enqueue(flow, &mut f.outputs, &mut f.held, buf));
         }
+    }
+
+    /// Decode SMPTE 2022-1 FEC on leg `leg` of `flow`: its media
+    /// packets are kept for repairs and [`Core::receive_fec`] takes its
+    /// FEC datagrams. Allocates the decoder (about 850 KB); `false` for
+    /// an unknown flow or leg.
+    pub fn enable_fec(&mut self, flow: FlowId, leg: LegId) -> bool {
+        let Some(f) = self.flows.get_mut(flow.index()).and_then(Option::as_mut) else {
+            return false;
+        };
+        if leg.0 >= f.legs {
+            return false;
+        }
+        if f.fec.is_empty() {
+            f.fec.resize_with(usize::from(f.legs), || None);
+        }
+        f.fec[leg.index()] = Some(Box::new(fec::FecDecoder::new()));
+        let most = fec::decode::PENDING + 1;
+        self.fec_scratch
+            .reserve(most * fec::MAX_MEDIA - self.fec_scratch.len().min(most * fec::MAX_MEDIA));
+        self.fec_ends.reserve(most);
+        true
+    }
+
+    /// Send 2022-1 FEC of output `media` of `flow`: its column packets on
+    /// output `column`, its row packets on output `row` (both then carry
+    /// nothing else). `false` (nothing changed) for unknown or equal
+    /// outputs or an invalid layout.
+    pub fn enable_fec_output(
+        &mut self,
+        flow: FlowId,
+        media: OutputId,
+        column: OutputId,
+        row: OutputId,
+        layout: fec::FecLayout,
+    ) -> bool {
+        let Some(f) = self.flows.get_mut(flow.index()).and_then(Option::as_mut) else {
+            return false;
+        };
+        let n = f.outputs.len();
+        let (m, c, r) = (media.index(), column.index(), row.index());
+        if !layout.is_valid() || m >= n || c >= n || r >= n || m == c || m == r || c == r {
+            return false;
+        }
+        f.outputs[c].parity = true;
+        f.outputs[r].parity = true;
+        f.outputs[m].fec = Some(Box::new(OutputFec {
+            encoder: fec::FecEncoder::new(layout),
+            column,
+            row,
+        }));
+        true
+    }
+
+    /// A flow leg's FEC decoder counters (tests, benches).
+    pub fn fec_stats(&self, flow: FlowId, leg: LegId) -> Option<fec::FecStats> {
+        let d = self.flow(flow)?.fec.get(leg.index())?.as_ref()?;
+        Some(*d.stats())
     }
 
     /// Buffers a merge flow holds back (waiting for their turn).
@@ -344,7 +428,12 @@ impl Core {
         let Some(f) = self.flow_mut(flow) else {
             return false;
         };
-        if !f.paused || !f.outputs.iter().any(|o| o.in_flight <= o.depth / 2) {
+        if !f.paused
+            || !f
+                .outputs
+                .iter()
+                .any(|o| !o.parity && o.in_flight <= o.depth / 2)
+        {
             return false;
         }
         f.paused = false;
@@ -521,6 +610,8 @@ impl Parts<'_> {
         uses: u32,
     ) {
         let len = buf.len();
+        // Outputs (of the first 64) with an encoder that took the packet.
+        let mut encode = 0u64;
         let slot = match SharedBuffer::new(buf, uses)
             .and_then(|s| self.in_flight.insert(s).map_err(SharedBuffer::into_buffer))
         {
@@ -540,6 +631,9 @@ impl Parts<'_> {
             }
         };
         for (i, o) in outputs.iter_mut().enumerate() {
+            if o.parity {
+                continue;
+            }
             // Judged by `with_room` just before: an output resuming after
             // a reload skips what it already has.
             if !o.guard.take() {
@@ -558,6 +652,9 @@ impl Parts<'_> {
                 if u64::from(o.in_flight) > o.counters.in_flight_high_water.get() {
                     o.counters.in_flight_high_water.set(u64::from(o.in_flight));
                 }
+                if o.fec.is_some() && i < 64 {
+                    encode |= 1 << i;
+                }
             } else {
                 // The queues are flushed before they can fill (after each
                 // completion batch, and every 32 ring frames) and a merge's
@@ -566,6 +663,83 @@ impl Parts<'_> {
                 // restart, the flow removed): counted as backlog.
                 o.counters.drop_backlog.inc();
                 release(self.in_flight, self.pool, self.reserve, held, slot);
+            }
+        }
+        while encode != 0 {
+            let i = encode.trailing_zeros() as usize;
+            encode &= encode - 1;
+            self.encode_fec(flow, outputs, held, slot, i);
+        }
+    }
+
+    /// Feed the datagram in `slot` to output `i`'s FEC encoder and queue
+    /// the FEC packets it completes on their outputs (each in a pool
+    /// buffer of its own; without one, or without room, counted as that
+    /// output's backlog).
+    #[cold]
+    fn encode_fec(
+        &mut self,
+        flow: FlowId,
+        outputs: &mut [Output],
+        held: &mut Held,
+        slot: Slot,
+        i: usize,
+    ) {
+        let Some(buf) = self.in_flight.buffer(slot) else {
+            return;
+        };
+        let Some(fec) = outputs.get_mut(i).and_then(|o| o.fec.as_mut()) else {
+            return;
+        };
+        let done = fec.encoder.push_stored(self.pool.bytes(buf));
+        let (column, row) = (fec.column, fec.row);
+        for direction in done.iter() {
+            let target = match direction {
+                fec::Direction::Column => column.index(),
+                fec::Direction::Row => row.index(),
+            };
+            let Some(data) = outputs[i].fec.as_ref().map(|f| f.encoder.packet(direction)) else {
+                return;
+            };
+            let len = data.len();
+            let mut b = match self.reserve.take(self.pool, held, len) {
+                Taken::Fitting(b) | Taken::Fallback(b) => b,
+                Taken::Exhausted => {
+                    outputs[target].counters.drop_backlog.inc();
+                    continue;
+                }
+            };
+            let _ = self.pool.fill(&mut b, data);
+            let o = &mut outputs[target];
+            let parked = if o.in_flight < o.depth {
+                SharedBuffer::new(b, 1)
+                    .and_then(|s| self.in_flight.insert(s).map_err(SharedBuffer::into_buffer))
+            } else {
+                Err(b)
+            };
+            let s = match parked {
+                Ok(s) => s,
+                Err(b) => {
+                    o.counters.drop_backlog.inc();
+                    let class = b.class();
+                    if self.pool.give(b).is_ok() {
+                        self.reserve.given(held, class);
+                    }
+                    continue;
+                }
+            };
+            if o.queue.is_empty() {
+                self.dirty
+                    .push((flow, OutputId(u16::try_from(target).unwrap_or(u16::MAX))));
+            }
+            if o.queue.push(Queued { slot: s, len }) {
+                o.in_flight += 1;
+                if u64::from(o.in_flight) > o.counters.in_flight_high_water.get() {
+                    o.counters.in_flight_high_water.set(u64::from(o.in_flight));
+                }
+            } else {
+                o.counters.drop_backlog.inc();
+                release(self.in_flight, self.pool, self.reserve, held, s);
             }
         }
     }

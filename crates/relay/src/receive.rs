@@ -3,6 +3,7 @@
 
 use mcrelay_pool::MAX_PAYLOAD;
 
+use super::fec::MediaVerdict;
 use super::redundancy::Mode;
 use super::redundancy::failover::Pass;
 use super::redundancy::merge::Verdict;
@@ -23,6 +24,10 @@ impl Core {
     /// queue it on every output of `flow` that has room (or, merging with
     /// a delay, hold it until its turn). `leg` is the input it came from,
     /// `now_ns` the driver's clock.
+    ///
+    /// On a leg with 2022-1 FEC ([`Core::enable_fec`]) the decoder keeps
+    /// a copy first, and a packet it has already repaired is dropped
+    /// (counted as `fec.duplicates`).
     #[inline]
     pub fn receive_on(
         &mut self,
@@ -34,14 +39,94 @@ impl Core {
         let Some(f) = self.flows.get_mut(flow.index()).and_then(Option::as_mut) else {
             return Received::Dropped;
         };
+        if let Some(Some(d)) = f.fec.get_mut(leg.index())
+            && d.media(payload) == MediaVerdict::Duplicate
+        {
+            f.counters.packets_in.inc();
+            f.counters.bytes_in.add(payload.len() as u64);
+            f.counters.fec.duplicates.inc();
+            return Received::Dropped;
+        }
+        self.admit_on(flow, leg, payload, now_ns, true)
+    }
+
+    /// A datagram on one of leg `leg`'s FEC ports: the packets it
+    /// repairs (directly, or by the waiting FEC packets it completes) go
+    /// on like received ones, on the same leg, before any other packet.
+    /// `Full { newly: true }` when one of them found every output full.
+    pub fn receive_fec(
+        &mut self,
+        flow: FlowId,
+        leg: LegId,
+        datagram: &[u8],
+        now_ns: u64,
+    ) -> Received {
+        let Some(f) = self.flows.get_mut(flow.index()).and_then(Option::as_mut) else {
+            return Received::Dropped;
+        };
+        let Some(Some(d)) = f.fec.get_mut(leg.index()) else {
+            return Received::Dropped;
+        };
+        f.counters.fec.packets.inc();
+        let mut scratch = std::mem::take(&mut self.fec_scratch);
+        let mut ends = std::mem::take(&mut self.fec_ends);
+        scratch.clear();
+        ends.clear();
+        d.repair(datagram, |p| {
+            // Sized for every repair one datagram can chain
+            // (`Core::enable_fec`): no allocation.
+            if scratch.capacity() - scratch.len() >= p.len() && ends.len() < ends.capacity() {
+                scratch.extend_from_slice(p);
+                ends.push(scratch.len());
+            }
+        });
+        // The flow's counters sum its legs' decoders (at most 4).
+        let (mut recovered, mut unrecoverable, mut rejected) = (0, 0, 0);
+        for s in f.fec.iter().flatten().map(|d| d.stats()) {
+            recovered += s.recovered;
+            unrecoverable += s.unrecoverable;
+            rejected += s.fec_rejected;
+        }
+        let c = &f.counters.fec;
+        c.recovered.set(recovered);
+        c.unrecoverable.set(unrecoverable);
+        c.rejected.set(rejected);
+        let mut result = Received::Queued;
+        let mut start = 0;
+        for &end in &ends {
+            let r = self.admit_on(flow, leg, &scratch[start..end], now_ns, false);
+            if r == (Received::Full { newly: true }) {
+                result = r;
+            }
+            start = end;
+        }
+        self.fec_scratch = scratch;
+        self.fec_ends = ends;
+        result
+    }
+
+    /// [`Core::receive_on`] after FEC: `wire` is false for a packet FEC
+    /// repaired (not counted as received).
+    #[inline(always)]
+    fn admit_on(
+        &mut self,
+        flow: FlowId,
+        leg: LegId,
+        payload: &[u8],
+        now_ns: u64,
+        wire: bool,
+    ) -> Received {
+        let Some(f) = self.flows.get_mut(flow.index()).and_then(Option::as_mut) else {
+            return Received::Dropped;
+        };
         // The one-leg relay nearly every flow is: one branch on the rule,
         // then admission and queueing as before redundancy existed (no
         // ticket, no timer, no second look at the outputs, nothing of
         // the other rules' state live in its registers).
         if !matches!(f.mode, Mode::Single) {
-            return self.receive_redundant(flow, leg, payload, now_ns);
+            return self.receive_redundant(flow, leg, payload, now_ns, wire);
         }
-        if let Err(dropped) = f.count_in(leg, payload.len(), self.standby) {
+        if let Err(dropped) = f.count_in(leg, payload.len(), self.standby, wire) {
             return dropped;
         }
         let mut parts = Parts {
@@ -74,11 +159,12 @@ impl Core {
         leg: LegId,
         payload: &[u8],
         now_ns: u64,
+        wire: bool,
     ) -> Received {
         let Some(f) = self.flows.get_mut(flow.index()).and_then(Option::as_mut) else {
             return Received::Dropped;
         };
-        if let Err(dropped) = f.count_in(leg, payload.len(), self.standby) {
+        if let Err(dropped) = f.count_in(leg, payload.len(), self.standby, wire) {
             return dropped;
         }
         let red = &f.counters.redundancy;
@@ -289,9 +375,11 @@ impl Flow {
     /// its rule sees it: a leg the flow does not have, a standby worker
     /// (discarded, not dropped), or too large.
     #[inline(always)]
-    fn count_in(&self, leg: LegId, len: usize, standby: bool) -> Result<(), Received> {
-        self.counters.packets_in.inc();
-        self.counters.bytes_in.add(len as u64);
+    fn count_in(&self, leg: LegId, len: usize, standby: bool, wire: bool) -> Result<(), Received> {
+        if wire {
+            self.counters.packets_in.inc();
+            self.counters.bytes_in.add(len as u64);
+        }
         if leg.0 >= self.legs {
             self.counters.redundancy.unknown_leg.inc();
             return Err(Received::Dropped);

@@ -737,3 +737,128 @@ proptest! {
         m.drain();
     }
 }
+
+/// 2022-1 FEC on a leg: lost packets repaired by the FEC datagrams go to
+/// the outputs byte-exact, are not counted as received, and a repaired
+/// packet arriving after all is dropped as a duplicate.
+#[test]
+fn fec_repairs_go_to_the_outputs_byte_exact() {
+    use super::fec::{FecEncoder, FecLayout};
+    let mut core = core(256);
+    let (id, counters, _) = add(&mut core, &[512], false);
+    assert!(core.enable_fec(id, LegId(0)));
+    assert!(!core.enable_fec(id, LegId(1)));
+    let mut enc = FecEncoder::new(FecLayout {
+        columns: 5,
+        rows: 5,
+        row_stream: true,
+    });
+    let packet = |seq: u16| {
+        let mut p = vec![0x80, 33];
+        p.extend_from_slice(&seq.to_be_bytes());
+        p.extend_from_slice(&[0, 0, 0, 9, 1, 2, 3, 4]);
+        let [_, low] = seq.to_be_bytes();
+        p.extend(
+            (0..=255u8)
+                .cycle()
+                .take(100 + usize::from(seq))
+                .map(|i| i ^ low),
+        );
+        p
+    };
+    // Column 2 loses 7 and 12; rows 1 and 2 repair them.
+    let lost = [7u16, 12];
+    for seq in 0..25u16 {
+        let p = packet(seq);
+        let mut fec = Vec::new();
+        enc.push(&p, |_, f| fec.push(f.to_vec()));
+        if !lost.contains(&seq) {
+            assert_eq!(core.receive_on(id, LegId(0), &p, 0), Received::Queued);
+        }
+        for f in fec {
+            core.receive_fec(id, LegId(0), &f, 0);
+        }
+    }
+    let mut sent = BTreeMap::new();
+    for (_, slots) in flush_all(&mut core) {
+        for slot in slots {
+            let b = core.in_flight().buffer(slot).expect("parked");
+            let bytes = core.pool().bytes(b).to_vec();
+            sent.insert(u16::from_be_bytes([bytes[2], bytes[3]]), bytes);
+        }
+    }
+    assert_eq!(sent.len(), 25);
+    for (seq, bytes) in &sent {
+        assert_eq!(bytes, &packet(*seq), "{seq}");
+    }
+    assert_eq!(counters.packets_in.get(), 23);
+    assert_eq!(counters.fec.recovered.get(), 2);
+    assert_eq!(counters.fec.packets.get(), 10);
+    assert_eq!(
+        core.receive_on(id, LegId(0), &packet(7), 0),
+        Received::Dropped
+    );
+    assert_eq!(counters.fec.duplicates.get(), 1);
+}
+
+/// 2022-1 FEC on an output: its column and row packets leave on the two
+/// outputs named for them (which take no media), and a decoder repairs
+/// a loss from them.
+#[test]
+fn fec_output_sends_parity_that_repairs() {
+    use super::fec::{Direction, FecDecoder, FecLayout, header};
+    let mut core = core(256);
+    let (id, _, outs) = add(&mut core, &[512, 512, 512], false);
+    let layout = FecLayout {
+        columns: 4,
+        rows: 4,
+        row_stream: true,
+    };
+    assert!(!core.enable_fec_output(id, OutputId(0), OutputId(0), OutputId(2), layout));
+    assert!(core.enable_fec_output(id, OutputId(0), OutputId(1), OutputId(2), layout));
+    let packet = |seq: u16| {
+        let mut p = vec![0x80, 33];
+        p.extend_from_slice(&seq.to_be_bytes());
+        p.extend_from_slice(&[0, 0, 1, 0, 9, 9, 9, 9]);
+        let [_, low] = seq.to_be_bytes();
+        p.extend((0..200u8).map(|i| i.wrapping_mul(low)));
+        p
+    };
+    for seq in 0..16u16 {
+        assert_eq!(core.receive(id, &packet(seq)), Received::Queued);
+    }
+    let mut by_output: BTreeMap<u16, Vec<Vec<u8>>> = BTreeMap::new();
+    let sent = flush_all(&mut core);
+    for (token, slots) in &sent {
+        let SendToken::Plain { output, .. } = *token else {
+            panic!("no GSO here");
+        };
+        for &slot in slots {
+            let b = core.in_flight().buffer(slot).expect("parked");
+            by_output
+                .entry(output.0)
+                .or_default()
+                .push(core.pool().bytes(b).to_vec());
+        }
+    }
+    assert_eq!(by_output[&0].len(), 16);
+    assert_eq!(by_output[&1].len(), 4, "a column packet per column");
+    assert_eq!(by_output[&2].len(), 4, "a row packet per row");
+    for (o, dir) in [(1, Direction::Column), (2, Direction::Row)] {
+        for p in &by_output[&o] {
+            assert_eq!(header::parse(p).expect("FEC").0.direction, dir);
+        }
+    }
+    let mut dec = FecDecoder::new();
+    for p in by_output[&0].iter().filter(|p| p[3] != 6) {
+        dec.media(p);
+    }
+    let mut repaired = Vec::new();
+    for p in by_output[&1].iter().chain(&by_output[&2]) {
+        dec.repair(p, |r| repaired.push(r.to_vec()));
+    }
+    assert_eq!(repaired, vec![packet(6)]);
+    complete_all(&mut core, sent, 1);
+    assert_eq!(in_use(&core), 0);
+    assert_eq!(outs[1].packets_out.get(), 4);
+}

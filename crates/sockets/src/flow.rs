@@ -54,7 +54,8 @@ pub enum OpenFlowError {
 }
 
 /// Open every leg's ingress socket and every output socket of `flow`, in
-/// config order. Interfaces are looked up first (at every call: one may
+/// config order, then the 2022-1 FEC ports of legs and outputs with `fec`
+/// (`Flow::receive_inputs`, `Flow::send_outputs`). Interfaces are looked up first (at every call: one may
 /// have been re-created with another index since), so a missing one opens
 /// nothing. An output whose source address or route is missing now comes
 /// back opened but not connected, listed in [`OpenedFlow::unconnected`].
@@ -67,26 +68,30 @@ pub fn open_flow(flow: &Flow) -> Result<OpenedFlow, OpenFlowError> {
         })
     };
     let leg_field = |i: usize| {
-        if flow.inputs.len() == 1 {
+        if i >= flow.inputs.len() {
+            "fec input".to_owned()
+        } else if flow.inputs.len() == 1 {
             "input".to_owned()
         } else {
             format!("inputs[{i}]")
         }
     };
-    let leg_indexes = flow
-        .inputs
+    // The legs, then the 2022-1 FEC ports of legs with `fec`.
+    let inputs = flow.receive_inputs();
+    let leg_indexes = inputs
         .iter()
         .enumerate()
         .map(|(i, input)| interface(format!("{}.interface", leg_field(i)), &input.interface))
         .collect::<Result<Vec<u32>, OpenFlowError>>()?;
-    let output_indexes = flow
-        .outputs
+    // The outputs, then the FEC destinations of outputs with `fec`.
+    let send_outputs = flow.send_outputs();
+    let output_indexes = send_outputs
         .iter()
         .enumerate()
         .map(|(i, o)| interface(format!("outputs[{i}].interface"), &o.interface))
         .collect::<Result<Vec<u32>, OpenFlowError>>()?;
-    let mut legs = Vec::with_capacity(flow.inputs.len());
-    for (input, ifindex) in flow.inputs.iter().zip(leg_indexes) {
+    let mut legs = Vec::with_capacity(inputs.len());
+    for (input, ifindex) in inputs.iter().zip(leg_indexes) {
         let open = match input.ingress {
             IngressKind::Socket => open_ingress,
             IngressKind::Packet => open_packet_ingress,
@@ -99,9 +104,9 @@ pub fn open_flow(flow: &Flow) -> Result<OpenedFlow, OpenFlowError> {
             })?,
         );
     }
-    let mut outputs = Vec::with_capacity(flow.outputs.len());
+    let mut outputs = Vec::with_capacity(send_outputs.len());
     let mut unconnected = Vec::new();
-    for (index, (output, ifindex)) in flow.outputs.iter().zip(output_indexes).enumerate() {
+    for (index, (output, ifindex)) in send_outputs.iter().zip(output_indexes).enumerate() {
         let (socket, pending) =
             open_egress_or_pending(output, ifindex).map_err(|source| OpenFlowError::Egress {
                 flow: flow.name.clone(),

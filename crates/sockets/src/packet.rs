@@ -131,6 +131,7 @@ mod tests {
             source: None,
             ingress: mcrelay_config::IngressKind::Packet,
             receive_buffer_bytes: 1 << 20,
+            fec: None,
         }
     }
 

@@ -213,6 +213,7 @@ mod tests {
             source: None,
             ingress: mcrelay_config::IngressKind::Socket,
             receive_buffer_bytes,
+            fec: None,
         }
     }
 
@@ -262,6 +263,7 @@ mod tests {
             ttl: 64,
             source_address: None,
             queue_depth: 16,
+            fec: None,
         };
         let egress = open_egress(&out, interface_index("lo").expect("lo")).expect("egress");
         egress.send(b"out").expect("send");

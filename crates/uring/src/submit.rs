@@ -36,9 +36,10 @@ pub enum UserData {
 }
 
 const KIND_SHIFT: u32 = 62;
-/// Receives: flow in bits 0..13, leg in 16..18.
+/// Receives: flow in bits 0..13, the receiving socket (a leg or a leg's
+/// FEC stream) in 16..20.
 const LEG_SHIFT: u32 = 16;
-const LEG_MASK: u64 = LegId::MAX_LEGS as u64 - 1;
+const LEG_MASK: u64 = LegId::MAX_RECEIVERS as u64 - 1;
 /// Sends: output in bits 0..16, slot or record in 16..48, flow in 48..61.
 const FLOW_SHIFT: u32 = 48;
 const FLOW_MASK: u64 = FlowId::LIMIT as u64 - 1;

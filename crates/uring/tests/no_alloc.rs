@@ -31,6 +31,7 @@ fn relay_and_count(mode: ReceiveMode, gso: bool, same_size: bool) {
         source: None,
         ingress: IngressKind::Socket,
         receive_buffer_bytes: 4 << 20,
+        fec: None,
     };
     let receivers: Vec<UdpSocket> = (0..2)
         .map(|_| UdpSocket::bind((LOCALHOST, 0)).expect("bind"))
@@ -49,6 +50,7 @@ fn relay_and_count(mode: ReceiveMode, gso: bool, same_size: bool) {
             ttl: 64,
             source_address: None,
             queue_depth: 256,
+            fec: None,
         };
         outputs.push(OutputSocket::new(
             out.port.to_string(),

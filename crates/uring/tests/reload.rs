@@ -38,6 +38,7 @@ fn flow(name: &str) -> Loop {
         source: None,
         ingress: IngressKind::Socket,
         receive_buffer_bytes: 4 << 20,
+        fec: None,
     };
     let receiver = UdpSocket::bind((LOCALHOST, 0)).expect("bind");
     receiver.set_read_timeout(Some(DEADLINE)).expect("timeout");
@@ -51,6 +52,7 @@ fn flow(name: &str) -> Loop {
         ttl: 64,
         source_address: None,
         queue_depth: 256,
+        fec: None,
     };
     let outputs = vec![OutputSocket::new(
         out.port.to_string(),

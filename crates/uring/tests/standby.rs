@@ -36,6 +36,7 @@ fn flow(receiver: &UdpSocket) -> (FlowSockets, SocketAddr) {
         source: None,
         ingress: IngressKind::Socket,
         receive_buffer_bytes: 4 << 20,
+        fec: None,
     };
     let out = Output {
         interface: "lo".into(),
@@ -44,6 +45,7 @@ fn flow(receiver: &UdpSocket) -> (FlowSockets, SocketAddr) {
         ttl: 64,
         source_address: None,
         queue_depth: 256,
+        fec: None,
     };
     let sockets = FlowSockets::new(
         "standby".into(),

@@ -8,8 +8,8 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use mcrelay_config::Flow;
 use mcrelay_control::{
-    DaemonState, FlowSnapshot, FlowState, IngressDropsSnapshot, LegSnapshot, OutputSnapshot,
-    PoolClassSnapshot, RedundancySnapshot, Snapshot, WorkerSnapshot,
+    DaemonState, FecSnapshot, FlowSnapshot, FlowState, IngressDropsSnapshot, LegSnapshot,
+    OutputSnapshot, PoolClassSnapshot, RedundancySnapshot, Snapshot, WorkerSnapshot,
 };
 use mcrelay_relay::counters::{FlowCounters, FlowStats};
 use mcrelay_uring::WorkerStats;
@@ -32,6 +32,8 @@ pub(super) struct FlowEntry {
     /// "address:port on interface". Empty `legs` for one input.
     redundancy: &'static str,
     legs: Vec<String>,
+    /// An input has `fec`: the snapshot shows the FEC counters.
+    fec: bool,
     /// Kept across pauses: the counters go on where they stopped.
     pub(super) stats: FlowStats,
     /// While it runs, a second handle on the ingress socket, to read the
@@ -257,6 +259,13 @@ fn flow_snapshot(f: &FlowEntry) -> FlowSnapshot {
         }),
         redundancy: redundancy_snapshot(f),
         standby_discarded,
+        fec: f.fec.then(|| FecSnapshot {
+            packets: c.fec.packets.get(),
+            recovered: c.fec.recovered.get(),
+            unrecoverable: c.fec.unrecoverable.get(),
+            duplicates: c.fec.duplicates.get(),
+            rejected: c.fec.rejected.get(),
+        }),
     }
 }
 
@@ -348,6 +357,7 @@ pub(super) fn new_entry(flow: &Flow, workers: &[usize]) -> FlowEntry {
         input: legs.join(", "),
         redundancy: flow.redundancy.as_str(),
         legs: if legs.len() > 1 { legs } else { Vec::new() },
+        fec: flow.inputs.iter().any(|i| i.fec.is_some()),
         stats: new_stats(flow),
         ingress: None,
         own: Vec::new(),

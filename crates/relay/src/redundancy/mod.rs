@@ -19,6 +19,10 @@ pub struct LegId(pub u8);
 impl LegId {
     /// Legs a flow may have.
     pub const MAX_LEGS: u8 = 4;
+    /// Receive sockets the driver may name per flow: the legs and, for a
+    /// leg with 2022-1 FEC, its column and row sockets (12), rounded up to
+    /// the 4 bits `user_data` gives them.
+    pub const MAX_RECEIVERS: u8 = 16;
 
     pub fn index(self) -> usize {
         usize::from(self.0)

@@ -20,15 +20,23 @@ impl Worker {
     /// `limit` flows exist already.
     pub(super) fn place(&mut self, f: FlowSockets, limit: usize) -> Result<FlowId, String> {
         let (flow, specs, counters, redundancy) = Flow::new(f, self.gso_enabled);
-        let legs = u8::try_from(flow.legs.len()).unwrap_or(u8::MAX);
+        let legs = flow.media_legs;
         let Some(id) = self.core.add_flow(specs, counters, legs, redundancy, limit) else {
             return Err(flow.name);
         };
+        for leg in flow.fec_legs() {
+            self.core.enable_fec(id, leg);
+        }
+        for &(media, column, row, layout) in &flow.fec_outputs {
+            if !self.core.enable_fec_output(id, media, column, row, layout) {
+                tracing::warn!(flow = %flow.name, output = media.0, "FEC matrix refused: the output sends no FEC");
+            }
+        }
         if self.flows.len() <= id.index() {
             self.flows.resize_with(id.index() + 1, || None);
         }
         self.flows[id.index()] = Some(flow);
-        let room = self.flows.len() * usize::from(LegId::MAX_LEGS);
+        let room = self.flows.len() * usize::from(LegId::MAX_RECEIVERS);
         self.health_unpublished
             .reserve(room.saturating_sub(self.health_unpublished.len()));
         self.attention.reserve(self.flows.len());
@@ -64,7 +72,7 @@ impl Worker {
         let limit = if self.multishot {
             FlowId::LIMIT - 1
         } else {
-            self.receive_buffers.len() / usize::from(LegId::MAX_LEGS)
+            self.receive_buffers.len() / usize::from(LegId::MAX_RECEIVERS)
         };
         let outputs = f.outputs.len();
         let legs = f.legs.len();
@@ -73,6 +81,15 @@ impl Worker {
                 worker,
                 flow: f.name,
                 reason: format!("{legs} inputs; a flow has 1 to {}", LegId::MAX_LEGS),
+            });
+        }
+        if f.fec.iter().any(|s| s.leg.index() >= legs)
+            || legs + f.fec.len() > usize::from(LegId::MAX_RECEIVERS)
+        {
+            return self.report(Event::FlowRefused {
+                worker,
+                flow: f.name,
+                reason: "FEC sockets naming no input, or too many".into(),
             });
         }
         match self.place(f, limit) {

@@ -30,7 +30,7 @@ const TICK_NS: u64 = 100_000_000;
 /// The receive buffer of leg `leg` of flow `f` in single-receive mode.
 pub(super) fn single_buffer(f: FlowId, leg: LegId) -> Option<u16> {
     f.get()
-        .checked_mul(u16::from(LegId::MAX_LEGS))?
+        .checked_mul(u16::from(LegId::MAX_RECEIVERS))?
         .checked_add(u16::from(leg.0))
 }
 
@@ -134,7 +134,7 @@ impl Worker {
         let entries = match config.receive {
             ReceiveMode::Auto => buffers,
             ReceiveMode::Single => buffers.max(
-                u16::try_from(config.flows.len() * 2 * usize::from(LegId::MAX_LEGS))
+                u16::try_from(config.flows.len() * 2 * usize::from(LegId::MAX_RECEIVERS))
                     .unwrap_or(u16::MAX)
                     .clamp(16, 16384)
                     .next_power_of_two(),

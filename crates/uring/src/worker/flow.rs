@@ -9,6 +9,8 @@ use std::sync::Arc;
 use super::FlowSockets;
 use crate::ingress::IngressSocket;
 use crate::packet_ring::{Layout, PacketRing, Wake};
+use mcrelay_relay::OutputId;
+use mcrelay_relay::fec::FecLayout;
 use mcrelay_relay::{LegId, OutputSpec, Redundancy};
 
 /// What the driver keeps of one leg (input) of a flow: its socket, the
@@ -23,6 +25,9 @@ pub(super) struct Leg {
     /// the core, with the batch's clock reading; published once per batch
     /// ([`Worker::publish_health`]).
     pub(super) health: mcrelay_relay::health::InputHealth,
+    /// A 2022-1 FEC socket: the leg whose media it protects (its
+    /// datagrams go to `Core::receive_fec`, not to stream health).
+    pub(super) fec: Option<LegId>,
     /// Packet ingress: the frames' filter, checked again per frame.
     pub(super) packet: Option<mcrelay_wire::FlowMatch>,
     /// Packet ingress: frames are left in the packet ring for the next turn.
@@ -42,8 +47,12 @@ pub(super) struct Flow {
     pub(super) name: String,
     /// Output sockets' fds, in the core's output order.
     pub(super) output_fds: Box<[i32]>,
-    /// Each leg, its index its [`LegId`] (1 to [`LegId::MAX_LEGS`]).
+    /// Each leg, its index its [`LegId`] (1 to [`LegId::MAX_LEGS`]),
+    /// then the FEC sockets of legs with FEC (up to
+    /// [`LegId::MAX_RECEIVERS`] in all).
     pub(super) legs: Box<[Leg]>,
+    /// The media legs (the first `media_legs` of `legs`).
+    pub(super) media_legs: u8,
     /// A flow with several legs: the health of what its redundancy rule
     /// let through (shown each datagram the core queued or held),
     /// published with its legs'.
@@ -53,6 +62,10 @@ pub(super) struct Flow {
     /// Removed: what its sockets still held once its receives ended has
     /// been read (`Worker::drain`).
     pub(super) drained: bool,
+    /// Outputs with 2022-1 FEC: the output, its column and row outputs
+    /// (after the configured ones) and the matrix, for
+    /// `Core::enable_fec_output` once the flow has its number.
+    pub(super) fec_outputs: Vec<(OutputId, OutputId, OutputId, FecLayout)>,
 }
 
 impl Flow {
@@ -71,6 +84,19 @@ impl Flow {
         Arc<mcrelay_relay::counters::FlowCounters>,
         Redundancy,
     ) {
+        let mut f = f;
+        let configured = f.outputs.len();
+        let mut fec_outputs = Vec::new();
+        for fo in std::mem::take(&mut f.fec_outputs) {
+            if fo.output >= configured {
+                continue;
+            }
+            let column = f.outputs.len();
+            f.outputs.push(fo.column);
+            f.outputs.push(fo.row);
+            let id = |i: usize| OutputId(u16::try_from(i).unwrap_or(u16::MAX));
+            fec_outputs.push((id(fo.output), id(column), id(column + 1), fo.layout));
+        }
         let specs = f
             .outputs
             .iter()
@@ -82,13 +108,20 @@ impl Flow {
             })
             .collect();
         let output_fds = f.outputs.iter().map(|o| o.socket.as_raw_fd()).collect();
-        let legs = f
+        let media_legs = u8::try_from(f.legs.len()).unwrap_or(u8::MAX);
+        let mut legs: Vec<Leg> = f
             .legs
             .into_iter()
             .enumerate()
             .map(|(i, ingress)| Leg::new(&f.name, i, ingress, f.health, &f.counters))
-            .collect::<Box<[Leg]>>();
-        let output_health = (legs.len() > 1).then(|| {
+            .collect();
+        for s in f.fec {
+            let index = legs.len();
+            let mut leg = Leg::new(&f.name, index, s.socket, f.health, &f.counters);
+            leg.fec = Some(s.leg);
+            legs.push(leg);
+        }
+        let output_health = (media_legs > 1).then(|| {
             Box::new(mcrelay_relay::health::InputHealth::for_output(
                 f.health,
                 Arc::clone(&f.counters),
@@ -97,10 +130,12 @@ impl Flow {
         let flow = Self {
             name: f.name,
             output_fds,
-            legs,
+            legs: legs.into_boxed_slice(),
+            media_legs,
             output_health,
             _outputs: f.outputs.into_iter().map(|o| o.socket).collect(),
             drained: false,
+            fec_outputs,
         };
         (flow, specs, f.counters, f.redundancy)
     }
@@ -112,6 +147,23 @@ impl Flow {
 
     pub(super) fn leg_mut(&mut self, leg: LegId) -> Option<&mut Leg> {
         self.legs.get_mut(leg.index())
+    }
+
+    /// The media legs with FEC sockets (each once).
+    pub(super) fn fec_legs(&self) -> impl Iterator<Item = LegId> + '_ {
+        self.legs
+            .iter()
+            .filter_map(|l| l.fec)
+            .enumerate()
+            .filter(|&(i, leg)| {
+                !self
+                    .legs
+                    .iter()
+                    .filter_map(|l| l.fec)
+                    .take(i)
+                    .any(|l| l == leg)
+            })
+            .map(|(_, leg)| leg)
     }
 
     /// Every leg's number.
@@ -175,6 +227,7 @@ impl Leg {
                 Arc::clone(counters),
                 index,
             ),
+            fec: None,
             packet: ingress.packet_filter(),
             ring_pending: false,
             packet_ring,

@@ -98,6 +98,34 @@ pub struct FlowSockets {
     pub health: mcrelay_relay::health::HealthSettings,
     /// How the legs combine (`Single` for one leg).
     pub redundancy: Redundancy,
+    /// SMPTE 2022-1 FEC sockets of legs with `fec` (see
+    /// [`FlowSockets::with_fec`]).
+    pub fec: Vec<FecSocket>,
+    /// SMPTE 2022-1 FEC of outputs with `fec` (see
+    /// [`FlowSockets::with_fec_outputs`]).
+    pub fec_outputs: Vec<FecOutput>,
+}
+
+/// An output's 2022-1 FEC: the matrix and the sockets its column (port +
+/// 2) and row (port + 4) packets leave on. The worker adds them after
+/// the flow's outputs, as outputs that carry only FEC.
+#[derive(Debug)]
+pub struct FecOutput {
+    /// The output (index in `outputs`) whose datagrams are protected.
+    pub output: usize,
+    pub layout: mcrelay_relay::fec::FecLayout,
+    pub column: OutputSocket,
+    pub row: OutputSocket,
+}
+
+/// A socket receiving one of a leg's 2022-1 FEC streams (the leg's port
+/// + 2 for columns, + 4 for rows).
+#[derive(Debug)]
+pub struct FecSocket {
+    /// The leg whose media it protects.
+    pub leg: mcrelay_relay::LegId,
+    pub direction: mcrelay_relay::fec::Direction,
+    pub socket: IngressSocket,
 }
 
 impl FlowSockets {
@@ -110,6 +138,8 @@ impl FlowSockets {
             counters: Arc::default(),
             health: mcrelay_relay::health::HealthSettings::default(),
             redundancy: Redundancy::Single,
+            fec: Vec::new(),
+            fec_outputs: Vec::new(),
         }
     }
 
@@ -128,6 +158,24 @@ impl FlowSockets {
             counters: Arc::default(),
             health: mcrelay_relay::health::HealthSettings::default(),
             redundancy,
+            fec: Vec::new(),
+            fec_outputs: Vec::new(),
+        }
+    }
+
+    /// With 2022-1 FEC decoded on the legs these sockets name (a leg at
+    /// most once per direction; a socket naming no leg is refused by the
+    /// worker).
+    pub fn with_fec(self, fec: Vec<FecSocket>) -> Self {
+        Self { fec, ..self }
+    }
+
+    /// With 2022-1 FEC sent for the outputs these name (an output naming
+    /// none is ignored by the worker).
+    pub fn with_fec_outputs(self, fec_outputs: Vec<FecOutput>) -> Self {
+        Self {
+            fec_outputs,
+            ..self
         }
     }
 

@@ -188,12 +188,17 @@ impl Worker {
         let now = self.now_ns;
         if let Some(bytes) = self.receive_buffers.filled(id, len)
             && {
-                if leg.health.observe_at(bytes, now) {
-                    self.health_unpublished.push((f, l));
-                }
-                let received = self.core.receive_on(f, l, bytes, now);
-                observe_output(&mut self.flows, f, received, bytes, now);
-                received == (Received::Full { newly: true })
+                let r = if let Some(media) = leg.fec {
+                    self.core.receive_fec(f, media, bytes, now)
+                } else {
+                    if leg.health.observe_at(bytes, now) {
+                        self.health_unpublished.push((f, l));
+                    }
+                    let received = self.core.receive_on(f, l, bytes, now);
+                    observe_output(&mut self.flows, f, received, bytes, now);
+                    received
+                };
+                r == (Received::Full { newly: true })
             }
         {
             // Stop receiving until the outputs drain: the kernel drops the
