@@ -57,6 +57,7 @@ fn relay_and_count(mode: ReceiveMode, gso: bool, same_size: bool) {
             ttl: 64,
             source_address: None,
             queue_depth: 256,
+            srt: None,
         };
         outputs.push(OutputSocket::new(
             out.port.to_string(),

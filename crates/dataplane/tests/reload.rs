@@ -51,6 +51,7 @@ fn flow(name: &str) -> Loop {
         ttl: 64,
         source_address: None,
         queue_depth: 256,
+        srt: None,
     };
     let outputs = vec![OutputSocket::new(
         out.port.to_string(),

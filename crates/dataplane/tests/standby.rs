@@ -44,6 +44,7 @@ fn flow(receiver: &UdpSocket) -> (FlowSockets, SocketAddr) {
         ttl: 64,
         source_address: None,
         queue_depth: 256,
+        srt: None,
     };
     let sockets = FlowSockets::new(
         "standby".into(),

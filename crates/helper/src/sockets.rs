@@ -244,6 +244,7 @@ mod tests {
             ttl: 64,
             source_address: None,
             queue_depth: 16,
+            srt: None,
         };
         let egress = open_egress(&out, interface_index("lo").expect("lo")).expect("egress");
         egress.send(b"out").expect("send");

@@ -190,6 +190,7 @@ fn open(args: &SendArgs) -> anyhow::Result<Egress> {
                 ttl: args.ttl,
                 source_address: Some(IpAddr::V4(args.source)),
                 queue_depth: 256,
+                srt: None,
             };
             Egress::Udp(
                 mcrelay_helper::open_egress(&output, ifindex)
