@@ -111,9 +111,10 @@ impl Policy {
             .enumerate()
             .map(|(i, input)| interface(format!("{}.interface", leg_field(i)), &input.interface))
             .collect::<Result<Vec<u32>, Refusal>>()?;
+        // SRT outputs are the daemon's own (no privilege needed): only the
+        // UDP outputs are opened here, in order.
         let output_indexes = flow
-            .outputs
-            .iter()
+            .udp_outputs()
             .enumerate()
             .map(|(i, o)| interface(format!("outputs[{i}].interface"), &o.interface))
             .collect::<Result<Vec<u32>, Refusal>>()?;
@@ -131,7 +132,7 @@ impl Policy {
         }
         let mut outputs = Vec::with_capacity(flow.outputs.len());
         let mut unconnected = Vec::new();
-        for (index, (output, ifindex)) in flow.outputs.iter().zip(output_indexes).enumerate() {
+        for (index, (output, ifindex)) in flow.udp_outputs().zip(output_indexes).enumerate() {
             let (socket, pending) =
                 open_egress_or_pending(output, ifindex).map_err(|source| Refusal::Egress {
                     flow: flow.name.clone(),

@@ -158,7 +158,12 @@ fn supervise(
         options,
         opener,
         links.as_ref().map(|(_, t)| t.clone()),
-        || privileges.drop(),
+        || {
+            privileges.drop()?;
+            // Only now: the SRT thread and libsrt's must not keep privileges.
+            crate::srt::privileges_dropped();
+            Ok::<(), PrivilegeError>(())
+        },
     )?;
     let (wake_tx, wake) = mpsc::channel();
     let helper_tx = wake_tx.clone();

@@ -179,11 +179,12 @@ impl Opener {
                     })?
             }
         };
-        if opened.outputs.len() != flow.outputs.len() || opened.legs.len() != flow.inputs.len() {
+        let udp_outputs = flow.udp_outputs().count();
+        if opened.outputs.len() != udp_outputs || opened.legs.len() != flow.inputs.len() {
             return Err(OpenError::Count {
                 flow: flow.name.clone(),
                 opened: (opened.legs.len(), opened.outputs.len()),
-                configured: (flow.inputs.len(), flow.outputs.len()),
+                configured: (flow.inputs.len(), udp_outputs),
             });
         }
         let OpenedFlow {
@@ -191,6 +192,11 @@ impl Opener {
             outputs,
             unconnected,
         } = opened;
+        let (outputs, unconnected) = crate::srt::with_srt_outputs(flow, outputs, unconnected)
+            .map_err(|source| OpenError::Srt {
+                flow: flow.name.clone(),
+                source,
+            })?;
         let pending = crate::outputs::pending(flow, &outputs, &unconnected)?;
         let legs = flow
             .inputs
@@ -223,6 +229,9 @@ impl Opener {
             .zip(outputs)
             .map(|(o, socket)| {
                 let label = output_label(o);
+                if o.srt.is_some() {
+                    return OutputSocket::new(label, socket, o.queue_depth);
+                }
                 // Linux reports double the usable size it set.
                 let granted = socket2::SockRef::from(&socket)
                     .send_buffer_size()
@@ -403,13 +412,22 @@ pub enum OpenError {
     },
     #[error(transparent)]
     Pending(#[from] crate::outputs::PendingError),
+    #[error("flow {flow:?}: SRT output: {source}")]
+    Srt {
+        flow: String,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// An output's label in counters and metrics: `address:port@interface`,
 /// unique within a flow (two outputs may send the same group out of
 /// different interfaces).
 pub fn output_label(o: &Output) -> String {
-    format!("{}@{}", SocketAddr::new(o.address, o.port), o.interface)
+    match &o.srt {
+        None => format!("{}@{}", SocketAddr::new(o.address, o.port), o.interface),
+        Some(s) => crate::srt::label(o.socket_addr(), s),
+    }
 }
 
 /// `flow`'s sockets, opened in this process (no helper).
@@ -440,7 +458,7 @@ fn open_here(flow: &Flow) -> Result<OpenedFlow, OpenError> {
     }
     let mut outputs = Vec::with_capacity(flow.outputs.len());
     let mut unconnected = Vec::new();
-    for (i, o) in flow.outputs.iter().enumerate() {
+    for (i, o) in flow.udp_outputs().enumerate() {
         let (socket, pending) =
             open_egress_or_pending(o, index_of(&o.interface)?).map_err(|source| {
                 OpenError::Output {

@@ -447,7 +447,7 @@ impl Thread {
     fn ready(&mut self, id: i32) {
         if let Some((addr, _)) = self.listeners.iter().find(|(_, l)| l.socket.id() == id) {
             let addr = *addr;
-            self.accept_all(addr);
+            self.accept_one(addr);
             return;
         }
         for r in &mut self.routes {
@@ -464,8 +464,11 @@ impl Thread {
         }
     }
 
-    fn accept_all(&mut self, addr: SocketAddr) {
-        loop {
+    /// Accepts one caller: the epoll set is level-triggered, so another
+    /// one pending reports the listener ready again (an accept with none
+    /// pending would only make libsrt log an error).
+    fn accept_one(&mut self, addr: SocketAddr) {
+        {
             let Some(l) = self.listeners.get(&addr) else {
                 return;
             };
@@ -485,15 +488,15 @@ impl Thread {
                 .remove(&socket.id());
             let Some(p) = pending else {
                 // Not let through by our hook: can't happen; closed.
-                continue;
+                return;
             };
             let Some(route) = self.routes.iter_mut().find(|r| r.key == p.key && !r.gone) else {
-                continue;
+                return;
             };
             if let Err(e) = self.poll.add(socket.as_ref()) {
                 tracing::warn!(error = %e, "SRT caller can't be watched; closed");
                 route.taken.fetch_sub(1, Ordering::Relaxed);
-                continue;
+                return;
             }
             let peer = peer.or(p.peer);
             tracing::info!(flow = %route.spec.flow, output = %route.spec.label, peer = ?peer, stream_id = %p.stream_id, callers = route.callers.len() + 1, "SRT caller connected");
