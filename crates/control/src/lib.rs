@@ -54,7 +54,8 @@ pub use render::{
 pub use server::{ControlHandler, answer_event, answer_line};
 pub use snapshot::{
     DaemonState, FlowSnapshot, FlowState, IngressDropsSnapshot, InputHealth, LegSnapshot,
-    OutputSnapshot, PoolClassSnapshot, RedundancySnapshot, RtpHealth, Snapshot, Totals, TsHealth,
+    OutputSnapshot, PoolClassSnapshot, RedundancySnapshot, RtpHealth, Snapshot, SrtCallerSnapshot,
+    SrtSnapshot, Totals, TsHealth,
     WorkerSnapshot, bench_snapshot, input_label,
 };
 pub use summary::{
