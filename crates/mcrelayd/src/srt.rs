@@ -80,6 +80,26 @@ pub fn view() -> Vec<RouteView> {
     }
 }
 
+/// Datagrams a socket pair queues for the SRT thread is the kernel's
+/// `net.unix.max_dgram_qlen` (10 by default); a burst longer than that
+/// while the SRT thread is descheduled fails on the worker's side
+/// (`EAGAIN`, counted as `drop_send_error`). Said once, with the fix.
+fn warn_small_queue() {
+    static SAID: AtomicBool = AtomicBool::new(false);
+    const WANT: u32 = 512;
+    let qlen = std::fs::read_to_string("/proc/sys/net/unix/max_dgram_qlen")
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok());
+    if let Some(q) = qlen.filter(|&q| q < WANT) {
+        if !SAID.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                max_dgram_qlen = q,
+                "SRT outputs queue at most {q} datagrams for the SRT thread; raise it (sysctl -w net.unix.max_dgram_qlen={WANT}) so bursts queue instead of dropping"
+            );
+        }
+    }
+}
+
 /// An SRT output's label: `srt://0.0.0.0:9000` (`?streamid=a`, and
 /// `caller` for one that calls out).
 pub fn label(addr: SocketAddr, s: &SrtOutput) -> String {
@@ -109,6 +129,7 @@ pub fn with_srt_outputs(
     if flow.outputs.iter().all(|o| o.srt.is_none()) {
         return Ok((udp, unconnected));
     }
+    warn_small_queue();
     let mut udp = udp.into_iter();
     let mut all = Vec::with_capacity(flow.outputs.len());
     let mut udp_index = Vec::new();
