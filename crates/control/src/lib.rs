@@ -55,8 +55,7 @@ pub use server::{ControlHandler, answer_event, answer_line};
 pub use snapshot::{
     DaemonState, FlowSnapshot, FlowState, IngressDropsSnapshot, InputHealth, LegSnapshot,
     OutputSnapshot, PoolClassSnapshot, RedundancySnapshot, RtpHealth, Snapshot, SrtCallerSnapshot,
-    SrtSnapshot, Totals, TsHealth,
-    WorkerSnapshot, bench_snapshot, input_label,
+    SrtSnapshot, Totals, TsHealth, WorkerSnapshot, bench_snapshot, input_label,
 };
 pub use summary::{
     FlowStateCounts, MAX_NAMED, MAX_TEXT, Named, NotRunning, StreamErrors, Summary, decode_status,

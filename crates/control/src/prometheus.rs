@@ -638,7 +638,11 @@ fn srt_families(m: &mut Exposition, s: &Snapshot) {
         }
     }
     let name = "mcrelay_srt_caller_rtt_seconds";
-    m.family(name, Kind::Gauge, "Smoothed round-trip time to this SRT caller.");
+    m.family(
+        name,
+        Kind::Gauge,
+        "Smoothed round-trip time to this SRT caller.",
+    );
     for (f, o, r) in srt_outputs() {
         for c in &r.callers {
             #[allow(clippy::cast_precision_loss)]
@@ -900,8 +904,7 @@ fn text_capacity(s: &Snapshot) -> usize {
         .filter_map(|o| o.srt.as_ref())
         .map(|r| 6 + 7 * r.callers.len())
         .sum();
-    let samples =
-        7 * s.flows.len() + 7 * outputs + 5 * pools + 3 * s.workers.len() + srt;
+    let samples = 7 * s.flows.len() + 7 * outputs + 5 * pools + 3 * s.workers.len() + srt;
     let legs: usize = s
         .flows
         .iter()
@@ -1582,7 +1585,10 @@ mod tests {
         assert_eq!(v("mcrelay_srt_caller_sent_packets_total", &caller), 900.0);
         assert_eq!(v("mcrelay_srt_caller_dropped_packets_total", &caller), 3.0);
         assert_eq!(v("mcrelay_srt_caller_lost_packets_total", &caller), 41.0);
-        assert_eq!(v("mcrelay_srt_caller_retransmitted_packets_total", &caller), 40.0);
+        assert_eq!(
+            v("mcrelay_srt_caller_retransmitted_packets_total", &caller),
+            40.0
+        );
         assert_eq!(v("mcrelay_srt_caller_too_late_packets_total", &caller), 2.0);
         assert_eq!(v("mcrelay_srt_caller_rtt_seconds", &caller), 0.04);
         // A UDP output has no SRT series.

@@ -477,7 +477,11 @@ fn redundancy_text(r: &crate::snapshot::RedundancySnapshot) -> String {
 /// An SRT output's HEALTH cell: `listener: 3/16 callers, 2 refused`.
 pub fn srt_text(r: &crate::snapshot::SrtSnapshot) -> String {
     let mut t = if r.listener {
-        format!("srt listener: {}/{} callers", r.callers.len(), r.max_callers)
+        format!(
+            "srt listener: {}/{} callers",
+            r.callers.len(),
+            r.max_callers
+        )
     } else if r.callers.is_empty() {
         "srt caller: not connected".to_owned()
     } else {

@@ -267,3 +267,174 @@ impl Walker<'_> {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::model::*;
+    use crate::parse::parse;
+    use crate::parse::tests::{error, errors};
+
+    fn flow(outputs: &str) -> String {
+        format!(
+            "[[flow]]\nname = \"x\"\ninput = {{ interface = \"eth0\", address = \"239.1.1.1\", port = 5000 }}\noutputs = [{outputs}]\n"
+        )
+    }
+
+    #[test]
+    fn listener_defaults_and_every_key() {
+        let c = parse(
+            &flow(r#"{ protocol = "srt", address = "0.0.0.0", port = 9000 }"#),
+            "t.toml",
+        )
+        .expect("valid");
+        let o = &c.flows.by_name("x").expect("x").outputs[0];
+        assert_eq!(o.interface, "");
+        assert_eq!(
+            o.srt,
+            Some(SrtOutput {
+                mode: SrtMode::Listener,
+                latency_ms: 120,
+                passphrase: None,
+                key_length: 16,
+                max_callers: 16,
+                stream_id: None,
+            })
+        );
+        let c = parse(
+            &flow(
+                r#"{ protocol = "srt", mode = "listener", address = "10.0.0.1", port = 9000, latency_ms = 200, passphrase = "0123456789abc", key_length = 32, max_callers = 40, stream_id = "cam-1" }"#,
+            ),
+            "t.toml",
+        )
+        .expect("valid");
+        let s = c.flows.by_name("x").expect("x").outputs[0]
+            .srt
+            .clone()
+            .expect("srt");
+        assert_eq!(
+            (
+                s.latency_ms,
+                s.key_length,
+                s.max_callers,
+                s.stream_id.as_deref()
+            ),
+            (200, 32, 40, Some("cam-1"))
+        );
+        assert_eq!(s.passphrase.as_deref(), Some("0123456789abc"));
+        // The passphrase never shows in Debug.
+        assert!(!format!("{s:?}").contains("0123456789abc"));
+        let c = parse(
+            &flow(r#"{ protocol = "srt", mode = "caller", address = "192.0.2.1", port = 80 }"#),
+            "t.toml",
+        )
+        .expect("a caller may call a low port");
+        assert_eq!(
+            c.flows.by_name("x").expect("x").outputs[0]
+                .srt
+                .as_ref()
+                .map(|s| s.mode),
+            Some(SrtMode::Caller)
+        );
+    }
+
+    #[test]
+    fn srt_errors_name_the_field_and_the_fix() {
+        let cases = [
+            (
+                r#"{ protocol = "rist", address = "0.0.0.0", port = 9000 }"#,
+                "outputs[0].protocol \"rist\" is not known; use \"udp\" or \"srt\"",
+            ),
+            (
+                r#"{ protocol = "srt", address = "0.0.0.0", port = 900 }"#,
+                "outputs[0].port 900 is a privileged port; the daemon opens SRT listeners without privileges, use 1024-65535",
+            ),
+            (
+                r#"{ protocol = "srt", interface = "eth1", address = "0.0.0.0", port = 9000 }"#,
+                "outputs[0].interface does not apply to an SRT output",
+            ),
+            (
+                r#"{ protocol = "srt", address = "0.0.0.0", port = 9000, passphrase = "short" }"#,
+                "outputs[0].passphrase must be 10 to 79 ASCII characters",
+            ),
+            (
+                r#"{ protocol = "srt", address = "0.0.0.0", port = 9000, key_length = 32 }"#,
+                "outputs[0].key_length needs a passphrase",
+            ),
+            (
+                r#"{ protocol = "srt", address = "0.0.0.0", port = 9000, passphrase = "0123456789", key_length = 20 }"#,
+                "outputs[0].key_length 20 is not an AES key length; use 16, 24 or 32 (bytes)",
+            ),
+            (
+                r#"{ protocol = "srt", mode = "caller", address = "192.0.2.1", port = 9000, max_callers = 2 }"#,
+                "outputs[0].max_callers is only for mode = \"listener\"",
+            ),
+            (
+                r#"{ protocol = "srt", mode = "caller", address = "0.0.0.0", port = 9000 }"#,
+                "outputs[0].address 0.0.0.0 is unspecified; a caller needs the listener's address",
+            ),
+            (
+                r#"{ protocol = "srt", address = "239.2.2.2", port = 9000 }"#,
+                "is a multicast group; an SRT output needs a unicast address",
+            ),
+            (
+                r#"{ protocol = "srt", mode = "rendezvous", address = "0.0.0.0", port = 9000 }"#,
+                "outputs[0].mode \"rendezvous\" is not known; use \"listener\" or \"caller\"",
+            ),
+            (
+                r#"{ protocol = "srt", address = "0.0.0.0", port = 9000, max_callers = 0 }"#,
+                "outputs[0].max_callers 0 is out of range; use 1-1024",
+            ),
+            (
+                r#"{ interface = "eth1", address = "239.2.2.2", port = 9000, passphrase = "0123456789" }"#,
+                "outputs[0].passphrase is only for an SRT output; add protocol = \"srt\" or remove it",
+            ),
+        ];
+        for (output, want) in cases {
+            let e = error(&flow(output));
+            assert!(e.starts_with("t.toml:4:"), "{e}");
+            assert!(e.contains(want), "{output}: {e}");
+        }
+        // The passphrase is never echoed in an error.
+        let e = error(&flow(
+            r#"{ protocol = "srt", address = "0.0.0.0", port = 9000, passphrase = "s3cret" }"#,
+        ));
+        assert!(!e.contains("s3cret"), "{e}");
+    }
+
+    #[test]
+    fn one_port_many_flows_by_stream_id() {
+        let two = |a: &str, b: &str| {
+            format!(
+                "[[flow]]\nname = \"a\"\ninput = {{ interface = \"eth0\", address = \"239.1.1.1\", port = 5000 }}\n\
+                 outputs = [{{ protocol = \"srt\", address = \"0.0.0.0\", port = 9000{a} }}]\n\
+                 [[flow]]\nname = \"b\"\ninput = {{ interface = \"eth0\", address = \"239.1.1.2\", port = 5000 }}\n\
+                 outputs = [{{ protocol = \"srt\", address = \"0.0.0.0\", port = 9000{b} }}]\n"
+            )
+        };
+        assert!(parse(&two(", stream_id = \"a\"", ", stream_id = \"b\""), "t.toml").is_ok());
+        // One default route (no stream ID) beside named ones is fine.
+        assert!(parse(&two("", ", stream_id = \"b\""), "t.toml").is_ok());
+        let e = errors(&two(", stream_id = \"a\"", ", stream_id = \"a\""));
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(
+            e[0].contains("flow \"b\": SRT listener 0.0.0.0:9000 with stream_id \"a\" is also flow \"a\"'s; give each flow on one port its own stream_id"),
+            "{e:?}"
+        );
+        // Within a flow, two outputs on one port need distinct stream IDs.
+        let e = error(&flow(
+            r#"{ protocol = "srt", address = "0.0.0.0", port = 9000 }, { protocol = "srt", address = "0.0.0.0", port = 9000 }"#,
+        ));
+        assert!(e.contains("outputs[1] is the same as outputs[0]"), "{e}");
+    }
+
+    #[test]
+    fn spread_and_srt_dont_mix() {
+        let text = format!(
+            "{}spread = 2\n",
+            flow(
+                r#"{ protocol = "srt", address = "0.0.0.0", port = 9000 }, { interface = "eth1", address = "239.2.2.2", port = 6000 }"#
+            )
+        );
+        assert!(error(&text).contains("spread can't be used with an SRT output"));
+    }
+}

@@ -9,11 +9,12 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use mcrelay_config::Flow;
 use mcrelay_control::{
     DaemonState, FlowSnapshot, FlowState, IngressDropsSnapshot, LegSnapshot, OutputSnapshot,
-    PoolClassSnapshot, RedundancySnapshot, Snapshot, SrtCallerSnapshot, SrtSnapshot, WorkerSnapshot,
+    PoolClassSnapshot, RedundancySnapshot, Snapshot, SrtCallerSnapshot, SrtSnapshot,
+    WorkerSnapshot,
 };
 use mcrelay_dataplane::WorkerStats;
-use mcrelay_srt::RouteView;
 use mcrelay_dataplane::counters::{FlowCounters, FlowStats};
+use mcrelay_srt::RouteView;
 
 use crate::outputs::{OutputState, Unconnected};
 use crate::sockets::output_label;
