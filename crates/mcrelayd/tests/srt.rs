@@ -239,8 +239,35 @@ fn listener_serves_ten_callers_byte_exact_and_refuses_a_wrong_passphrase() {
         h.join().expect("sender");
         late
     });
-    // Nobody was dropped before the receivers stop.
+    // Nobody was dropped before the receivers stop; each caller's counters.
     wait_size(&outs[0], want.len() - 4096);
+    let socket = t.dir.join("control.sock");
+    let srt = wait_until("every caller counted", || {
+        let s = snapshot(&socket);
+        let srt = s
+            .flow("cam")
+            .and_then(|f| f.outputs.first())
+            .and_then(|o| o.srt.clone())
+            .ok_or("no srt output")?;
+        let full = srt.callers.iter().filter(|c| c.sent == n as u64).count();
+        if full >= expected_callers && srt.refused >= 1 {
+            Ok(srt)
+        } else {
+            Err(format!("{srt:?}"))
+        }
+    });
+    assert!(srt.listener);
+    assert_eq!(srt.max_callers, 12);
+    assert!(
+        srt.callers
+            .iter()
+            .all(|c| c.dropped == 0 && c.stream_id == "cam"),
+        "{srt:?}"
+    );
+    let (code, text) = ctl(&socket, &["flows"]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("srt listener: 12/12 callers"), "{text}");
+    assert!(text.contains("=> 10.10.2.2:"), "{text}");
     assert_eq!(
         count(&relay.log(), "SRT caller disconnected"),
         0,
@@ -347,5 +374,135 @@ fn five_percent_loss_both_ways_leaves_no_residual_loss() {
         finish(c, o, want.len());
         same(o, &want);
     }
+    let _ = relay.stop();
+}
+
+/// The relay's config file and control socket, written like
+/// `Topology::relay` does, for a reload.
+fn rewrite(t: &Topology, config: &str) {
+    let text = format!(
+        "[daemon]\nuser = \"nobody\"\ncontrol_socket = \"{}\"\n{config}",
+        t.dir.join("control.sock").display()
+    );
+    fs::write(t.dir.join("mcrelay.toml"), text).expect("write config");
+}
+
+/// Sends `count` datagrams of junk to R's SRT port from B, as fast as
+/// python goes: handshakes that are not, from many source ports.
+fn flood(t: &Topology, count: u32) -> Child {
+    let script = format!(
+        "import socket,os\n\
+         for i in range({count}):\n\
+         \x20   s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n\
+         \x20   s.bind(('10.10.2.2',0))\n\
+         \x20   s.sendto(os.urandom(64+i%400),('10.10.2.1',9000))\n\
+         \x20   s.close()\n"
+    );
+    Command::new("ip")
+        .args(["netns", "exec", &t.b, "python3", "-c", &script])
+        .spawn()
+        .expect("flood")
+}
+
+#[test]
+fn a_frozen_caller_and_a_handshake_flood_cost_the_others_nothing() {
+    let Some(t) = topology() else { return };
+    let n = 6000;
+    let file = stream(&t, n);
+    let want = fs::read(&file).expect("stream");
+    let relay = t.relay(
+        &config(
+            "{ protocol = \"srt\", address = \"10.10.2.1\", port = 9000, stream_id = \"cam\" }",
+        ),
+        &[],
+    );
+    let uri = "srt://10.10.2.1:9000?streamid=cam";
+    let outs: Vec<PathBuf> = (0..3).map(|i| t.dir.join(format!("ok-{i}.ts"))).collect();
+    let callers: Vec<Child> = outs.iter().map(|o| srt_receiver(&t, uri, o)).collect();
+    let frozen = srt_receiver(&t, uri, &t.dir.join("frozen.ts"));
+    wait_log(&relay, "SRT caller connected", 4);
+    // The frozen caller neither reads nor acknowledges from now on.
+    signal(&frozen, libc::SIGSTOP);
+    let junk = flood(&t, 20_000);
+    send_file(&t, &file, 1000);
+    // The frozen one is gone (peer idle timeout, or its buffer full).
+    wait_log(&relay, "SRT caller disconnected", 1);
+    for o in &outs {
+        wait_size(o, want.len() - 4096);
+    }
+    assert_eq!(
+        count(&relay.log(), "SRT caller disconnected"),
+        1,
+        "{}",
+        relay.log()
+    );
+    for (c, o) in callers.into_iter().zip(&outs) {
+        finish(c, o, want.len());
+        same(o, &want);
+    }
+    let _ = junk.wait_with_output();
+    signal(&frozen, libc::SIGCONT);
+    kill(frozen);
+    let _ = relay.stop();
+}
+
+#[test]
+fn reload_replacing_and_removing_srt_outputs_keeps_the_other_callers() {
+    let Some(t) = topology() else { return };
+    let n = 3000;
+    let file = stream(&t, n);
+    let want = fs::read(&file).expect("stream");
+    let cam = "{ protocol = \"srt\", address = \"10.10.2.1\", port = 9000, stream_id = \"cam\" }";
+    let relay = t.relay(&config(cam), &[]);
+    let outs: Vec<PathBuf> = (0..3).map(|i| t.dir.join(format!("kept-{i}.ts"))).collect();
+    let callers: Vec<Child> = outs
+        .iter()
+        .map(|o| srt_receiver(&t, "srt://10.10.2.1:9000?streamid=cam", o))
+        .collect();
+    let other = srt_receiver(
+        &t,
+        "srt://10.10.2.1:9000?streamid=other",
+        &t.dir.join("other.ts"),
+    );
+    wait_log(&relay, "SRT caller connected", 4);
+    // "cam" changes (a UDP output added: replaced make before break, its
+    // SRT output taken over), "other" goes, "third" comes on the same port.
+    rewrite(
+        &t,
+        &format!(
+            "[[flow]]\nname = \"cam\"\ninput = {{ interface = \"vRA\", address = \"239.1.1.1\", port = 5000 }}\n\
+             outputs = [{cam}, {{ interface = \"vRB\", address = \"10.10.2.2\", port = 7000 }}]\n\
+             [[flow]]\nname = \"third\"\ninput = {{ interface = \"vRA\", address = \"239.1.1.3\", port = 5000 }}\n\
+             outputs = [{{ protocol = \"srt\", address = \"10.10.2.1\", port = 9000, stream_id = \"third\" }}]\n"
+        ),
+    );
+    let (code, out) = ctl(&t.dir.join("control.sock"), &["reload"]);
+    assert_eq!(code, 0, "{out}");
+    wait_log(&relay, "SRT output taken over by the reloaded flow", 1);
+    // other's output (and its caller) goes with its flow.
+    wait_log(&relay, "SRT output removed flow=other", 1);
+    let third = srt_receiver(
+        &t,
+        "srt://10.10.2.1:9000?streamid=third",
+        &t.dir.join("third.ts"),
+    );
+    wait_log(&relay, "SRT caller connected", 5);
+    send_file(&t, &file, 1500);
+    for o in &outs {
+        wait_size(o, want.len() - 4096);
+    }
+    // cam's callers stayed through the reload.
+    assert_eq!(
+        count(&relay.log(), "SRT caller disconnected"),
+        0,
+        "{}",
+        relay.log()
+    );
+    for (c, o) in callers.into_iter().zip(&outs) {
+        finish(c, o, want.len());
+        same(o, &want);
+    }
+    kill(other);
+    kill(third);
     let _ = relay.stop();
 }

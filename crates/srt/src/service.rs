@@ -251,6 +251,8 @@ struct Route {
     spec: OutputSpec,
     key: RouteKey,
     feed: UnixDatagram,
+    /// Feeds of the flow this route's flow replaced, read until they end.
+    old_feeds: Vec<UnixDatagram>,
     callers: Vec<Caller>,
     taken: Arc<AtomicU32>,
     calling: Option<Calling>,
@@ -289,9 +291,18 @@ impl Thread {
                     (Vec::new(), Vec::new())
                 }
             };
+            // A flow replaced by a reload registers its new feed before its
+            // old one ends: take registrations first, so an old feed's end
+            // finds its successor.
+            while let Ok((spec, feed)) = self.rx.try_recv() {
+                self.add(spec, feed);
+            }
             for fd in sys_ready {
-                if let Some(i) = self.routes.iter().position(|r| r.feed.as_raw_fd() == fd) {
-                    self.pump(i, &mut buf);
+                let owner = self.routes.iter().position(|r| {
+                    r.feed.as_raw_fd() == fd || r.old_feeds.iter().any(|o| o.as_raw_fd() == fd)
+                });
+                if let Some(i) = owner {
+                    self.pump(i, fd, &mut buf);
                 }
             }
             for id in srt_ready {
@@ -321,8 +332,10 @@ impl Thread {
         // fail from then on, which only its draining sees).
         if let Some(old) = self.routes.iter_mut().find(|r| r.key == key && !r.gone) {
             if old.spec.srt == spec.srt && old.spec.address == spec.address {
-                self.poll.remove_fd(old.feed.as_raw_fd());
-                old.feed = feed;
+                // The old feed is read until it ends (what the old flow
+                // still sends comes first).
+                let previous = std::mem::replace(&mut old.feed, feed);
+                old.old_feeds.push(previous);
                 tracing::info!(flow = %spec.flow, output = %spec.label, callers = old.callers.len(), "SRT output taken over by the reloaded flow");
                 return;
             }
@@ -360,6 +373,7 @@ impl Thread {
             spec,
             key,
             feed,
+            old_feeds: Vec::new(),
             callers: Vec::new(),
             taken,
             calling,
@@ -402,23 +416,33 @@ impl Thread {
 
     /// Reads up to a batch of datagrams from route `i`'s feed and sends
     /// each to every caller. The packet path of the SRT side.
-    fn pump(&mut self, i: usize, buf: &mut [u8]) {
+    fn pump(&mut self, i: usize, fd: i32, buf: &mut [u8]) {
         let Some(route) = self.routes.get_mut(i) else {
             return;
         };
+        // The replaced flow's feed, until it ends, or the route's own.
+        let old = route.old_feeds.iter().position(|o| o.as_raw_fd() == fd);
         for _ in 0..FEED_BATCH {
-            let n = match route.feed.recv(buf) {
-                Ok(n) => n,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
-                Err(_) => {
-                    route.gone = true;
-                    return;
-                }
+            let feed = match old.and_then(|k| route.old_feeds.get(k)) {
+                Some(f) => f,
+                None => &route.feed,
             };
-            if n == 0 && feed_closed(&route.feed) {
-                route.gone = true;
+            let got = match feed.recv(buf) {
+                Ok(0) if feed_closed(feed) => None,
+                Ok(n) => Some(n),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(_) => None,
+            };
+            let Some(n) = got else {
+                match old {
+                    Some(k) => {
+                        self.poll.remove_fd(fd);
+                        route.old_feeds.swap_remove(k);
+                    }
+                    None => route.gone = true,
+                }
                 return;
-            }
+            };
             route.view.datagrams += 1;
             if n > MAX_PAYLOAD {
                 route.view.oversize += 1;
@@ -547,6 +571,9 @@ impl Thread {
             for r in self.routes.iter().filter(|r| r.gone) {
                 tracing::info!(flow = %r.spec.flow, output = %r.spec.label, callers = r.callers.len(), "SRT output removed");
                 self.poll.remove_fd(r.feed.as_raw_fd());
+                for o in &r.old_feeds {
+                    self.poll.remove_fd(o.as_raw_fd());
+                }
                 for c in &r.callers {
                     self.poll.remove(c.socket.as_ref());
                 }
