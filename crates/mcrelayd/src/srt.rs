@@ -117,6 +117,9 @@ pub fn label(addr: SocketAddr, s: &SrtOutput) -> String {
     l
 }
 
+/// Output sockets in config order, and the unconnected ones (index, errno).
+type Outputs = (Vec<UdpSocket>, Vec<(usize, i32)>);
+
 /// The flow's output sockets in config order: `udp` (what the helper
 /// opened, UDP outputs only, in order) with a socket pair's worker end in
 /// place of each SRT output, whose other end goes to the SRT thread.
@@ -125,7 +128,7 @@ pub fn with_srt_outputs(
     flow: &Flow,
     udp: Vec<UdpSocket>,
     unconnected: Vec<(usize, i32)>,
-) -> std::io::Result<(Vec<UdpSocket>, Vec<(usize, i32)>)> {
+) -> std::io::Result<Outputs> {
     if flow.outputs.iter().all(|o| o.srt.is_none()) {
         return Ok((udp, unconnected));
     }

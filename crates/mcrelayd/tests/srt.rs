@@ -46,16 +46,16 @@ fn topology() -> Option<Topology> {
 /// starting with the sync byte, numbered, the rest a fixed pattern.
 fn stream(t: &Topology, n: usize) -> PathBuf {
     let mut data = Vec::with_capacity(n * DATAGRAM);
-    let mut k: u32 = 0;
-    for _ in 0..n * 7 {
+    for k in 0..u32::try_from(n * 7).expect("small") {
         let mut p = [0u8; 188];
         p[0] = 0x47;
         p[1..5].copy_from_slice(&k.to_be_bytes());
         for (j, b) in p.iter_mut().enumerate().skip(5) {
-            *b = (k as usize).wrapping_mul(31).wrapping_add(j) as u8;
+            *b = k.to_le_bytes()[0]
+                .wrapping_mul(31)
+                .wrapping_add(j.to_le_bytes()[0]);
         }
         data.extend_from_slice(&p);
-        k += 1;
     }
     let path = t.dir.join("stream.ts");
     fs::write(&path, data).expect("write stream");
@@ -134,7 +134,7 @@ fn wait_log(relay: &Relay, what: &str, n: usize) {
 /// then stops the receiver (SIGINT: it flushes and exits).
 fn finish(mut rx: Child, path: &Path, size: usize) {
     wait_until(&format!("{} to hold {size} bytes", path.display()), || {
-        let got = fs::metadata(path).map_or(0, |m| m.len() as usize);
+        let got = fs::metadata(path).map_or(0, |m| usize::try_from(m.len()).unwrap_or(0));
         if got + 4096 >= size {
             Ok(())
         } else {
@@ -153,7 +153,7 @@ fn finish(mut rx: Child, path: &Path, size: usize) {
 
 fn wait_size(path: &Path, size: usize) {
     wait_until(&format!("{} to hold {size} bytes", path.display()), || {
-        let got = fs::metadata(path).map_or(0, |m| m.len() as usize);
+        let got = fs::metadata(path).map_or(0, |m| usize::try_from(m.len()).unwrap_or(0));
         if got >= size {
             Ok(())
         } else {

@@ -260,16 +260,16 @@ impl SrtError {
         // SAFETY: srt_getlasterror reads the calling thread's error slot;
         // a null errno pointer is allowed (the system errno is not wanted).
         let code = unsafe { srt_getlasterror(std::ptr::null_mut()) };
-        // SAFETY: srt_getlasterror_str returns a NUL-terminated string owned
-        // by libsrt's per-thread error object, valid until the next libsrt
-        // call on this thread; it is copied out at once.
-        let message = unsafe {
-            let p = srt_getlasterror_str();
-            if p.is_null() {
-                String::new()
-            } else {
-                CStr::from_ptr(p).to_string_lossy().into_owned()
-            }
+        // SAFETY: no arguments; the pointer returned is checked below.
+        let p = unsafe { srt_getlasterror_str() };
+        let message = if p.is_null() {
+            String::new()
+        } else {
+            // SAFETY: a non-null pointer from srt_getlasterror_str is a
+            // NUL-terminated string owned by libsrt's per-thread error
+            // object, valid until the next libsrt call on this thread; it
+            // is copied out at once.
+            unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
         };
         SrtError { op, code, message }
     }
@@ -293,14 +293,13 @@ static LOG_WINDOW: AtomicU64 = AtomicU64::new(0);
 /// to 10 lines a second) into `tracing`.
 pub fn startup() {
     STARTUP.call_once(|| {
-        // SAFETY: srt_startup has no preconditions and is idempotent;
-        // srt_setloglevel/srt_setloghandler store plain values; the handler
-        // is a `'static` function and takes no opaque state (null).
-        unsafe {
-            srt_startup();
-            srt_setloglevel(LOG_ERR);
-            srt_setloghandler(std::ptr::null_mut(), Some(log_handler));
-        }
+        // SAFETY: srt_startup has no preconditions and is idempotent.
+        unsafe { srt_startup() };
+        // SAFETY: stores a plain value.
+        unsafe { srt_setloglevel(LOG_ERR) };
+        // SAFETY: the handler is a `'static` function matching
+        // SRT_LOG_HANDLER_FN and takes no opaque state (null).
+        unsafe { srt_setloghandler(std::ptr::null_mut(), Some(log_handler)) };
     });
 }
 

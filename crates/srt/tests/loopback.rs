@@ -83,7 +83,9 @@ fn wait_callers(svc: &SrtService, flow: &str, n: usize) {
 fn datagram(i: u32) -> Vec<u8> {
     let mut d = vec![0u8; 1316];
     for (j, b) in d.iter_mut().enumerate() {
-        *b = (i as usize * 7 + j) as u8;
+        *b = i.to_le_bytes()[0]
+            .wrapping_mul(7)
+            .wrapping_add(j.to_le_bytes()[0]);
     }
     d[..4].copy_from_slice(&i.to_be_bytes());
     d
