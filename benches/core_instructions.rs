@@ -10,9 +10,9 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use gungraun::{library_benchmark, library_benchmark_group, main};
-use mcrelay_dataplane::core::{Core, FlowId, OutputSpec, Redundancy, SendToken};
-use mcrelay_dataplane::counters::OutputCounters;
 use mcrelay_pool::{PoolConfig, PoolSet};
+use mcrelay_relay::counters::OutputCounters;
+use mcrelay_relay::{Core, FlowId, OutputSpec, Redundancy, SendToken};
 
 const WARM: usize = 16;
 const N: usize = 1000;

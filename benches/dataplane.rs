@@ -14,9 +14,9 @@ use std::sync::Arc;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use io_uring::{opcode, squeue, types::Fd};
-use mcrelay_dataplane::bench_support::{FlowId, InFlight, OutputId, UserData};
-use mcrelay_dataplane::core::{Core, OutputSpec, Redundancy, SendToken};
 use mcrelay_pool::{MAX_PAYLOAD, PoolConfig, PoolSet, SharedBuffer};
+use mcrelay_relay::{Core, OutputSpec, Redundancy, SendToken};
+use mcrelay_uring::bench_support::{FlowId, InFlight, OutputId, UserData};
 
 fn packet(c: &mut Criterion) {
     let config = PoolConfig::default();

@@ -1,6 +1,6 @@
 //! Stream health's per-datagram cost on the packet path, each payload mode
 //! next to `udp` in one run: the worker's hook as the worker pays it
-//! (`mcrelay_dataplane::health::InputHealth::observe_at` per datagram; the
+//! (`mcrelay_relay::health::InputHealth::observe_at` per datagram; the
 //! monotonic clock read and `InputHealth::publish`, the relaxed stores, once
 //! per [`BATCH`] datagrams) on a clean stream of 1316-byte TS payloads
 //! (seven packets; 1328 bytes with the RTP header).
@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use mcrelay_benches::health_datagram;
-use mcrelay_dataplane::counters::FlowCounters;
-use mcrelay_dataplane::health::{HealthSettings, InputHealth};
+use mcrelay_relay::counters::FlowCounters;
+use mcrelay_relay::health::{HealthSettings, InputHealth};
 use mcrelay_wire::health::Payload;
 use mcrelay_wire::ts;
 
@@ -70,7 +70,7 @@ fn observe(c: &mut Criterion) {
                 d[at..at + 2].copy_from_slice(&seq.to_be_bytes());
                 if i % BATCH == 0 {
                     h.publish();
-                    now = mcrelay_dataplane::health::now_ns();
+                    now = mcrelay_relay::health::now_ns();
                 }
                 h.observe_at(black_box(d), black_box(now));
                 i = (i + 1) % RING;
@@ -130,7 +130,7 @@ impl Input {
     fn batch(&mut self) -> Duration {
         let start = Instant::now();
         self.h.publish();
-        let now = mcrelay_dataplane::health::now_ns();
+        let now = mcrelay_relay::health::now_ns();
         for _ in 0..BATCH {
             let d = &mut self.datagrams[self.i];
             d[self.at..self.at + 2].copy_from_slice(&self.seq.to_be_bytes());

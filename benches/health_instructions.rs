@@ -18,7 +18,7 @@
 //!
 //! Two groups: `tracker` is `mcrelay_wire::health::InputTracker::observe`
 //! (the parse and the bookkeeping); `hook` is the worker's
-//! `mcrelay_dataplane::health::InputHealth::observe_at` per datagram plus
+//! `mcrelay_relay::health::InputHealth::observe_at` per datagram plus
 //! `InputHealth::publish` (the relaxed stores) once per [`BATCH`]
 //! datagrams, as the worker pays them apart from its clock read (once per
 //! batch too, the same in every mode).
@@ -28,8 +28,8 @@ use std::sync::Arc;
 
 use gungraun::{library_benchmark, library_benchmark_group, main};
 use mcrelay_benches::health_datagram;
-use mcrelay_dataplane::counters::FlowCounters;
-use mcrelay_dataplane::health::{HealthSettings, InputHealth};
+use mcrelay_relay::counters::FlowCounters;
+use mcrelay_relay::health::{HealthSettings, InputHealth};
 use mcrelay_wire::health::{InputTracker, Payload};
 
 /// Datagrams observed in setup, before the counted ones.

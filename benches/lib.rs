@@ -1,5 +1,6 @@
-//! Benchmark suites for mcrelay live in `benches/benches/`; this library
-//! only holds what several of them share.
+//! mcrelay's benchmark suites are the `[[bench]]` targets beside this file
+//! in `benches/` (see `Cargo.toml`); this library only holds what several
+//! of them share.
 
 pub mod redundancy_run;
 

@@ -6,9 +6,9 @@
 use std::hint::black_box;
 use std::sync::Arc;
 
-use mcrelay_dataplane::core::{Core, FlowId, LegId, OutputSpec, Redundancy, SendToken};
-use mcrelay_dataplane::counters::OutputCounters;
 use mcrelay_pool::{PoolConfig, PoolSet};
+use mcrelay_relay::counters::OutputCounters;
+use mcrelay_relay::{Core, FlowId, LegId, OutputSpec, Redundancy, SendToken};
 
 /// Sequence numbers (delivered packets) per iteration.
 pub const BLOCK: i32 = 1000;

@@ -5,10 +5,10 @@ set -e
 cd "$(dirname "$0")/../.."
 BIN=${BIN:-/tmp/levers-bin}
 mkdir -p "$BIN"
-trap 'git checkout -- crates/dataplane/src crates/pool/src' EXIT
+trap 'git checkout -- crates/uring/src crates/pool/src' EXIT
 for v in "$@"; do
-  git checkout -- crates/dataplane/src crates/pool/src
+  git checkout -- crates/uring/src crates/pool/src
   python3 experiments/levers/variant.py "$v"
-  cargo build --release -p mcrelay-dataplane --example relay_loopback
+  cargo build --release -p mcrelay-uring --example relay_loopback
   cp target/release/examples/relay_loopback "$BIN/$v"
 done

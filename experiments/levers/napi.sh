@@ -41,15 +41,15 @@ mkdir -p "$bin"
 cd "$root"
 
 if ((build)); then
-    trap 'git checkout -- crates/dataplane/src' EXIT
-    git checkout -- crates/dataplane/src
+    trap 'git checkout -- crates/uring/src' EXIT
+    git checkout -- crates/uring/src
     cargo build --release -p mcrelayd -p mcrelay-loadgen
     cp target/release/mcrelayd "$bin/mcrelayd-base"
     cp target/release/loadgen "$bin/loadgen"
     python3 experiments/levers/variant.py "napi$us"
     cargo build --release -p mcrelayd
     cp target/release/mcrelayd "$bin/mcrelayd-napi"
-    git checkout -- crates/dataplane/src
+    git checkout -- crates/uring/src
     trap - EXIT
 fi
 for b in mcrelayd-base mcrelayd-napi loadgen; do

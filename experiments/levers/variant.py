@@ -11,7 +11,7 @@ with SO_INCOMING_NAPI_ID on each loop turn until one has one, and logs it).
 """
 import os, sys
 v = sys.argv[1]
-root = os.path.join(os.path.dirname(os.path.abspath(__file__)), '../../crates/dataplane/src/')
+root = os.path.join(os.path.dirname(os.path.abspath(__file__)), '../../crates/uring/src/')
 def rep(path,a,b):
     p=root+path; s=open(p).read()
     assert a in s,(path,a)

@@ -52,10 +52,12 @@ pub use render::{
     render_stats, render_status, render_top,
 };
 pub use server::{ControlHandler, answer_event, answer_line};
+#[cfg(any(test, feature = "test-support"))]
+pub use snapshot::bench_snapshot;
 pub use snapshot::{
     DaemonState, FlowSnapshot, FlowState, IngressDropsSnapshot, InputHealth, LegSnapshot,
     OutputSnapshot, PoolClassSnapshot, RedundancySnapshot, RtpHealth, Snapshot, SrtCallerSnapshot,
-    SrtSnapshot, Totals, TsHealth, WorkerSnapshot, bench_snapshot, input_label,
+    SrtSnapshot, Totals, TsHealth, WorkerSnapshot, input_label,
 };
 pub use summary::{
     FlowStateCounts, MAX_NAMED, MAX_TEXT, Named, NotRunning, StreamErrors, Summary, decode_status,

@@ -6,10 +6,13 @@
 //! (bytes, seconds), `_total` on counters, one `# HELP` and one `# TYPE`
 //! line per family right before its samples. Label values are escaped
 //! (`\\`, `\"`, `\n`), so flow names and output labels from the
-//! configuration can't break a line. The text format is written here, by
-//! hand; OpenMetrics is encoded by the Prometheus project's
-//! `prometheus-client` from the same families (`docs/benchmarks.md` has
-//! both measured at 1000 flows, and why the text format stays hand-written).
+//! configuration can't break a line. Both formats are written here, by
+//! hand, from the same family functions. The Prometheus project's
+//! `prometheus-client` encodes the same families into OpenMetrics only as
+//! a reference: the tests hold the hand-written output to it, and the
+//! benchmarks compare the two (behind the `prometheus-client` feature,
+//! never in the daemon; `docs/benchmarks.md` has both measured at 1000
+//! flows, and why the exposition stays hand-written).
 
 use std::fmt::{Display, Write};
 

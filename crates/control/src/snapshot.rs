@@ -1,7 +1,7 @@
 //! Everything an operator can see of a running daemon, as plain data.
 //!
 //! The daemon fills a [`Snapshot`] from its workers' published counters
-//! (`mcrelay_pool::PoolStatsHandle`, `mcrelay_dataplane` flow, output and
+//! (`mcrelay_pool::PoolStatsHandle`, `mcrelay_uring` flow, output and
 //! loop counters); `mcrelayctl` decodes it from the control socket. Every
 //! counter is a `u64` that only grows while its flow or worker lives, so
 //! rates come from the difference of two snapshots ([`crate::Rates`]).
@@ -535,7 +535,8 @@ impl Snapshot {
 /// A snapshot of `flows` flows, each a copy of [`sample`]'s fully
 /// populated one (two outputs, RTP and TS health) under its own name, on
 /// one worker: what the renderers' benchmarks (benches/metrics.rs) feed
-/// them.
+/// them. Only with the `test-support` feature (or in this crate's tests).
+#[cfg(any(test, feature = "test-support"))]
 #[doc(hidden)]
 pub fn bench_snapshot(flows: usize) -> Snapshot {
     let mut s = sample();
@@ -550,6 +551,7 @@ pub fn bench_snapshot(flows: usize) -> Snapshot {
 }
 
 /// A small, fully populated snapshot for tests across the crate.
+#[cfg(any(test, feature = "test-support"))]
 pub(crate) fn sample() -> Snapshot {
     let pool = |class: &str, buffer_bytes, capacity, in_use, exhausted| PoolClassSnapshot {
         class: class.into(),

@@ -11,7 +11,7 @@ use mcrelay_config::Flow;
 use mcrelay_control::{InputHealth, RtpHealth, Snapshot, TsHealth};
 #[cfg(test)]
 use mcrelay_control::{LegSnapshot, RedundancySnapshot};
-use mcrelay_dataplane::health::{HealthCounters, HealthSettings, now_ns};
+use mcrelay_relay::health::{HealthCounters, HealthSettings, now_ns};
 
 /// A flow's stream-health settings for its worker.
 pub fn settings(flow: &Flow) -> HealthSettings {
@@ -32,7 +32,7 @@ pub fn snapshot(c: &HealthCounters, take_gap: bool) -> InputHealth {
     let now = now_ns();
     let silence_ns = u64::from(s.silence_ms) * 1_000_000;
     let silent =
-        mcrelay_dataplane::health::is_silent(c.last_arrival(), c.added_ns.get(), now, silence_ns);
+        mcrelay_relay::health::is_silent(c.last_arrival(), c.added_ns.get(), now, silence_ns);
     let rtp = s.payload.has_rtp().then(|| RtpHealth {
         packets: c.rtp_packets.get(),
         lost: c.rtp_lost.get(),
@@ -43,7 +43,7 @@ pub fn snapshot(c: &HealthCounters, take_gap: bool) -> InputHealth {
         malformed: c.rtp_malformed.get(),
         payload_type: u8::try_from(c.rtp_payload_type.get()).unwrap_or(0),
         ssrc: u32::try_from(c.rtp_ssrc.get()).unwrap_or(0),
-        jitter_ns: mcrelay_dataplane::health::jitter_ns(c.rtp_jitter_x16.get(), s.rtp_clock_hz),
+        jitter_ns: mcrelay_relay::health::jitter_ns(c.rtp_jitter_x16.get(), s.rtp_clock_hz),
     });
     let ts = s.payload.has_ts().then(|| TsHealth {
         packets: c.ts_packets.get(),

@@ -128,8 +128,8 @@ fn main() -> ExitCode {
         Some(Command::Demo(args)) => demo::run(&args),
         None => {
             let receive = match cli.receive {
-                Receive::Auto => mcrelay_dataplane::ReceiveMode::Auto,
-                Receive::Single => mcrelay_dataplane::ReceiveMode::Single,
+                Receive::Auto => mcrelay_uring::ReceiveMode::Auto,
+                Receive::Single => mcrelay_uring::ReceiveMode::Single,
             };
             let gso = cli.gso == Gso::On;
             run::run(&cli.config, daemon::RunOptions { receive, gso })

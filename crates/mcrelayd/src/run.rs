@@ -66,7 +66,7 @@ enum SuperviseError {
     WatchHelper(#[from] crate::sockets::WatchError),
     /// Stopping the workers at the end.
     #[error(transparent)]
-    Stop(#[from] mcrelay_dataplane::WorkerError),
+    Stop(#[from] mcrelay_uring::WorkerError),
     #[error("installing signal handlers")]
     Signals(#[source] std::io::Error),
     /// A thread of the daemon's (named) did not start.

@@ -11,14 +11,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mcrelay_config::{Flow, IngressKind, Output};
-use mcrelay_dataplane::core::Redundancy;
-use mcrelay_dataplane::{FlowSockets, IngressSocket, OutputSocket};
 use mcrelay_helper::packet::{flow_match, open_packet_ingress};
 use mcrelay_helper::sockets::open_egress_or_pending;
 use mcrelay_helper::{
     EGRESS_SEND_BUFFER_BYTES, HelperClient, HelperError, OpenedFlow, Zygote, ZygoteError, hung_up,
     interface_index, open_ingress, watch_hangup,
 };
+use mcrelay_relay::Redundancy;
+use mcrelay_uring::{FlowSockets, IngressSocket, OutputSocket};
 
 use crate::outputs::Unconnected;
 

@@ -9,7 +9,7 @@
 //!
 //! This proves the path from the config file to the core and back out to
 //! the reports; the merge rules themselves are the core's, tested there
-//! (crates/dataplane/src/core/redundancy), and the full scenarios (skew,
+//! (crates/relay/src/redundancy), and the full scenarios (skew,
 //! delay, failover, reload, a real encoder) are tests/redundancy*.rs.
 //!
 //! A reload that adds the second leg to a running one-leg flow loses

@@ -1,5 +1,5 @@
 //! docs/architecture.md lists, in "Where `unsafe` lives", every source file
-//! under `crates/*/src` that holds `unsafe` code, with the reason. This
+//! under `crates/*/src` and `tools/*/src` that holds `unsafe` code, with the reason. This
 //! test keeps that list true both ways: a file with `unsafe` code must be
 //! listed, and a listed file must exist and still hold some. Needs no root
 //! and no network: it only reads the tree.
@@ -46,13 +46,18 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// Files under `crates/*/src` holding `unsafe` code, relative to the root.
+/// Files under `crates/*/src` and `tools/*/src` holding `unsafe` code,
+/// relative to the root.
 fn files_with_unsafe(root: &Path) -> BTreeSet<String> {
     let mut files = Vec::new();
-    for krate in std::fs::read_dir(root.join("crates")).expect("crates/") {
-        let src = krate.expect("entry").path().join("src");
-        if src.is_dir() {
-            rust_files(&src, &mut files);
+    for top in ["crates", "tools"] {
+        let dir = root.join(top);
+        let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        for krate in entries {
+            let src = krate.expect("entry").path().join("src");
+            if src.is_dir() {
+                rust_files(&src, &mut files);
+            }
         }
     }
     files

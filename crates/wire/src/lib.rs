@@ -30,6 +30,7 @@ pub mod frame;
 pub mod health;
 pub mod rtnetlink;
 pub mod rtp;
+#[cfg(any(test, feature = "test-support"))]
 pub mod testframes;
 pub mod tpacket;
 pub mod ts;

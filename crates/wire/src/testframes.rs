@@ -1,5 +1,6 @@
-//! Builders of well-formed frames, for tests, the fuzz seed corpus and
-//! benchmarks. Not used on the packet path.
+//! Builders of well-formed frames, for tests and experiments: compiled
+//! only for this crate's tests or with the `test-support` feature, never
+//! in the product build.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 

@@ -4,7 +4,7 @@
 //! the `PACKET_AUXDATA` control message and the frame. The buffer goes back
 //! to the ring as soon as the frame is parsed; the ring tail is published
 //! once per loop turn. Ring setup and the wait mirror
-//! `mcrelay_dataplane::worker` (single issuer, cooperative task running,
+//! `mcrelay_uring::worker` (single issuer, cooperative task running,
 //! `submit_with_args(1, timeout)`).
 //!
 //! Ownership protocol (what the `unsafe` below relies on): a buffer id is

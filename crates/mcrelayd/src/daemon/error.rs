@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use mcrelay_dataplane::WorkerError;
+use mcrelay_uring::WorkerError;
 
 use super::placement::PlacementError;
 use crate::sockets::OpenError;

@@ -35,10 +35,10 @@ use std::time::{Duration, Instant};
 
 use mcrelay_config::{Config, Flow};
 use mcrelay_control::{DaemonState, FlowState};
-use mcrelay_dataplane::{
+use mcrelay_pool::PoolConfig;
+use mcrelay_uring::{
     Command, Event, FlowSockets, ReceiveMode, WorkerConfig, WorkerError, WorkerHandle,
 };
-use mcrelay_pool::PoolConfig;
 
 use self::error::FlowCommandError;
 pub use self::error::StartError;
@@ -170,7 +170,7 @@ impl Daemon {
         let (events_tx, events) = mpsc::channel();
         let mut workers: Vec<WorkerHandle> = Vec::with_capacity(cpus.len());
         for (index, (flows, &cpu)) in per_worker.into_iter().zip(&cpus).enumerate() {
-            let spawned = mcrelay_dataplane::spawn(
+            let spawned = mcrelay_uring::spawn(
                 WorkerConfig {
                     index,
                     cpu: Some(cpu),

@@ -1,7 +1,7 @@
 //! Warm standby (`daemon.mode`, `mcrelayctl standby|active`): every flow
 //! keeps its sockets open, its groups joined and its receive armed, and a
 //! standby worker discards what it receives instead of relaying it (see
-//! `mcrelay_dataplane::core::standby`). Changing the mode is one command
+//! `mcrelay_relay::standby`). Changing the mode is one command
 //! to each worker, never a flow restart: the supervisor queues
 //! `SetStandby` on every worker, waits for each to confirm, and publishes
 //! the mode. A worker takes the command on its next loop turn: at once
@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use mcrelay_config::RelayMode;
 use mcrelay_control::{Mode, ModeOutcome};
-use mcrelay_dataplane::{Command, Event};
+use mcrelay_uring::{Command, Event};
 
 use super::{COMMAND_TIMEOUT, Daemon, lock};
 

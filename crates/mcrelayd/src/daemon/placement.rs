@@ -53,7 +53,7 @@ pub enum PlacementError {
 /// The worker CPUs: `daemon.cores`, each checked against the affinity
 /// mask, or every CPU in the mask.
 pub fn worker_cpus(config: &Config) -> Result<Vec<usize>, PlacementError> {
-    let allowed = mcrelay_dataplane::affinity::allowed_cpus().map_err(PlacementError::Affinity)?;
+    let allowed = mcrelay_uring::affinity::allowed_cpus().map_err(PlacementError::Affinity)?;
     cores_within(config.daemon.cores.as_deref(), allowed)
 }
 

@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 
-use mcrelay_dataplane::{Command, Event};
+use mcrelay_uring::{Command, Event};
 
 use super::error::FlowCommandError;
 use super::report::{entry_mut, note_outputs};

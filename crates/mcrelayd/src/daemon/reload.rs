@@ -5,7 +5,7 @@
 use mcrelay_config::Flow;
 use mcrelay_control::{DaemonState, FlowState, ReloadOutcome};
 
-use mcrelay_dataplane::{Command, Event, FlowSockets};
+use mcrelay_uring::{Command, Event, FlowSockets};
 
 use super::error::FlowCommandError;
 use super::placement::{Placement, PlacementError};

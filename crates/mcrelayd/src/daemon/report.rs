@@ -12,9 +12,9 @@ use mcrelay_control::{
     PoolClassSnapshot, RedundancySnapshot, Snapshot, SrtCallerSnapshot, SrtSnapshot,
     WorkerSnapshot,
 };
-use mcrelay_dataplane::WorkerStats;
-use mcrelay_dataplane::counters::{FlowCounters, FlowStats};
+use mcrelay_relay::counters::{FlowCounters, FlowStats};
 use mcrelay_srt::RouteView;
+use mcrelay_uring::WorkerStats;
 
 use crate::outputs::{OutputState, Unconnected};
 use crate::sockets::output_label;
@@ -39,7 +39,7 @@ pub(super) struct FlowEntry {
     /// While it runs, a second handle on the ingress socket, to read the
     /// kernel's drop count; dropped when the flow stops (so its group is
     /// left).
-    pub(super) ingress: Option<mcrelay_dataplane::sockets::KernelDrops>,
+    pub(super) ingress: Option<mcrelay_uring::sockets::KernelDrops>,
     /// Kernel drops counted by earlier ingress sockets (before pauses),
     /// over every leg and per leg.
     kernel_drops_before: u64,
@@ -55,7 +55,7 @@ impl FlowEntry {
         let now = self
             .ingress
             .as_ref()
-            .map_or(0, mcrelay_dataplane::sockets::KernelDrops::get);
+            .map_or(0, mcrelay_uring::sockets::KernelDrops::get);
         self.kernel_drops_before.saturating_add(now)
     }
 

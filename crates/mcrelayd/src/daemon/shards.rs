@@ -13,9 +13,9 @@
 use std::sync::Arc;
 
 use mcrelay_config::Flow;
-use mcrelay_dataplane::FlowSockets;
-use mcrelay_dataplane::counters::{FlowCounters, FlowStats};
-use mcrelay_dataplane::sockets::KernelDrops;
+use mcrelay_relay::counters::{FlowCounters, FlowStats};
+use mcrelay_uring::FlowSockets;
+use mcrelay_uring::sockets::KernelDrops;
 
 use crate::outputs::Unconnected;
 use crate::sockets::{OpenError, Opener};

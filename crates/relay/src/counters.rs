@@ -1,0 +1,244 @@
+//! Per-flow, per-output and per-worker counters. Written only by the worker
+//! that owns them (a relaxed load and store: plain moves, no locked
+//! instruction), read by any thread through an `Arc` without locks.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// A counter with exactly one writer.
+#[derive(Debug, Default)]
+pub struct Counter(AtomicU64);
+
+impl Counter {
+    /// Add `n`. Only the owning worker calls this.
+    #[inline(always)]
+    pub fn add(&self, n: u64) {
+        self.0.store(self.0.load(Relaxed).wrapping_add(n), Relaxed);
+    }
+
+    /// Add one. Only the owning worker calls this.
+    #[inline(always)]
+    pub fn inc(&self) {
+        self.add(1);
+    }
+
+    /// Overwrite the value (for "latest" gauges). Owner only.
+    #[inline(always)]
+    pub(crate) fn set(&self, v: u64) {
+        self.0.store(v, Relaxed);
+    }
+
+    /// The current value, from any thread.
+    pub fn get(&self) -> u64 {
+        self.0.load(Relaxed)
+    }
+}
+
+/// Why an ingress datagram was not relayed.
+#[derive(Debug, Default)]
+pub struct IngressDrops {
+    /// Payload above 9000 bytes (the largest pool class).
+    pub oversize: Counter,
+    /// The pool class that fits the payload had no free buffer.
+    pub pool_exhausted: Counter,
+}
+
+/// Frames a packet-ingress flow received but could not relay, by reason
+/// (see [`mcrelay_wire::Reject`]). Always zero for socket ingress.
+#[derive(Debug, Default)]
+pub struct FrameDrops {
+    /// Shorter than its headers say (UDP length past the frame, ...).
+    pub truncated: Counter,
+    /// Self-contradicting headers (IPv4 IHL < 5, ...).
+    pub malformed: Counter,
+    /// IP fragments (not reassembled).
+    pub fragment: Counter,
+    /// UDP or IPv4 header checksum mismatch.
+    pub bad_checksum: Counter,
+    /// Passed the kernel filter but not this flow's (e.g. an IPv6
+    /// extension chain ending elsewhere).
+    pub not_this_flow: Counter,
+}
+
+impl FrameDrops {
+    /// Count one frame rejected for `reason`. Only the owning worker calls
+    /// this.
+    pub fn count(&self, reason: mcrelay_wire::Reject) {
+        use mcrelay_wire::Reject;
+        match reason {
+            Reject::Truncated => self.truncated.inc(),
+            Reject::Malformed => self.malformed.inc(),
+            Reject::Fragment => self.fragment.inc(),
+            Reject::BadChecksum => self.bad_checksum.inc(),
+            Reject::NotThisFlow => self.not_this_flow.inc(),
+        }
+    }
+
+    /// Every reason's count, named as in [`mcrelay_wire::Reject::as_str`].
+    pub fn by_reason(&self) -> [(&'static str, u64); 5] {
+        [
+            ("truncated", self.truncated.get()),
+            ("malformed", self.malformed.get()),
+            ("fragment", self.fragment.get()),
+            ("bad_checksum", self.bad_checksum.get()),
+            ("not_this_flow", self.not_this_flow.get()),
+        ]
+    }
+}
+
+/// Counters of one flow's input.
+#[derive(Debug, Default)]
+pub struct FlowCounters {
+    pub packets_in: Counter,
+    pub bytes_in: Counter,
+    pub drops: IngressDrops,
+    /// Packet ingress only: frames not relayed, by reason.
+    pub frames: FrameDrops,
+    /// Receive completions that failed (the kernel's error, not a packet).
+    pub receive_errors: Counter,
+    /// The worker's provided receive buffers ran out; the kernel kept the
+    /// datagrams in the socket buffer until the receive was re-armed.
+    pub receive_rearms: Counter,
+    /// Datagrams copied into a larger pool class because the fitting one
+    /// had no buffer this flow could take (relayed, not a drop).
+    pub pool_fallbacks: Counter,
+    /// Receives resumed after every output had been backed up (the
+    /// socket buffer held, or dropped and counted, what came meanwhile).
+    pub receive_resumes: Counter,
+    /// Datagrams received while the worker was in standby: read and
+    /// discarded on purpose (not a drop; see [`crate::standby`]).
+    pub standby_discarded: Counter,
+    /// Stream health of the input, or of its first leg (see
+    /// [`crate::health`]); [`FlowCounters::leg_health`] has every leg's.
+    pub health: crate::health::HealthCounters,
+    /// Stream health of legs 1 to 3 of a flow with several inputs.
+    pub more_health: [crate::health::HealthCounters; 3],
+    /// What the flow's redundancy rule did with each leg's datagrams
+    /// (see [`crate::redundancy`]).
+    pub redundancy: RedundancyCounters,
+}
+
+impl FlowCounters {
+    /// Stream health of leg `leg` (0 to 3).
+    pub fn leg_health(&self, leg: usize) -> Option<&crate::health::HealthCounters> {
+        match leg {
+            0 => Some(&self.health),
+            n => self.more_health.get(n - 1),
+        }
+    }
+}
+
+/// A flow's legs and its redundancy rule (`Single`, `Merge`, `Failover`).
+/// Every received datagram (`FlowCounters::packets_in`) is counted once:
+/// `forwarded` on its leg, or `duplicates`, `late`, `not_rtp`, `standby`,
+/// `unknown_leg`, or one of the input's drop reasons (oversize, pool
+/// exhausted, every output full).
+#[derive(Debug, Default)]
+pub struct RedundancyCounters {
+    /// Datagrams admitted for the outputs, per leg (in merge: the first
+    /// copy of each sequence number; in failover: the active leg's).
+    pub forwarded: [Counter; 4],
+    /// Merge: sequence numbers forwarded while some leg did not deliver
+    /// them within the window (the merge saved them).
+    pub recovered: Counter,
+    /// Later copies of a sequence number already forwarded (merge), or a
+    /// repeat of one after a switch (failover with `rtp`): dropped.
+    pub duplicates: Counter,
+    /// Merge: sequence numbers no leg delivered in time (never forwarded),
+    /// counted once the window has passed.
+    pub lost: Counter,
+    /// SSRC changes and sequence jumps that restarted the sequence state.
+    pub resets: Counter,
+    /// Failover: changes of the active leg.
+    pub switches: Counter,
+    /// Failover: the active leg's index (a gauge).
+    pub active_leg: Counter,
+    /// A copy that arrived after its number was skipped or left the
+    /// window (or, failover with `rtp`, too far behind the numbers sent
+    /// to know it is not a repeat): dropped.
+    pub late: Counter,
+    /// Merge (and failover with `rtp`): datagrams without an RTP header,
+    /// so without a sequence number: dropped.
+    pub not_rtp: Counter,
+    /// Failover: datagrams of a leg that is not the active one, per leg:
+    /// dropped without taking a buffer.
+    pub standby: [Counter; 4],
+    /// Datagrams named with a leg the flow does not have (a driver bug):
+    /// dropped.
+    pub unknown_leg: Counter,
+    /// Merge with a delay: sequence numbers skipped before their delay was
+    /// over because the hold spans at most
+    /// [`crate::redundancy::SPAN`] numbers.
+    pub hold_overflows: Counter,
+}
+
+impl RedundancyCounters {
+    /// Datagrams this flow's redundancy rule dropped (every reason).
+    pub fn dropped(&self) -> u64 {
+        self.duplicates.get()
+            + self.late.get()
+            + self.not_rtp.get()
+            + self.unknown_leg.get()
+            + self.standby.iter().map(Counter::get).sum::<u64>()
+    }
+
+    /// Datagrams forwarded, over every leg.
+    pub fn forwarded_total(&self) -> u64 {
+        self.forwarded.iter().map(Counter::get).sum()
+    }
+}
+
+/// Counters of one output of a flow.
+#[derive(Debug, Default)]
+pub struct OutputCounters {
+    pub packets_out: Counter,
+    pub bytes_out: Counter,
+    /// The output already had its maximum sends in flight.
+    pub drop_backlog: Counter,
+    /// The send completed with an error (`ENOBUFS`, `ECONNREFUSED` from an
+    /// unreachable unicast host, ...).
+    pub drop_send_error: Counter,
+    /// The errno of the latest failed send, 0 if none.
+    pub last_error: Counter,
+    /// Most sends this output ever had in flight at once.
+    pub in_flight_high_water: Counter,
+    /// UDP GSO sends that completed (each carried several datagrams).
+    pub gso_sends: Counter,
+    /// GSO sends the kernel refused; their datagrams were sent one by one
+    /// and the output stopped grouping datagrams of that size.
+    pub gso_fallbacks: Counter,
+}
+
+/// Counters of one worker's loop.
+#[derive(Debug, Default)]
+pub struct LoopCounters {
+    /// Turns of the event loop (one `io_uring_enter` each).
+    pub turns: Counter,
+    /// Completions handled.
+    pub completions: Counter,
+    /// Send SQEs submitted (a GSO send counts once).
+    pub sends_submitted: Counter,
+}
+
+/// Everything a reader (control socket, metrics, final report) can see of
+/// one flow.
+#[derive(Debug)]
+pub struct FlowStats {
+    pub name: String,
+    pub input: Arc<FlowCounters>,
+    /// Labels ("address:port") and counters of each output, in config order.
+    pub outputs: Vec<(String, Arc<OutputCounters>)>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counter_adds_and_reads() {
+        let c = Counter::default();
+        c.inc();
+        c.add(41);
+        assert_eq!(c.get(), 42);
+    }
+}

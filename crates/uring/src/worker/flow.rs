@@ -1,0 +1,168 @@
+//! What the driver keeps of a flow and of each of its legs: sockets,
+//! receive state, packet ring and stream health. The relay state of the
+//! same flow is the core's.
+
+use std::net::UdpSocket;
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+
+use super::FlowSockets;
+use crate::ingress::IngressSocket;
+use crate::packet_ring::{Layout, PacketRing, Wake};
+use mcrelay_relay::{LegId, OutputSpec, Redundancy};
+
+/// What the driver keeps of one leg (input) of a flow: its socket, the
+/// state of its receive in the kernel, its packet ring and its health.
+pub(super) struct Leg {
+    pub(super) fd: i32,
+    /// The receive (or the packet ring's poll) is armed in the kernel.
+    pub(super) armed: bool,
+    /// The first receive error was logged.
+    pub(super) error_logged: bool,
+    /// Stream health of the leg: every datagram is shown to it before
+    /// the core, with the batch's clock reading; published once per batch
+    /// ([`Worker::publish_health`]).
+    pub(super) health: mcrelay_relay::health::InputHealth,
+    /// Packet ingress: the frames' filter, checked again per frame.
+    pub(super) packet: Option<mcrelay_wire::FlowMatch>,
+    /// Packet ingress: frames are left in the packet ring for the next turn.
+    pub(super) ring_pending: bool,
+    /// Packet ingress: the mapped `TPACKET_V3` packet ring (`None` only if
+    /// it could not be set up: then the leg receives nothing, logged).
+    /// Unmapped before the socket closes (field order).
+    pub(super) packet_ring: Option<PacketRing>,
+    /// Closed when the flow goes (which leaves its group), after the packet
+    /// ring no longer names its fd.
+    _ingress: IngressSocket,
+}
+
+/// What the driver keeps of a flow: its legs and its output sockets. Its
+/// relay state is the core's, at the same [`FlowId`].
+pub(super) struct Flow {
+    pub(super) name: String,
+    /// Output sockets' fds, in the core's output order.
+    pub(super) output_fds: Box<[i32]>,
+    /// Each leg, its index its [`LegId`] (1 to [`LegId::MAX_LEGS`]).
+    pub(super) legs: Box<[Leg]>,
+    /// Kept open for as long as the io_uring may name their fds.
+    _outputs: Box<[UdpSocket]>,
+}
+
+impl Flow {
+    /// Whether a leg's packet ring is walked every `WAKE_INTERVAL`.
+    pub(super) fn walks_by_interval(&self) -> bool {
+        self.legs.iter().any(Leg::walks_by_interval)
+    }
+
+    /// Split a flow's sockets into the driver's part and the core's.
+    pub(super) fn new(
+        f: FlowSockets,
+        gso: bool,
+    ) -> (
+        Self,
+        Vec<OutputSpec>,
+        Arc<mcrelay_relay::counters::FlowCounters>,
+        Redundancy,
+    ) {
+        let specs = f
+            .outputs
+            .iter()
+            .map(|o| OutputSpec {
+                depth: o.queue_depth,
+                gso: gso && crate::sockets::supports_gso(&o.socket),
+                counters: Arc::clone(&o.counters),
+            })
+            .collect();
+        let output_fds = f.outputs.iter().map(|o| o.socket.as_raw_fd()).collect();
+        let legs = f
+            .legs
+            .into_iter()
+            .enumerate()
+            .map(|(i, ingress)| Leg::new(&f.name, i, ingress, f.health, &f.counters))
+            .collect();
+        let flow = Self {
+            name: f.name,
+            output_fds,
+            legs,
+            _outputs: f.outputs.into_iter().map(|o| o.socket).collect(),
+        };
+        (flow, specs, f.counters, f.redundancy)
+    }
+
+    /// Leg `leg`, if the flow has it.
+    pub(super) fn leg(&self, leg: LegId) -> Option<&Leg> {
+        self.legs.get(leg.index())
+    }
+
+    pub(super) fn leg_mut(&mut self, leg: LegId) -> Option<&mut Leg> {
+        self.legs.get_mut(leg.index())
+    }
+
+    /// Every leg's number.
+    pub(super) fn leg_ids(&self) -> impl Iterator<Item = LegId> + Clone + use<> {
+        (0..u8::try_from(self.legs.len()).unwrap_or(0)).map(LegId)
+    }
+}
+
+impl Leg {
+    /// Packet ingress on a frame-slot ring that is busy enough to be
+    /// walked every `WAKE_INTERVAL` rather than woken per frame.
+    pub(super) fn walks_by_interval(&self) -> bool {
+        self.packet_ring
+            .as_ref()
+            .is_some_and(|r| r.layout() == Layout::Frames && r.wake.wake() == Wake::Interval)
+    }
+
+    fn new(
+        flow: &str,
+        index: usize,
+        ingress: IngressSocket,
+        health: mcrelay_relay::health::HealthSettings,
+        counters: &Arc<mcrelay_relay::counters::FlowCounters>,
+    ) -> Self {
+        let packet_ring =
+            ingress
+                .packet_filter()
+                .and_then(|_| match PacketRing::new(ingress.fd()) {
+                    Ok(ring) => {
+                        match ring.layout() {
+                            Layout::Blocks => tracing::info!(
+                                flow,
+                                leg = index,
+                                blocks = ring.blocks(),
+                                "packet ingress on a TPACKET_V3 ring"
+                            ),
+                            Layout::Frames => tracing::info!(
+                                flow,
+                                leg = index,
+                                blocks = ring.blocks(),
+                                "packet ingress on a TPACKET_V2 ring (woken per frame when idle)"
+                            ),
+                        }
+                        Some(ring)
+                    }
+                    Err(e) => {
+                        tracing::error!(
+                            flow,
+                            leg = index,
+                            "no packet ring ({e}): this packet leg receives nothing"
+                        );
+                        None
+                    }
+                });
+        Self {
+            fd: ingress.fd(),
+            armed: false,
+            error_logged: false,
+            health: mcrelay_relay::health::InputHealth::for_leg(
+                health,
+                Arc::clone(counters),
+                index,
+            ),
+            packet: ingress.packet_filter(),
+            ring_pending: false,
+            packet_ring,
+            _ingress: ingress,
+        }
+    }
+}
