@@ -274,7 +274,11 @@ fn supervise(
     if let Some(n) = &notifier {
         tell("stopping", n.stopping());
     }
-    daemon.stop().map_err(Into::into)
+    let stopped = daemon.stop();
+    // Before exit: libsrt's global teardown must not run under a thread
+    // still inside libsrt (it aborts).
+    crate::srt::shutdown();
+    stopped.map_err(Into::into)
 }
 
 fn reload(daemon: &mut Daemon, notifier: Option<&Notifier>, allow_empty: bool) -> ReloadOutcome {

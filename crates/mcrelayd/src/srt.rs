@@ -72,6 +72,24 @@ fn add(spec: OutputSpec, feed: OwnedFd) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Stops the SRT thread (closing every SRT socket), if it runs; before
+/// the process exits.
+pub fn shutdown() {
+    let svc = {
+        let mut st = state();
+        match std::mem::replace(&mut *st, State::Failed("stopped".into())) {
+            State::Running(svc) => Some(svc),
+            other => {
+                *st = other;
+                None
+            }
+        }
+    };
+    if let Some(svc) = svc {
+        svc.stop();
+    }
+}
+
 /// Every SRT output's state (empty when no flow has one).
 pub fn view() -> Vec<RouteView> {
     match &*state() {

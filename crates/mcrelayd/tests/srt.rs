@@ -39,7 +39,11 @@ fn topology() -> Option<Topology> {
         eprintln!("SKIPPED: srt-live-transmit not installed (apt-get install srt-tools)");
         return None;
     }
-    Topology::new()
+    let t = Topology::new()?;
+    // As docs/operations.md asks for SRT outputs: room for bursts between
+    // the worker and the SRT thread (the default, 10, drops under load).
+    sh(&["ip", "netns", "exec", &t.r, "sysctl", "-qw", "net.unix.max_dgram_qlen=512"]);
+    Some(t)
 }
 
 /// A TS-like stream: `n` datagrams of seven 188-byte packets, each
