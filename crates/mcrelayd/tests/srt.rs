@@ -42,7 +42,15 @@ fn topology() -> Option<Topology> {
     let t = Topology::new()?;
     // As docs/operations.md asks for SRT outputs: room for bursts between
     // the worker and the SRT thread (the default, 10, drops under load).
-    sh(&["ip", "netns", "exec", &t.r, "sysctl", "-qw", "net.unix.max_dgram_qlen=512"]);
+    sh(&[
+        "ip",
+        "netns",
+        "exec",
+        &t.r,
+        "sysctl",
+        "-qw",
+        "net.unix.max_dgram_qlen=512",
+    ]);
     Some(t)
 }
 
