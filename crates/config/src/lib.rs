@@ -21,7 +21,7 @@ use std::path::Path;
 pub use error::{ConfigError, ConfigErrors};
 pub use mode::RelayMode;
 pub use model::*;
-pub use parse::{MAX_CPU, parse};
+pub use parse::{MAX_CPU, MAX_FLOW_NAME_BYTES, is_format_char, parse};
 
 /// Largest configuration file [`load`] accepts (16 MiB).
 pub const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;

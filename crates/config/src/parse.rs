@@ -136,6 +136,124 @@ fn int_value(v: &DeValue<'_>) -> Option<i128> {
     }
 }
 
+/// Whether a datagram sent to `a:ap` arrives at a socket bound to `b:bp`
+/// as far as the file can tell: same port, same address once an
+/// IPv4-mapped IPv6 address (`::ffff:a.b.c.d`) is read as the IPv4 address.
+pub fn same_endpoint(a: IpAddr, ap: u16, b: IpAddr, bp: u16) -> bool {
+    ap == bp && a.to_canonical() == b.to_canonical()
+}
+
+/// Whether a datagram sent by `output` reaches the socket of `input`: the
+/// same endpoint ([`same_endpoint`]) and, for a group, the same interface.
+pub fn reaches(output: &Output, input: &Input) -> bool {
+    same_endpoint(output.address, output.port, input.address, input.port)
+        && (output.interface == input.interface || !input.address.to_canonical().is_multicast())
+}
+
+/// Chains of flows that come back to where they started: flow A's output
+/// is flow B's input, ..., and one of them sends to A's input. One entry
+/// per flow on such a cycle (its name, and the names of the flows the
+/// cycle goes through), in file order. A flow sending to its own input is
+/// reported where its outputs are checked, not here.
+fn loops_between_flows(flows: &[Flow]) -> Vec<(String, String)> {
+    // Edge i -> j: an output of flow i is an input of flow j (i != j).
+    let feeds = |i: usize, j: usize| {
+        flows[i]
+            .outputs
+            .iter()
+            .any(|o| flows[j].inputs.iter().any(|inp| reaches(o, inp)))
+    };
+    let n = flows.len();
+    let edges: Vec<Vec<usize>> = (0..n)
+        .map(|i| (0..n).filter(|&j| j != i && feeds(i, j)).collect())
+        .collect();
+    let mut found = Vec::new();
+    for start in 0..n {
+        if edges[start].is_empty() {
+            continue;
+        }
+        // Breadth-first from `start`, remembering the way back.
+        let mut from: Vec<Option<usize>> = vec![None; n];
+        let mut queue = std::collections::VecDeque::from([start]);
+        let mut seen = vec![false; n];
+        seen[start] = true;
+        let mut closing = None;
+        while let Some(i) = queue.pop_front() {
+            for &j in &edges[i] {
+                if j == start {
+                    closing = Some(i);
+                    break;
+                }
+                if !seen[j] {
+                    seen[j] = true;
+                    from[j] = Some(i);
+                    queue.push_back(j);
+                }
+            }
+            if closing.is_some() {
+                break;
+            }
+        }
+        if let Some(mut last) = closing {
+            let mut path = vec![flows[start].name.as_str()];
+            let mut back = Vec::new();
+            while last != start {
+                back.push(flows[last].name.as_str());
+                last = from[last].unwrap_or(start);
+            }
+            back.reverse();
+            path.extend(back);
+            path.push(flows[start].name.as_str());
+            let through = path
+                .iter()
+                .map(|n| format!("{n:?}"))
+                .collect::<Vec<_>>()
+                .join(" -> ");
+            found.push((flows[start].name.clone(), through));
+        }
+    }
+    found
+}
+
+/// Longest flow name, in bytes. Names travel in the helper's `OPEN <name>`
+/// request (1024 bytes at most: a name of 1020 bytes or more passed
+/// `check` and made the daemon exit at start, issue 27), in thread-free
+/// places like log lines, Prometheus labels and table columns; 255 leaves
+/// room for all of them.
+pub const MAX_FLOW_NAME_BYTES: usize = 255;
+
+/// Unicode format characters (general category Cf) and the line and
+/// paragraph separators (Zl, Zp): invisible in a terminal, yet they
+/// reverse (U+202E), isolate (U+2066..U+2069) or break (U+2028) the lines
+/// `mcrelayctl flows` prints. Control characters (Cc) are
+/// [`char::is_control`]. The Cf table is Unicode 15.1's.
+pub fn is_format_char(c: char) -> bool {
+    matches!(
+        u32::from(c),
+        0x00AD
+            | 0x0600..=0x0605
+            | 0x061C
+            | 0x06DD
+            | 0x070F
+            | 0x0890..=0x0891
+            | 0x08E2
+            | 0x180E
+            | 0x200B..=0x200F
+            | 0x2028..=0x202E
+            | 0x2060..=0x2064
+            | 0x2066..=0x206F
+            | 0xFEFF
+            | 0xFFF9..=0xFFFB
+            | 0x110BD
+            | 0x110CD
+            | 0x13430..=0x1343F
+            | 0x1BCA0..=0x1BCA3
+            | 0x1D173..=0x1D17A
+            | 0xE0001
+            | 0xE0020..=0xE007F
+    )
+}
+
 fn valid_interface(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 15
@@ -557,8 +675,29 @@ impl<'t> Walker<'t> {
                     );
                     ok = false;
                 }
+                Some(s) if s.len() > MAX_FLOW_NAME_BYTES => {
+                    self.err(
+                        &nv.span(),
+                        format!(
+                            "{prefix}name is {} bytes long; the limit is {MAX_FLOW_NAME_BYTES}: use a shorter name",
+                            s.len()
+                        ),
+                    );
+                    ok = false;
+                }
                 Some(s) if s.chars().any(char::is_control) => {
                     self.err(&nv.span(), format!("{prefix}name {s:?} contains control characters; use printable characters"));
+                    ok = false;
+                }
+                Some(s) if s.chars().any(is_format_char) => {
+                    let c = s.chars().find(|&c| is_format_char(c)).unwrap_or_default();
+                    self.err(
+                        &nv.span(),
+                        format!(
+                            "{prefix}name {s:?} contains U+{:04X}, a format, bidi or line-separator character that reorders or splits what tools print; use printable characters",
+                            u32::from(c)
+                        ),
+                    );
                     ok = false;
                 }
                 Some(s) => {
@@ -610,12 +749,16 @@ impl<'t> Walker<'t> {
                             continue;
                         };
                         for (inp, _) in inputs.iter().flatten() {
-                            if out.interface == inp.interface
-                                && out.address == inp.address
-                                && out.port == inp.port
-                            {
+                            // In either family (`::ffff:a.b.c.d` is
+                            // a.b.c.d); a unicast input is this host's own
+                            // address, so through any interface (issue 27).
+                            // The same group on another interface is a relay
+                            // between segments, not a loop (if the segments
+                            // are joined after all, the run-time guard drops
+                            // what comes back).
+                            if reaches(out, inp) {
                                 self.err(span, format!(
-                                    "{p}outputs[{i}] is the flow's own input ({} {}), which would loop; change the address, port or interface",
+                                    "{p}outputs[{i}] ({out}) sends to the flow's own input ({} {}), which would loop; change the address or port",
                                     inp.interface, inp.socket_addr()
                                 ));
                                 ok = false;
@@ -981,6 +1124,7 @@ impl<'t> Walker<'t> {
 
         let cores = daemon.as_ref().and_then(|d| d.cores.as_deref());
         let mut flows = Vec::new();
+        let mut name_spans: HashMap<String, usize> = HashMap::new();
         let mut all_ok = daemon.is_some() && pools.is_some();
         match root.get("flow") {
             None => {}
@@ -994,6 +1138,7 @@ impl<'t> Walker<'t> {
                     for (i, item) in items.iter().enumerate() {
                         let parts = self.flow(i, item, cores);
                         if let Some((name, at)) = &parts.name {
+                            name_spans.entry(name.clone()).or_insert(*at);
                             let id = FlowId::from_name(name);
                             if let Some((first, _)) = names.get(name) {
                                 let line = self.lines.line(*first);
@@ -1068,6 +1213,15 @@ impl<'t> Walker<'t> {
                     ),
                 ),
             },
+        }
+        if self.errors.is_empty() && all_ok {
+            for (name, through) in loops_between_flows(&flows) {
+                let at = name_spans.get(&name).copied().unwrap_or(0);
+                self.errors.push((at, format!(
+                    "flow {name:?}: its outputs reach its own input through {through}, which would loop; change an output's address or port"
+                )));
+                all_ok = false;
+            }
         }
         if !self.errors.is_empty() || !all_ok {
             return None;
@@ -1267,7 +1421,12 @@ outputs = [{ interface = "eth1", address = "239.2.2.2", port = 6000, ttl = 255, 
     fn deploy_example_is_valid() {
         let c = parse(include_str!("../../../deploy/mcrelay.toml"), "mcrelay.toml").unwrap();
         assert!(c.flows.len() >= 2);
-        assert!(c.flows.iter().any(|f| f.primary().source.is_some()));
+        // SSM, on a leg marked as a placeholder for the second sender.
+        assert!(
+            c.flows
+                .iter()
+                .any(|f| f.inputs.iter().any(|i| i.source.is_some()))
+        );
         assert!(
             c.flows
                 .iter()
@@ -1501,11 +1660,78 @@ outputs = [{ interface = "eth1", address = "239.2.2.2", port = 6000, ttl = 255, 
         let out = r#"[{ interface = "eth1", address = "239.2.2.2", port = 6000 }, { interface = "eth0", address = "239.1.1.1", port = 5000 }]"#;
         assert_eq!(
             error(&flow(IN, out)),
-            "t.toml:4:72: flow \"x\": outputs[1] is the flow's own input (eth0 239.1.1.1:5000), which would loop; change the address, port or interface"
+            "t.toml:4:72: flow \"x\": outputs[1] (eth0 239.1.1.1:5000) sends to the flow's own input (eth0 239.1.1.1:5000), which would loop; change the address or port"
         );
         // The same group and port on another interface is a relay, not a loop.
         let out = r#"[{ interface = "eth1", address = "239.1.1.1", port = 5000 }]"#;
         assert!(parse(&flow(IN, out), "t.toml").is_ok());
+    }
+
+    #[test]
+    fn the_reported_storm_configs_are_refused() {
+        // An IPv4-mapped IPv6 output equal to the input group (issue 27:
+        // 1.48 M datagrams in 3 s from one).
+        let text = flow(
+            IN,
+            r#"[{ interface = "eth0", address = "::ffff:239.1.1.1", port = 5000 }]"#,
+        );
+        assert_eq!(
+            error(&text),
+            "t.toml:4:12: flow \"x\": outputs[0] (eth0 [::ffff:239.1.1.1]:5000) sends to the flow's own input (eth0 239.1.1.1:5000), which would loop; change the address or port"
+        );
+        // The relay's own unicast input address, through another interface.
+        let text = flow(
+            r#"{ interface = "eth0", address = "10.0.0.1", port = 5000 }"#,
+            r#"[{ interface = "eth1", address = "10.0.0.1", port = 5000 }]"#,
+        );
+        assert!(error(&text).contains("sends to the flow's own input (eth0 10.0.0.1:5000)"));
+        // And the reverse: a mapped input, a plain output.
+        let text = flow(
+            r#"{ interface = "eth0", address = "::ffff:10.0.0.1", port = 5000 }"#,
+            r#"[{ interface = "eth1", address = "10.0.0.1", port = 5000 }]"#,
+        );
+        assert!(
+            error(&text).contains("which would loop"),
+            "{}",
+            error(&text)
+        );
+        // Another port or address is not a loop.
+        let text = flow(
+            IN,
+            r#"[{ interface = "eth1", address = "::ffff:239.1.1.1", port = 5001 }]"#,
+        );
+        assert!(parse(&text, "t.toml").is_ok());
+    }
+
+    #[test]
+    fn flows_feeding_each_other_in_a_circle_are_refused() {
+        let a = flow(
+            IN,
+            r#"[{ interface = "eth1", address = "239.2.2.2", port = 6000 }]"#,
+        );
+        let b = flow(
+            r#"{ interface = "eth1", address = "239.2.2.2", port = 6000 }"#,
+            r#"[{ interface = "eth2", address = "239.3.3.3", port = 7000 }]"#,
+        )
+        .replace("\"x\"", "\"y\"");
+        // A chain is fine.
+        assert!(parse(&format!("{a}{b}"), "t.toml").is_ok());
+        // Closing it through a third flow is a loop, reported on each.
+        let c = flow(
+            r#"{ interface = "eth2", address = "239.3.3.3", port = 7000 }"#,
+            r#"[{ interface = "eth0", address = "239.1.1.1", port = 5000 }]"#,
+        )
+        .replace("\"x\"", "\"z\"");
+        let e = parse(&format!("{a}{b}{c}"), "t.toml").unwrap_err();
+        assert_eq!(
+            e.messages(),
+            [
+                "flow \"x\": its outputs reach its own input through \"x\" -> \"y\" -> \"z\" -> \"x\", which would loop; change an output's address or port",
+                "flow \"y\": its outputs reach its own input through \"y\" -> \"z\" -> \"x\" -> \"y\", which would loop; change an output's address or port",
+                "flow \"z\": its outputs reach its own input through \"z\" -> \"x\" -> \"y\" -> \"z\", which would loop; change an output's address or port",
+            ]
+        );
+        assert_eq!(e.iter().next().map(|e| e.line), Some(2));
     }
 
     #[test]
@@ -1573,6 +1799,67 @@ outputs = [{ interface = "eth1", address = "239.2.2.2", port = 6000, ttl = 255, 
             error(&text),
             "t.toml:2:8: flow[0]: name \"a\\tb\" contains control characters; use printable characters"
         );
+    }
+
+    #[test]
+    fn flow_names_with_format_or_bidi_characters_are_refused() {
+        for c in [
+            '\u{2028}',
+            '\u{2029}',
+            '\u{202A}',
+            '\u{202B}',
+            '\u{202C}',
+            '\u{202D}',
+            '\u{202E}',
+            '\u{2066}',
+            '\u{2067}',
+            '\u{2068}',
+            '\u{2069}',
+            '\u{200E}',
+            '\u{200F}',
+            '\u{200B}',
+            '\u{FEFF}',
+            '\u{00AD}',
+            '\u{061C}',
+            '\u{E0041}',
+            '\u{0085}',
+            '\u{009B}',
+        ] {
+            let name = format!("cam{c}era");
+            let text = flow(IN, OUT).replace("\"x\"", &format!("\"{name}\""));
+            let e = error(&text);
+            assert!(e.starts_with("t.toml:2:8: flow[0]: name "), "{c:?}: {e}");
+            assert!(
+                e.contains("control characters") || e.contains(&format!("U+{:04X}", u32::from(c))),
+                "{c:?}: {e}"
+            );
+            // The message itself never carries the character.
+            assert!(!e.contains(c), "{c:?} in {e}");
+        }
+        // Printable names of every script are fine.
+        for name in ["camera-1", "Kamera Süd", "カメラ", "كاميرا", "cam😀"] {
+            let text = flow(IN, OUT).replace("\"x\"", &format!("\"{name}\""));
+            let c = parse(&text, "t.toml").unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert!(c.flows.by_name(name).is_some());
+        }
+    }
+
+    #[test]
+    fn flow_names_are_at_most_255_bytes() {
+        let ok = "n".repeat(MAX_FLOW_NAME_BYTES);
+        let text = flow(IN, OUT).replace("\"x\"", &format!("\"{ok}\""));
+        assert!(parse(&text, "t.toml").is_ok());
+        // 1020 bytes used to pass and then stop the daemon at start.
+        for len in [MAX_FLOW_NAME_BYTES + 1, 1020, 4000] {
+            let long = "n".repeat(len);
+            let text = flow(IN, OUT).replace("\"x\"", &format!("\"{long}\""));
+            assert_eq!(
+                error(&text),
+                format!(
+                    "t.toml:2:8: flow[0]: name is {len} bytes long; the limit is 255: use a shorter name"
+                )
+            );
+        }
     }
 
     #[test]

@@ -205,7 +205,8 @@ fn flow_families(m: &mut Exposition, s: &Snapshot) {
         "Datagrams of the flow not relayed, by reason: oversize (above the largest \
          buffer), pool_exhausted (no free buffer), kernel (socket buffer overflow); \
          packet ingress only: truncated, malformed, fragment, bad_checksum, \
-         not_this_flow (frames that carried no datagram for the flow).",
+         not_this_flow (frames that carried no datagram for the flow); loop (datagrams \
+         this relay sent that came back to the input, dropped by the loop guard).",
     );
     for f in &s.flows {
         for (reason, n) in f.drops.by_reason() {

@@ -520,6 +520,7 @@ pub fn ingress_drops(flow: &FlowSnapshot, rates: Option<&FlowRates>) -> String {
         d[5],
         d[6],
         d[7],
+        d[8],
         ("receive_errors", flow.receive_errors),
     ];
     drops_text(&reasons, None, rates.map(|r| r.drops_per_second))

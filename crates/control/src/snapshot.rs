@@ -345,12 +345,16 @@ pub struct IngressDropsSnapshot {
     /// flow's after all.
     #[serde(default)]
     pub not_this_flow: u64,
+    /// Datagrams this relay sent that came back to the input (a routing
+    /// loop): dropped by the loop guard (`drop_loop`).
+    #[serde(default, rename = "loop")]
+    pub looped: u64,
 }
 
 impl IngressDropsSnapshot {
     /// Every reason with its count, in a fixed order (the names used in
     /// tables and metrics).
-    pub fn by_reason(&self) -> [(&'static str, u64); 8] {
+    pub fn by_reason(&self) -> [(&'static str, u64); 9] {
         [
             ("oversize", self.oversize),
             ("pool_exhausted", self.pool_exhausted),
@@ -360,6 +364,7 @@ impl IngressDropsSnapshot {
             ("fragment", self.fragment),
             ("bad_checksum", self.bad_checksum),
             ("not_this_flow", self.not_this_flow),
+            ("loop", self.looped),
         ]
     }
 
@@ -372,7 +377,7 @@ impl IngressDropsSnapshot {
 
     /// Frames packet ingress couldn't parse as the flow's datagrams.
     pub fn frames(&self) -> u64 {
-        self.by_reason()[3..]
+        self.by_reason()[3..8]
             .iter()
             .fold(0u64, |t, (_, n)| t.saturating_add(*n))
     }
@@ -386,6 +391,7 @@ impl IngressDropsSnapshot {
         self.fragment = self.fragment.saturating_add(other.fragment);
         self.bad_checksum = self.bad_checksum.saturating_add(other.bad_checksum);
         self.not_this_flow = self.not_this_flow.saturating_add(other.not_this_flow);
+        self.looped = self.looped.saturating_add(other.looped);
     }
 }
 

@@ -206,7 +206,7 @@ outputs = [{ interface = "lo", address = "127.0.0.1", port = 10 }]
 [[flow]]
 name = "missing-if"
 input = { interface = "lo", address = "127.0.0.1", port = 9 }
-outputs = [{ interface = "nosuchif0", address = "127.0.0.1", port = 9 }]
+outputs = [{ interface = "nosuchif0", address = "127.0.0.1", port = 12 }]
 "#;
 
     #[test]

@@ -34,6 +34,8 @@ pub const MAX_REQUEST_BYTES: usize = 1024;
 pub const MAX_REPLY_BYTES: usize = 4096;
 /// Longest flow name a request can carry.
 pub const MAX_FLOW_NAME_BYTES: usize = MAX_REQUEST_BYTES - OPEN.len();
+// Every name a config accepts fits in a request.
+const _: () = assert!(mcrelay_config::MAX_FLOW_NAME_BYTES <= MAX_FLOW_NAME_BYTES);
 
 const PING: &str = "PING";
 const RELOAD: &str = "RELOAD";

@@ -60,7 +60,7 @@ pub fn open_ingress(input: &Input, ifindex: u32) -> io::Result<Ingress> {
     set_receive_buffer(&socket, input.receive_buffer_bytes)?;
     // Linux reports double the usable size it set.
     let granted = socket.recv_buffer_size()? / 2;
-    socket.bind(&SocketAddr::new(input.address, input.port).into())?;
+    socket.bind(&scoped(input.address, input.port, &input.interface)?.into())?;
     if input.address.is_multicast() {
         // Only this group's datagrams, even if another socket on the host
         // joins a different group on the same port.
@@ -124,15 +124,31 @@ pub fn is_transient(e: &io::Error) -> bool {
 /// its destination: the last steps of [`open_egress`], which need no
 /// privilege, so the daemon can retry them on a socket the helper opened.
 /// Binding again a socket already bound (`EINVAL`) is not an error.
+///
+/// An IPv6 link-local unicast address (`fe80::/10`) means nothing without
+/// its link: the output's interface is its scope (without one, `connect`
+/// fails with `EINVAL`, which made a config that `check` accepted stop the
+/// daemon at start, issue 27).
 pub fn connect_egress(socket: &UdpSocket, output: &Output) -> io::Result<()> {
     let socket = socket2::SockRef::from(socket);
     if let Some(source) = output.source_address {
-        match socket.bind(&SocketAddr::new(source, 0).into()) {
+        match socket.bind(&scoped(source, 0, &output.interface)?.into()) {
             Err(e) if e.raw_os_error() != Some(libc::EINVAL) => return Err(e),
             _ => {}
         }
     }
-    socket.connect(&SocketAddr::new(output.address, output.port).into())
+    socket.connect(&scoped(output.address, output.port, &output.interface)?.into())
+}
+
+/// `address:port`, with `interface` as the scope of an IPv6 link-local
+/// unicast address.
+fn scoped(address: IpAddr, port: u16, interface: &str) -> io::Result<SocketAddr> {
+    match address {
+        IpAddr::V6(a) if a.is_unicast_link_local() => Ok(SocketAddr::V6(
+            std::net::SocketAddrV6::new(a, port, 0, interface_index(interface)?),
+        )),
+        a => Ok(SocketAddr::new(a, port)),
+    }
 }
 
 /// [`open_egress`], except that a source address or route that is missing

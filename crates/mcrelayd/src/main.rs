@@ -18,6 +18,7 @@ mod hardening;
 mod health;
 mod journal;
 mod kernel_limits;
+mod loopguard;
 mod manpage;
 mod metrics;
 mod netlink;
@@ -95,6 +96,11 @@ enum Command {
         /// The configuration file to check.
         #[arg(long, value_name = "FILE", default_value = DEFAULT_CONFIG)]
         config: PathBuf,
+        /// Check the file alone, not this host (its CPUs, the service
+        /// user, interfaces, file descriptor limit, own addresses): for a
+        /// file meant for another host.
+        #[arg(long)]
+        offline: bool,
     },
     /// Show mcrelay at work, then clean up (needs root and iproute2):
     /// build three throwaway network namespaces (sender, relay, receivers),
@@ -121,7 +127,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Some(Command::Check { config }) => check::run(&config),
+        Some(Command::Check { config, offline }) => check::run(&config, offline),
         Some(Command::Helper { config, user }) => helper(&config, user.as_deref()),
         Some(Command::Man { config_file }) => man(config_file),
         Some(Command::Completions { shell }) => completions(shell),

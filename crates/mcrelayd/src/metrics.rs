@@ -118,10 +118,39 @@ fn request_path(request: &[u8]) -> Option<&str> {
     }
 }
 
+/// Whether the request's head has arrived: its headers ended by an empty
+/// line, each line ended by CRLF or by a bare LF (RFC 9112 section 2.2 lets
+/// a server take a bare LF as a line end; `printf 'GET /metrics
+/// HTTP/1.1\n\n'` and some scrapers send that), or a request line with no
+/// version (HTTP/0.9: no headers follow). Before this, a head of bare LFs
+/// waited for the 5 s deadline (issue 27).
+fn head_complete(request: &[u8]) -> bool {
+    let Some(first) = request.iter().position(|&b| b == b'\n') else {
+        return false;
+    };
+    let line = request[..first]
+        .strip_suffix(b"\r")
+        .unwrap_or(&request[..first]);
+    if line
+        .split(u8::is_ascii_whitespace)
+        .filter(|w| !w.is_empty())
+        .count()
+        < 3
+    {
+        return true;
+    }
+    request[first..].windows(2).any(|w| w == b"\n\n")
+        || request[first..].windows(3).any(|w| w == b"\n\r\n")
+}
+
 /// The value of the request's `Accept` header, if it has one.
 fn accept_header(request: &[u8]) -> Option<&str> {
     let text = std::str::from_utf8(request).ok()?;
-    let mut headers = text.split("\r\n").skip(1).take_while(|l| !l.is_empty());
+    let mut headers = text
+        .split('\n')
+        .map(|l| l.strip_suffix('\r').unwrap_or(l))
+        .skip(1)
+        .take_while(|l| !l.is_empty());
     headers.find_map(|line| {
         let (name, value) = line.split_once(':')?;
         name.trim()
@@ -144,7 +173,7 @@ fn answer(mut conn: TcpStream, accepted: Instant, shared: &SharedHandle) -> std:
     let deadline = accepted + DEADLINE;
     let mut request = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
-    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+    while !head_complete(&request) {
         conn.set_read_timeout(Some(left(deadline)?))?;
         let n = conn.read(&mut chunk)?;
         if n == 0 || request.len() + n > MAX_REQUEST {
@@ -214,6 +243,63 @@ mod tests {
         assert_eq!(clients[0].read(&mut byte).expect("read"), 0);
         slots.leave(5);
         assert_eq!(slots.0.lock().expect("lock").len(), MAX_CONNECTIONS - 1);
+    }
+
+    /// One request to a real endpoint on loopback (a daemon with no
+    /// flows), with `deadline` for the whole reply.
+    fn ask(request: &[u8]) -> (String, Duration) {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+        let addr = listener.local_addr().expect("addr");
+        let shared = crate::daemon::Shared::empty();
+        std::thread::spawn(move || serve(&listener, &shared));
+        let started = Instant::now();
+        let mut conn = TcpStream::connect(addr).expect("connect");
+        conn.set_read_timeout(Some(Duration::from_secs(30)))
+            .expect("timeout");
+        conn.write_all(request).expect("write");
+        let mut reply = String::new();
+        let _ = conn.read_to_string(&mut reply);
+        (reply, started.elapsed())
+    }
+
+    #[test]
+    fn a_request_of_bare_lf_lines_is_answered_at_once() {
+        for request in [
+            &b"GET /metrics HTTP/1.1\nHost: x\nAccept: text/plain\n\n"[..],
+            b"GET /metrics HTTP/1.1\n\n",
+            b"GET /metrics HTTP/1.0\r\nHost: x\n\r\n",
+            b"GET /metrics\n",
+            b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n",
+        ] {
+            let (reply, took) = ask(request);
+            assert!(
+                reply.starts_with("HTTP/1.1 200 OK\r\n"),
+                "{:?}: {reply:?}",
+                String::from_utf8_lossy(request)
+            );
+            // Well inside the 5 s deadline it used to wait for.
+            assert!(
+                took < DEADLINE / 2,
+                "{:?} answered after {took:?}",
+                String::from_utf8_lossy(request)
+            );
+        }
+    }
+
+    #[test]
+    fn a_head_is_complete_at_its_empty_line_whatever_the_line_ends() {
+        assert!(!head_complete(b""));
+        assert!(!head_complete(b"GET /metrics HTTP/1.1"));
+        assert!(!head_complete(b"GET /metrics HTTP/1.1\r\nHost: x\r\n"));
+        assert!(!head_complete(b"GET /metrics HTTP/1.1\nHost: x\n"));
+        assert!(head_complete(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"));
+        assert!(head_complete(b"GET /metrics HTTP/1.1\nHost: x\n\n"));
+        assert!(head_complete(b"GET /metrics HTTP/1.1\r\nHost: x\n\r\n"));
+        assert!(head_complete(b"GET /metrics\r\n"));
+        assert_eq!(
+            accept_header(b"GET / HTTP/1.1\nAccept: application/openmetrics-text\n\n"),
+            Some("application/openmetrics-text")
+        );
     }
 
     #[test]

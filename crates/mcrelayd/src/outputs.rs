@@ -31,6 +31,10 @@ pub struct OutputState {
     pub not_connected: Option<String>,
     /// Failed attempts to open or connect it.
     pub connect_failures: u64,
+    /// Why the last attempt failed, kept once it connects: the sends made
+    /// meanwhile failed with `EDESTADDRREQ` because of it, and that send
+    /// error is reported as this cause (one cause, one errno: issue 27).
+    pub last_cause: Option<String>,
 }
 
 impl OutputState {
@@ -39,6 +43,7 @@ impl OutputState {
         self.connect_failures = self.connect_failures.saturating_add(1);
         let why = e.to_string();
         let news = self.not_connected.as_deref() != Some(why.as_str());
+        self.last_cause = Some(why.clone());
         self.not_connected = Some(why);
         news
     }
@@ -108,11 +113,19 @@ pub enum PendingError {
 
 /// Try to connect each of `pending`; those that connect leave the list.
 /// The result of each attempt, by output index.
-pub fn retry(pending: &mut Vec<Unconnected>) -> Vec<(usize, io::Result<()>)> {
+/// The local address of each that connected goes into `connected` (the
+/// flow's loop guard names it).
+pub fn retry(
+    pending: &mut Vec<Unconnected>,
+    connected: &mut Vec<std::net::SocketAddr>,
+) -> Vec<(usize, io::Result<()>)> {
     let mut results = Vec::with_capacity(pending.len());
     pending.retain(|u| {
         let result = connect_egress(&u.socket, &u.output);
         let done = result.is_ok();
+        if done {
+            connected.extend(crate::loopguard::own_endpoints(std::iter::once(&u.socket)));
+        }
         results.push((u.index, result));
         !done
     });

@@ -27,7 +27,14 @@ fn temp_file(name: &str, text: &str) -> PathBuf {
 
 #[test]
 fn example_config_passes_check() {
-    let out = mcrelayd(&["check", "--config", example().to_str().unwrap()]);
+    // --offline: the example names eth0..eth2 and the mcrelay user, which a
+    // build machine needn't have.
+    let out = mcrelayd(&[
+        "check",
+        "--offline",
+        "--config",
+        example().to_str().unwrap(),
+    ]);
     let stdout = String::from_utf8(out.stdout).unwrap();
     assert!(
         out.status.success(),
@@ -36,8 +43,8 @@ fn example_config_passes_check() {
     );
     assert_eq!(
         stdout,
-        "ok: 3 flows, 5 outputs, cores [2, 3], pool memory 5.1 MiB per core \
-         (1000 small, 500 standard, 200 jumbo); stream health on 2 flows (1 rtp, 1 rtp-mpegts); \
+        "ok: 3 flows, 5 outputs, cores: all CPUs in the affinity mask, pool memory 5.1 MiB per core \
+         (1000 small, 500 standard, 200 jumbo); stream health on 2 flows (1 rtp, 1 mpegts); \
          redundancy on 1 flow (1 merge, 0 failover)\n"
     );
     assert!(out.stderr.is_empty());
@@ -98,8 +105,79 @@ fn syntax_error_and_missing_file() {
 #[test]
 fn empty_config_is_valid_but_noted() {
     let path = temp_file("empty.toml", "# nothing yet\n");
-    let out = mcrelayd(&["check", "--config", path.to_str().unwrap()]);
+    let out = mcrelayd(&["check", "--offline", "--config", path.to_str().unwrap()]);
     assert!(out.status.success());
     let stdout = String::from_utf8(out.stdout).unwrap();
     assert!(stdout.starts_with("ok: 0 flows (the daemon will idle until a reload adds one), 0 outputs, cores: all CPUs in the affinity mask, "), "{stdout}");
+}
+
+/// Issue 27: what the daemon refuses at start, `check` refuses on the host
+/// (and `--offline` skips).
+#[test]
+fn host_limits_are_checked_unless_offline() {
+    let path = temp_file(
+        "host.toml",
+        "[daemon]\nuser = \"mcrelay-no-such-user-27\"\ncores = [0, 8191]\n\
+         [[flow]]\nname = \"f\"\ninput = { interface = \"lo\", address = \"239.1.1.1\", port = 5000 }\n\
+         outputs = [{ interface = \"nosuchif27\", address = \"239.2.2.2\", port = 5000 },\
+          { interface = \"lo\", address = \"127.0.0.1\", port = 5000 }]\n",
+    );
+    let p = path.display();
+    let out = mcrelayd(&["check", "--config", path.to_str().unwrap()]);
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    for want in [
+        format!("{p}: warning: interface \"nosuchif27\" (flow \"f\") does not exist on this host"),
+        format!("{p}: daemon.cores: "),
+        format!("{p}: daemon.user \"mcrelay-no-such-user-27\" does not exist on this host"),
+        format!(
+            "{p}: flow \"f\": outputs[1] (lo 127.0.0.1:5000) sends to this host's own address at port 5000"
+        ),
+    ] {
+        assert!(stderr.contains(&want), "want {want:?} in:\n{stderr}");
+    }
+    let out = mcrelayd(&["check", "--offline", "--config", path.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn the_reported_storm_and_start_failure_configs_fail_check() {
+    for (name, flow, want) in [
+        (
+            "mapped",
+            "input = { interface = \"lo\", address = \"239.1.1.1\", port = 5000 }\n\
+             outputs = [{ interface = \"lo\", address = \"::ffff:239.1.1.1\", port = 5000 }]",
+            "which would loop",
+        ),
+        (
+            "unicast",
+            "input = { interface = \"lo\", address = \"10.0.0.1\", port = 5000 }\n\
+             outputs = [{ interface = \"eth9\", address = \"10.0.0.1\", port = 5000 }]",
+            "which would loop",
+        ),
+    ] {
+        let path = temp_file(
+            &format!("{name}.toml"),
+            &format!("[[flow]]\nname = \"x\"\n{flow}\n"),
+        );
+        let out = mcrelayd(&["check", "--offline", "--config", path.to_str().unwrap()]);
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(out.status.code(), Some(1), "{name}: {stderr}");
+        assert!(stderr.contains(want), "{name}: {stderr}");
+    }
+    let long = "n".repeat(1020);
+    let path = temp_file(
+        "long.toml",
+        &format!(
+            "[[flow]]\nname = \"{long}\"\ninput = {{ interface = \"lo\", address = \"239.1.1.1\", port = 5000 }}\n\
+             outputs = [{{ interface = \"lo\", address = \"239.1.1.2\", port = 5000 }}]\n"
+        ),
+    );
+    let out = mcrelayd(&["check", "--offline", "--config", path.to_str().unwrap()]);
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains("the limit is 255"), "{stderr}");
 }

@@ -570,7 +570,12 @@ fn check_refuses_flows_beyond_the_fd_limit() {
     fs::create_dir_all(&dir).expect("dir");
     let config = dir.join("mcrelay.toml");
     let check = |flows_toml: &str| {
-        fs::write(&config, format!("[daemon]\ncores = [0]\n{flows_toml}")).expect("config");
+        // An existing user: `check` on the host looks it up (issue 27).
+        fs::write(
+            &config,
+            format!("[daemon]\nuser = \"nobody\"\ncores = [0]\n{flows_toml}"),
+        )
+        .expect("config");
         Command::new("prlimit")
             .arg("--nofile=256:256")
             .arg(MCRELAYD)

@@ -200,8 +200,11 @@ outputs = [ {{ interface = "eout", address = "239.2.2.2", port = 6000 }} ]
                 self.socket(relay).display().to_string(),
             ),
             (
-                "/run/mcrelay/keepalived.mode".to_owned(),
-                self.dir.join(format!("{relay}.mode")).display().to_string(),
+                "/run/mcrelay-keepalived/mode".to_owned(),
+                self.dir
+                    .join(format!("{relay}-state/mode"))
+                    .display()
+                    .to_string(),
             ),
             (
                 "/run/keepalived-mcrelay.fifo".to_owned(),
@@ -427,7 +430,7 @@ fn keepalived_makes_one_relay_active_and_the_standby_takes_over_within_3_s() {
     wait_until("rb's keepalived BACKUP", || {
         log_contains(&rb_log, "Entering BACKUP STATE").map_err(|e| e + &pair.logs())
     });
-    let rb_mode = pair.dir.join("rb.mode");
+    let rb_mode = pair.dir.join("rb-state/mode");
     wait_until("rb's script wrote standby", || {
         match fs::read_to_string(&rb_mode) {
             Ok(m) if m.trim() == "standby" => Ok(()),

@@ -64,6 +64,14 @@ fn relay_until_fixed(t: &Topology, relay: Relay, s: Streams<'_>) -> String {
         .stdout(Stdio::null())
         .spawn()
         .expect("sender");
+    // One cause, one errno (issue 27): the sends that fail meanwhile are
+    // reported with why the output isn't connected, not as EDESTADDRREQ.
+    wait_output(
+        &socket,
+        s.bad,
+        "send errors reported with their cause",
+        |o| o.drops_send_error > 0 && o.not_connected.is_some() && o.last_error == o.not_connected,
+    );
     std::thread::sleep(Duration::from_millis(800));
     t.ip(&t.r, s.fix);
     wait_output(&socket, s.bad, "connected and relaying", |o| {

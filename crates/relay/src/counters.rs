@@ -41,6 +41,11 @@ pub struct IngressDrops {
     pub oversize: Counter,
     /// The pool class that fits the payload had no free buffer.
     pub pool_exhausted: Counter,
+    /// Datagrams this relay sent itself that came back to the input (a
+    /// routing loop), marked by the ingress socket's loop guard
+    /// (`mcrelay_wire::bpf::loop_guard`) and dropped before anything else
+    /// sees them: not in `packets_in`, not in stream health.
+    pub looped: Counter,
 }
 
 /// Frames a packet-ingress flow received but could not relay, by reason

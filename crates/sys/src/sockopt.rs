@@ -47,6 +47,19 @@ pub fn set<T: Copy>(
     }
 }
 
+/// Attach the classic BPF `program` to `socket` (`SO_ATTACH_FILTER`),
+/// replacing the one it had; no privilege needed on a socket this process
+/// holds (unless the filter was locked, `SO_LOCK_FILTER`).
+pub fn attach_filter(socket: &impl AsFd, program: &[libc::sock_filter]) -> io::Result<()> {
+    let fprog = libc::sock_fprog {
+        len: u16::try_from(program.len())
+            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?,
+        // Only read by the kernel, during the call (`set`'s contract).
+        filter: program.as_ptr().cast_mut(),
+    };
+    set(socket, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &fprog)
+}
+
 /// `getsockopt` of an option whose value is an array of `u32` (or of a
 /// struct of `u32`s) whose length depends on the kernel, which nix's typed
 /// getters refuse. Returns the call's result and the length in bytes the

@@ -38,6 +38,11 @@ impl KernelDrops {
         }
     }
 
+    /// The duplicates, in leg order.
+    pub fn fds(&self) -> impl Iterator<Item = &std::os::fd::OwnedFd> {
+        self.legs.iter().map(|(fd, _)| fd)
+    }
+
     /// Drops so far, over every leg.
     pub fn get(&self) -> u64 {
         (0..self.legs.len()).filter_map(|i| self.leg(i)).sum()

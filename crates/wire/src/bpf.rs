@@ -251,6 +251,60 @@ pub fn flow_filter(flow: &FlowMatch) -> Vec<Instruction> {
     a.finish()
 }
 
+/// Loads at `SKF_NET_OFF + k` read the network header (linux/filter.h).
+const SKF_NET_OFF: u32 = 0u32.wrapping_sub(0x0010_0000);
+
+/// Bytes a UDP socket keeps of a datagram [`loop_guard`] marks as the
+/// relay's own: the UDP header alone, so it arrives with no payload.
+pub const LOOP_KEEP_BYTES: u32 = 8;
+
+/// Most endpoints one [`loop_guard`] checks (11 instructions each for
+/// IPv6, within the kernel's 4096-instruction limit); the rest are left
+/// out.
+pub const LOOP_GUARD_MAX_ENDPOINTS: usize = 256;
+
+/// The run-time loop guard a UDP ingress socket carries (issue 27): a
+/// datagram whose source address and port are one of `own` — the local
+/// addresses of the flow's egress sockets, so a datagram the relay itself
+/// sent, come back through a routing loop — is cut to its UDP header and
+/// arrives with no payload, where the worker counts it as `drop_loop`
+/// instead of relaying it. A datagram that really has no payload is
+/// dropped here (the kernel counts it with the socket's drops), so an
+/// empty receive always means a loop. Everything else passes whole.
+///
+/// A UDP socket's filter sees the datagram from its UDP header (the source
+/// port at offset 0, the length at 4) and the IP header through
+/// `SKF_NET_OFF` (the IPv4 source at 12, the IPv6 source at 8). `v6`:
+/// the socket's family; endpoints of the other family can't arrive on it
+/// and are left out. Per datagram: 3 instructions, plus 2 per own port
+/// that doesn't match and 2 or 8 more for one that does.
+pub fn loop_guard(v6: bool, own: &[std::net::SocketAddr]) -> Vec<Instruction> {
+    let mut a = Asm::default();
+    let ours = own
+        .iter()
+        .filter(|e| e.is_ipv6() == v6 && e.port() != 0 && !e.ip().is_unspecified())
+        .take(LOOP_GUARD_MAX_ENDPOINTS);
+    for (i, e) in ours.enumerate() {
+        a.op(LD | H | ABS, 0);
+        a.jump(
+            JMP | JEQ | K,
+            u32::from(e.port()),
+            Target::Next,
+            Target::Label(i),
+        );
+        let source = if v6 { 8 } else { 12 };
+        for (j, word) in (0u32..).zip(words(e.ip())) {
+            a.op(LD | W | ABS, SKF_NET_OFF.wrapping_add(source + 4 * j));
+            a.jump(JMP | JEQ | K, word, Target::Next, Target::Label(i));
+        }
+        a.op(RET | K, LOOP_KEEP_BYTES);
+        a.label(i);
+    }
+    a.op(LD | H | ABS, 4);
+    a.jump(JMP | JEQ | K, 8, Target::Drop, Target::Accept);
+    a.finish()
+}
+
 /// What the kernel knows about a frame besides its bytes, for
 /// [`interpret`].
 #[cfg(test)]
@@ -264,10 +318,27 @@ pub(crate) struct Meta {
 /// drop. A load past the end of the frame drops it, as in the kernel.
 #[cfg(test)]
 pub(crate) fn interpret(program: &[Instruction], frame: &[u8], meta: Meta) -> u32 {
+    interpret_at(program, frame, &[], meta)
+}
+
+/// [`interpret`] on a UDP socket's view: `data` from the UDP header, and
+/// `network` (the IP header) behind `SKF_NET_OFF` loads.
+#[cfg(test)]
+pub(crate) fn interpret_at(
+    program: &[Instruction],
+    frame: &[u8],
+    network: &[u8],
+    meta: Meta,
+) -> u32 {
     let (mut a, mut x, mut pc) = (0u32, 0u32, 0usize);
     let load = |at: u32, size: usize| -> Option<u32> {
+        let (bytes, at) = if at >= SKF_NET_OFF && at < SKF_NET_OFF.wrapping_add(0x1_0000) {
+            (network, at - SKF_NET_OFF)
+        } else {
+            (frame, at)
+        };
         let at = at as usize;
-        let b = frame.get(at..at.checked_add(size)?)?;
+        let b = bytes.get(at..at.checked_add(size)?)?;
         Some(b.iter().fold(0u32, |v, &byte| (v << 8) | u32::from(byte)))
     };
     while let Some(i) = program.get(pc) {
@@ -329,6 +400,80 @@ mod tests {
     use super::*;
     use crate::frame::tests::{v4_flow, v6_flow};
     use crate::testframes::{fix_ipv4_checksum, ipv4_udp, ipv4_udp_with_options, ipv6_udp, vlan};
+
+    /// What a UDP socket's filter sees of a datagram from `from` with
+    /// `payload` bytes: (IP header, UDP header + payload).
+    fn udp_view(from: std::net::SocketAddr, payload: usize) -> (Vec<u8>, Vec<u8>) {
+        let ip = match from.ip() {
+            IpAddr::V4(a) => {
+                let mut h = vec![0x45u8; 20];
+                h[12..16].copy_from_slice(&a.octets());
+                h
+            }
+            IpAddr::V6(a) => {
+                let mut h = vec![0x60u8; 40];
+                h[8..24].copy_from_slice(&a.octets());
+                h
+            }
+        };
+        let mut udp = Vec::new();
+        udp.extend_from_slice(&from.port().to_be_bytes());
+        udp.extend_from_slice(&5000u16.to_be_bytes());
+        udp.extend_from_slice(&u16::try_from(8 + payload).expect("small").to_be_bytes());
+        udp.extend_from_slice(&[0, 0]);
+        udp.resize(8 + payload, 0x47);
+        (ip, udp)
+    }
+
+    #[test]
+    fn the_relays_own_datagrams_arrive_empty_and_empty_ones_are_dropped() {
+        let own: Vec<std::net::SocketAddr> = vec![
+            "10.0.0.1:40000".parse().expect("addr"),
+            "10.0.0.2:40001".parse().expect("addr"),
+            "[fd00::1]:40002".parse().expect("addr"),
+            "0.0.0.0:40003".parse().expect("addr"),
+        ];
+        let run = |v6: bool, from: &str, payload: usize| {
+            let (ip, udp) = udp_view(from.parse().expect("addr"), payload);
+            interpret_at(&loop_guard(v6, &own), &udp, &ip, Meta::default())
+        };
+        // Our own: cut to the UDP header.
+        assert_eq!(run(false, "10.0.0.1:40000", 1316), LOOP_KEEP_BYTES);
+        assert_eq!(run(false, "10.0.0.2:40001", 1316), LOOP_KEEP_BYTES);
+        assert_eq!(run(true, "[fd00::1]:40002", 1316), LOOP_KEEP_BYTES);
+        // Same port from another host, or another port from us: whole.
+        assert_eq!(run(false, "10.0.0.9:40000", 1316), ACCEPT_BYTES);
+        assert_eq!(run(false, "10.0.0.1:40001", 1316), ACCEPT_BYTES);
+        assert_eq!(run(true, "[fd00::2]:40002", 1316), ACCEPT_BYTES);
+        // An unbound endpoint (no address yet) matches nothing.
+        assert_eq!(run(false, "10.0.0.7:40003", 100), ACCEPT_BYTES);
+        // A datagram without payload is dropped, ours or not.
+        assert_eq!(run(false, "10.0.0.9:1234", 0), 0);
+        assert_eq!(run(false, "10.0.0.1:40000", 0), LOOP_KEEP_BYTES);
+        // No endpoints: only the empty-datagram rule.
+        let (ip, udp) = udp_view("10.0.0.1:40000".parse().expect("addr"), 10);
+        assert_eq!(
+            interpret_at(&loop_guard(false, &[]), &udp, &ip, Meta::default()),
+            ACCEPT_BYTES
+        );
+    }
+
+    #[test]
+    fn the_loop_guard_fits_the_kernels_limit_and_its_jumps() {
+        let many: Vec<std::net::SocketAddr> = (0..1000u16)
+            .map(|i| std::net::SocketAddr::new("fd00::1".parse().expect("addr"), 10_000 + i))
+            .collect();
+        let p = loop_guard(true, &many);
+        assert!(p.len() <= 4096, "{} instructions", p.len());
+        assert_eq!(p.len(), LOOP_GUARD_MAX_ENDPOINTS * 11 + 2 + 2);
+        // The last endpoint kept is still found.
+        let last = many[LOOP_GUARD_MAX_ENDPOINTS - 1];
+        let (ip, udp) = udp_view(last, 50);
+        assert_eq!(
+            interpret_at(&p, &udp, &ip, Meta::default()),
+            LOOP_KEEP_BYTES
+        );
+    }
 
     fn passes(flow: &FlowMatch, frame: &[u8]) -> bool {
         interpret(&flow_filter(flow), frame, Meta::default()) > 0

@@ -436,7 +436,7 @@ mod tests {
         );
         assert_eq!(
             error(&text),
-            "t.toml:4:12: flow \"x\": outputs[0] is the flow's own input (eth2 239.1.2.1:5002), which would loop; change the address, port or interface"
+            "t.toml:4:12: flow \"x\": outputs[0] (eth2 239.1.2.1:5002) sends to the flow's own input (eth2 239.1.2.1:5002), which would loop; change the address or port"
         );
     }
 

@@ -89,9 +89,19 @@ impl Daemon {
     /// Try again to connect the outputs of running flows that aren't.
     pub(super) fn retry_outputs(&mut self) {
         for m in self.flows.iter_mut().filter(|m| !m.unconnected.is_empty()) {
-            let results = crate::outputs::retry(&mut m.unconnected);
+            let mut connected = Vec::new();
+            let results = crate::outputs::retry(&mut m.unconnected, &mut connected);
             let mut shared = lock(&self.shared);
             if let Some(e) = entry_mut(&mut shared, &m.flow.name) {
+                if !connected.is_empty() {
+                    // Its loop guard now names the late outputs too.
+                    e.own.extend(connected);
+                    if let Some(ingress) = &e.ingress {
+                        for fd in ingress.fds() {
+                            crate::loopguard::arm_socket(&m.flow.name, fd, &e.own);
+                        }
+                    }
+                }
                 for (index, result) in results {
                     log_output(e, index, result);
                 }

@@ -43,7 +43,8 @@ use mcrelay_uring::{
 use self::error::FlowCommandError;
 pub use self::error::StartError;
 use self::interfaces::blocked;
-use self::placement::{Placement, start_order, worker_cpus};
+use self::placement::{Placement, start_order};
+pub use self::placement::{spread_fits, worker_cpus};
 pub use self::report::{Shared, SharedHandle, lock};
 use self::report::{entry_mut, new_entry, note_outputs, print_final, share};
 use crate::links::LinkTable;
@@ -116,7 +117,8 @@ impl Daemon {
     /// `before_workers` (the privilege drop: the process is still
     /// single-threaded), then start one worker per CPU. A flow with an
     /// interface missing or down waits for it; a flow that can't open
-    /// otherwise fails the start, before any worker runs.
+    /// otherwise is published as `open_failed` and retried, while the
+    /// others start.
     pub fn start<E: Into<Box<dyn std::error::Error + Send + Sync>>>(
         path: &Path,
         config: Config,
@@ -139,17 +141,33 @@ impl Daemon {
             let ws = placement.place(flow)?;
             let mut entry = new_entry(flow, &ws);
             let mut unconnected = Vec::new();
+            let mut retry = None;
             let running = match blocked(links.as_ref(), flow, false) {
-                None => {
-                    let opened =
-                        shards::open(&mut opener, flow, &entry.stats, &entry.shard_inputs)?;
-                    entry.ingress = Some(opened.ingress);
-                    unconnected = note_outputs(&mut entry, opened.pending);
-                    for (shard, &w) in opened.shards.into_iter().zip(&ws) {
-                        per_worker[w].push(shard);
+                None => match shards::open(&mut opener, flow, &entry.stats, &entry.shard_inputs) {
+                    Ok(opened) => {
+                        entry.ingress = Some(opened.ingress);
+                        entry.own = opened.own;
+                        unconnected = note_outputs(&mut entry, opened.pending);
+                        for (shard, &w) in opened.shards.into_iter().zip(&ws) {
+                            per_worker[w].push(shard);
+                        }
+                        true
                     }
-                    true
-                }
+                    // One flow that can't open doesn't stop the others
+                    // (issue 27): it is published as `open_failed` and
+                    // retried like a flow whose start failed on a reload.
+                    Err(e) => {
+                        let e = StartError::from(e);
+                        let error = crate::chain::Chain(&e).to_string();
+                        tracing::error!(
+                            flow = %flow.name,
+                            "not started: {error}; retrying in {RETRY_FIRST:?}, then less often"
+                        );
+                        entry.state = FlowState::OpenFailed { error };
+                        retry = Some((Instant::now() + RETRY_FIRST, RETRY_FIRST));
+                        false
+                    }
+                },
                 Some(state) => {
                     tracing::warn!(flow = %flow.name, "not started: {state}; it starts when the interface is up");
                     entry.state = state;
@@ -161,7 +179,7 @@ impl Daemon {
                 flow: flow.clone(),
                 workers: ws,
                 running,
-                retry: None,
+                retry,
                 unconnected,
             });
         }
@@ -379,6 +397,7 @@ impl Daemon {
         let mut shared = lock(&self.shared);
         let e = entry_mut(&mut shared, &name).ok_or(FlowCommandError::NotPublished)?;
         e.ingress = Some(opened.ingress);
+        e.own = opened.own;
         self.flows[i].unconnected = note_outputs(e, opened.pending);
         Ok(std::mem::replace(&mut e.state, FlowState::Running))
     }

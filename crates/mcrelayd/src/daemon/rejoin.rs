@@ -125,6 +125,7 @@ impl Daemon {
         if let Some(e) = entry_mut(&mut shared, &name) {
             e.close_ingress();
             e.ingress = Some(opened.ingress);
+            e.own = opened.own;
             self.flows[i].unconnected = note_outputs(e, opened.pending);
         }
         Ok(())

@@ -378,6 +378,7 @@ impl Daemon {
         let opened = super::shards::open(&mut self.opener, new, &entry.stats, &entry.shard_inputs)
             .map_err(FlowCommandError::from)?;
         entry.ingress = Some(opened.ingress);
+        entry.own = opened.own;
         Ok(Prepared {
             shards: opened.shards,
             pending: opened.pending,

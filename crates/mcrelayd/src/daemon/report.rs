@@ -40,6 +40,8 @@ pub(super) struct FlowEntry {
     /// kernel's drop count; dropped when the flow stops (so its group is
     /// left).
     pub(super) ingress: Option<mcrelay_uring::sockets::KernelDrops>,
+    /// The local addresses of its connected outputs (the loop guard's).
+    pub(super) own: Vec<std::net::SocketAddr>,
     /// Kernel drops counted by earlier ingress sockets (before pauses),
     /// over every leg and per leg.
     kernel_drops_before: u64,
@@ -103,6 +105,19 @@ pub fn lock(shared: &SharedHandle) -> std::sync::MutexGuard<'_, Shared> {
 }
 
 impl Shared {
+    /// No flows, no workers: what the endpoints' unit tests serve.
+    #[cfg(test)]
+    pub fn empty() -> SharedHandle {
+        Arc::new(Mutex::new(Shared {
+            flows: Vec::new(),
+            workers: Vec::new(),
+            state: DaemonState::Running,
+            config_path: String::new(),
+            started: Instant::now(),
+            mode: mcrelay_control::Mode::Active,
+        }))
+    }
+
     /// Every counter, read without stopping a worker.
     pub fn snapshot(&self) -> Snapshot {
         self.snapshot_with(false)
@@ -246,6 +261,7 @@ fn flow_snapshot(f: &FlowEntry, take_gaps: bool, srt: &[RouteView]) -> FlowSnaps
             fragment: sum(|c| c.frames.fragment.get()),
             bad_checksum: sum(|c| c.frames.bad_checksum.get()),
             not_this_flow: sum(|c| c.frames.not_this_flow.get()),
+            looped: sum(|c| c.drops.looped.get()),
         },
         receive_errors: sum(|c| c.receive_errors.get()),
         receive_rearms: sum(|c| c.receive_rearms.get()),
@@ -263,6 +279,14 @@ fn flow_snapshot(f: &FlowEntry, take_gaps: bool, srt: &[RouteView]) -> FlowSnaps
                 drops_send_error: o.drop_send_error.get(),
                 last_error: match o.last_error.get() {
                     0 => None,
+                    // A send on an output whose connection failed: its
+                    // cause, as status reports it, not the symptom.
+                    errno
+                        if errno == u64::from(libc::EDESTADDRREQ.unsigned_abs())
+                            && state.last_cause.is_some() =>
+                    {
+                        state.last_cause.clone()
+                    }
                     errno => Some(
                         std::io::Error::from_raw_os_error(i32::try_from(errno).unwrap_or(0))
                             .to_string(),
@@ -370,6 +394,7 @@ pub(super) fn new_entry(flow: &Flow, workers: &[usize]) -> FlowEntry {
         legs: if legs.len() > 1 { legs } else { Vec::new() },
         stats: new_stats(flow),
         ingress: None,
+        own: Vec::new(),
         kernel_drops_before: 0,
         leg_kernel_drops_before: [0; 4],
         state: FlowState::Running,
@@ -433,7 +458,7 @@ pub(super) fn print_final(shared: &Shared) {
     let snapshot = shared.snapshot();
     for flow in &snapshot.flows {
         eprintln!(
-            "final flow={} worker={} packets_in={} bytes_in={} drop_oversize={} drop_pool_exhausted={} drop_kernel={} drop_truncated={} drop_malformed={} drop_fragment={} drop_bad_checksum={} drop_not_this_flow={} receive_errors={} state={} interface_pauses={}",
+            "final flow={} worker={} packets_in={} bytes_in={} drop_oversize={} drop_pool_exhausted={} drop_kernel={} drop_truncated={} drop_malformed={} drop_fragment={} drop_bad_checksum={} drop_not_this_flow={} drop_loop={} receive_errors={} state={} interface_pauses={}",
             flow.name,
             flow.worker_text(),
             flow.packets_in,
@@ -446,6 +471,7 @@ pub(super) fn print_final(shared: &Shared) {
             flow.drops.fragment,
             flow.drops.bad_checksum,
             flow.drops.not_this_flow,
+            flow.drops.looped,
             flow.receive_errors,
             flow.state.tag(),
             flow.interface_pauses,

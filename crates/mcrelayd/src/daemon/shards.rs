@@ -29,6 +29,9 @@ pub(super) struct Opened {
     /// The kernel's drops at every shard's ingress sockets: shard 0's legs
     /// first, so its leg `i` is leg `i`.
     pub(super) ingress: KernelDrops,
+    /// The local addresses of the flow's connected outputs, which its
+    /// ingress sockets' loop guard names ([`crate::loopguard`]).
+    pub(super) own: Vec<std::net::SocketAddr>,
 }
 
 /// Why a flow's shards could not be opened.
@@ -80,10 +83,17 @@ pub(super) fn open(
         }
         shards.push(opened);
     }
+    crate::loopguard::arm(&flow.name, &shards);
+    let own = crate::loopguard::own_endpoints(
+        shards
+            .iter()
+            .flat_map(|s| s.outputs.iter().map(|o| &o.socket)),
+    );
     Ok(Opened {
         shards,
         pending: all_pending,
         ingress: KernelDrops::legs(fds),
+        own,
     })
 }
 

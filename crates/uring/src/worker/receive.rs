@@ -165,6 +165,22 @@ impl Worker {
             }
             return;
         }
+        if result == 0 {
+            // The loop guard cut it to its UDP header: one of this flow's
+            // own datagrams came back (a real empty datagram never gets
+            // here, the guard drops it). A 0-byte receive also ends a
+            // multishot receive, which is re-armed like any other. One
+            // compare on the packet path.
+            if let Some(c) = self.core.counters(f) {
+                c.drops.looped.inc();
+            }
+            if self.multishot
+                && let Some(id) = id
+            {
+                self.receive_buffers.recycle(id);
+            }
+            return;
+        }
         let Some(id) = id else {
             return;
         };
