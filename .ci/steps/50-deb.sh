@@ -42,6 +42,10 @@ done
 [ "$(dpkg-deb --ctrl-tarfile "$deb" | tar -xOf - ./conffiles)" = /etc/mcrelay/mcrelay.toml ] \
     || { echo "conffiles must list /etc/mcrelay/mcrelay.toml"; exit 1; }
 dpkg-deb -f "$deb" Package Version Architecture Depends
+# SRT outputs link libsrt (OpenSSL build): the runtime library must be a
+# dependency, found by dpkg-shlibdeps from mcrelayd's DT_NEEDED.
+dpkg-deb -f "$deb" Depends | grep -q 'libsrt' \
+    || { echo "Depends must name the libsrt runtime library"; exit 1; }
 
 # Leave the machine as found: the package keeps the mcrelay user on purge
 # (Debian's rule for system users), so remove it here if this step made it.

@@ -20,7 +20,8 @@ suite=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
 variant=minbase
 # systemd as PID 1; iproute2 for the veths and namespaces inside the
 # container; python3-minimal to send and count numbered datagrams.
-packages=systemd,systemd-sysv,iproute2,python3-minimal
+# libsrt1.5-openssl: mcrelayd links libsrt (SRT outputs); the .deb depends on it.
+packages=systemd,systemd-sysv,iproute2,python3-minimal,libsrt1.5-openssl
 cache=${MCRELAY_CI_CACHE:-/var/cache/mcrelay-ci}
 
 key=$(printf '%s %s %s %s\n' "$suite" "$variant" "$packages" "$(dpkg --print-architecture)" | sha256sum | cut -c1-16)

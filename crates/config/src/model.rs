@@ -147,6 +147,10 @@ pub struct Output {
     pub queue_depth: u32,
     /// SMPTE 2022-1 FEC sent beside the stream (`fec`).
     pub fec: Option<OutputFec>,
+    /// `protocol = "srt"`: the SRT settings; `None` for a plain UDP output.
+    /// An SRT output has no `interface` (empty here): a listener binds
+    /// `address:port`, a caller connects to it.
+    pub srt: Option<SrtOutput>,
 }
 
 /// An output's `fec = { columns = L, rows = D }`: 2022-1 column FEC to
@@ -158,6 +162,56 @@ pub struct OutputFec {
     pub columns: u8,
     /// `D`: 0 (row FEC only), or 4-20; `L` × `D` at most 100.
     pub rows: u8,
+}
+
+/// Default SRT `latency_ms` (libsrt's TSBPD default).
+pub const DEFAULT_SRT_LATENCY_MS: u32 = 120;
+/// Default SRT listener `max_callers`.
+pub const DEFAULT_SRT_MAX_CALLERS: u32 = 16;
+/// Largest SRT listener `max_callers`.
+pub const MAX_SRT_MAX_CALLERS: u32 = 1024;
+/// Largest SRT `latency_ms`.
+pub const MAX_SRT_LATENCY_MS: u32 = 60_000;
+/// Default SRT `key_length` in bytes (AES-128) when a passphrase is set.
+pub const DEFAULT_SRT_KEY_LENGTH: u8 = 16;
+
+/// Whether an SRT output waits for callers or calls out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SrtMode {
+    /// Binds `address:port`; many callers connect (`max_callers`).
+    Listener,
+    /// Connects to `address:port`, reconnecting with back-off.
+    Caller,
+}
+
+/// An output's SRT settings (`protocol = "srt"`).
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct SrtOutput {
+    pub mode: SrtMode,
+    /// TSBPD latency in milliseconds (`SRTO_LATENCY`).
+    pub latency_ms: u32,
+    /// AES passphrase (10 to 79 characters); callers without it are refused.
+    pub passphrase: Option<String>,
+    /// AES key length in bytes: 16, 24 or 32 (only with a passphrase).
+    pub key_length: u8,
+    /// Most callers served at once (listener only).
+    pub max_callers: u32,
+    /// The stream ID a caller must present (listener), or sends (caller).
+    pub stream_id: Option<String>,
+}
+
+impl fmt::Debug for SrtOutput {
+    /// Never prints the passphrase.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SrtOutput")
+            .field("mode", &self.mode)
+            .field("latency_ms", &self.latency_ms)
+            .field("passphrase", &self.passphrase.as_ref().map(|_| "<set>"))
+            .field("key_length", &self.key_length)
+            .field("max_callers", &self.max_callers)
+            .field("stream_id", &self.stream_id)
+            .finish()
+    }
 }
 
 /// What a flow carries, for stream health (`payload`, `silence_ms`,
@@ -313,6 +367,12 @@ impl fmt::Display for IngressKind {
 }
 
 impl Flow {
+    /// The outputs the helper opens (plain UDP), in config order; SRT
+    /// outputs are the daemon's own.
+    pub fn udp_outputs(&self) -> impl Iterator<Item = &Output> {
+        self.outputs.iter().filter(|o| o.srt.is_none())
+    }
+
     /// The shard (of [`Flow::spread`]) that sends to output `output`:
     /// `output mod spread`.
     pub fn shard_of(&self, output: usize) -> usize {
@@ -349,11 +409,12 @@ impl Flow {
         all
     }
 
-    /// Every socket the flow sends on: its outputs in order, then for
+    /// Every socket the helper opens for the flow to send on: its UDP
+    /// outputs (not SRT ones, the daemon's own) in order, then for
     /// each output with `fec` (in output order) its column and row FEC
     /// destinations (port + 2 and + 4, same address and settings).
     pub fn send_outputs(&self) -> Vec<Output> {
-        let mut all = self.outputs.clone();
+        let mut all: Vec<Output> = self.udp_outputs().cloned().collect();
         for o in &self.outputs {
             if o.fec.is_some() {
                 for offset in [2, 4] {
@@ -409,9 +470,22 @@ impl Output {
 }
 
 impl fmt::Display for Output {
-    /// `eth1 239.2.2.2:6000`.
+    /// `eth1 239.2.2.2:6000`, or `srt listener 0.0.0.0:9000 stream_id "a"`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {}", self.interface, self.socket_addr())
+        match &self.srt {
+            None => write!(f, "{} {}", self.interface, self.socket_addr()),
+            Some(s) => {
+                let mode = match s.mode {
+                    SrtMode::Listener => "listener",
+                    SrtMode::Caller => "caller",
+                };
+                write!(f, "srt {mode} {}", self.socket_addr())?;
+                if let Some(id) = &s.stream_id {
+                    write!(f, " stream_id {id:?}")?;
+                }
+                Ok(())
+            }
+        }
     }
 }
 
@@ -829,6 +903,7 @@ mod tests {
                 source_address: None,
                 queue_depth: DEFAULT_OUTPUT_QUEUE_DEPTH,
                 fec: None,
+                srt: None,
             }],
             core: None,
             spread: 1,

@@ -19,6 +19,7 @@ use crate::model::*;
 
 mod legs;
 mod spread;
+mod srt;
 
 /// Largest CPU number accepted in `daemon.cores` and a flow's `core`
 /// (Linux supports at most 8192 CPUs).
@@ -70,6 +71,13 @@ const OUTPUT_KEYS: &[&str] = &[
     "source_address",
     "queue_depth",
     "fec",
+    "protocol",
+    "mode",
+    "latency_ms",
+    "passphrase",
+    "key_length",
+    "max_callers",
+    "stream_id",
 ];
 const OUTPUT_FEC_KEYS: &[&str] = &["columns", "rows"];
 
@@ -306,7 +314,12 @@ struct FlowParts {
     /// Each valid leg, with where it is written.
     inputs: Vec<(Input, usize)>,
     flow: Option<Flow>,
+    /// Each SRT listener output's address, port and stream ID, with where
+    /// it is written (two flows may share a port with distinct stream IDs).
+    srt_listeners: Vec<(SrtListenerKey, usize)>,
 }
+
+type SrtListenerKey = (IpAddr, u16, Option<String>);
 
 impl<'t> Walker<'t> {
     fn err(&mut self, span: &Range<usize>, msg: String) {
@@ -680,6 +693,7 @@ impl<'t> Walker<'t> {
             name: None,
             inputs: Vec::new(),
             flow: None,
+            srt_listeners: Vec::new(),
         };
         let Some(t) = self.table(v, "", Indexed("flow", index)) else {
             return parts;
@@ -794,11 +808,28 @@ impl<'t> Walker<'t> {
                             o.interface == out.interface
                                 && o.address == out.address
                                 && o.port == out.port
+                                && o.srt.as_ref().map(|s| &s.stream_id)
+                                    == out.srt.as_ref().map(|s| &s.stream_id)
                         }) {
                             self.err(span, format!("{p}outputs[{i}] is the same as outputs[{j}] ({out}); remove one"));
                             ok = false;
                         }
                         seen.push((*i, out));
+                    }
+                    for (_, span, out) in &parsed {
+                        if let Some(Output {
+                            srt: Some(s),
+                            address,
+                            port,
+                            ..
+                        }) = out
+                        {
+                            if s.mode == SrtMode::Listener {
+                                parts
+                                    .srt_listeners
+                                    .push(((*address, *port, s.stream_id.clone()), span.start));
+                            }
+                        }
                     }
                     outputs = parsed.into_iter().filter_map(|(_, _, o)| o).collect();
                 }
@@ -834,6 +865,20 @@ impl<'t> Walker<'t> {
                     ),
                 );
             }
+            ok = false;
+        }
+        if spread.is_some_and(|n| n > 1) && outputs.iter().any(|o| o.srt.is_some()) {
+            let at = t.get("spread").map_or(span.clone(), Spanned::span);
+            self.err(&at, format!("{p}spread can't be used with an SRT output (its callers are served by one SRT thread); remove spread or the SRT output"));
+            ok = false;
+        }
+        if outputs.iter().any(|o| o.fec.is_some()) && outputs.iter().any(|o| o.srt.is_some()) {
+            self.err(
+                &span,
+                format!(
+                    "{p}an output's fec and an SRT output in one flow are not supported yet; move the SRT output to a flow of its own"
+                ),
+            );
             ok = false;
         }
         let health = self.health(t, p);
@@ -1041,7 +1086,10 @@ impl<'t> Walker<'t> {
         let t = self.table(v, p, Indexed("outputs", i))?;
         self.check_keys(t, OUTPUT_KEYS, p, Inside(Indexed("outputs", i)));
         let span = v.span();
-        let mut ok = true;
+        if self.is_srt(t, p, i)? {
+            return self.srt_output(t, &span, p, i);
+        }
+        let mut ok = self.no_srt_keys(t, p, i);
         let interface = match t.get("interface") {
             Some(v) => self.interface(v, p, path("interface")),
             None => {
@@ -1143,6 +1191,7 @@ impl<'t> Walker<'t> {
             source_address,
             queue_depth,
             fec,
+            srt: None,
         })
     }
 
@@ -1230,6 +1279,7 @@ impl<'t> Walker<'t> {
                     let mut ids: HashMap<FlowKey, String> = HashMap::new();
                     let mut inputs: HashMap<(String, IpAddr, u16, Option<IpAddr>), String> =
                         HashMap::new();
+                    let mut srt_listeners: HashMap<SrtListenerKey, String> = HashMap::new();
                     for (i, item) in items.iter().enumerate() {
                         let parts = self.flow(i, item, cores);
                         if let Some((name, at)) = &parts.name {
@@ -1270,6 +1320,27 @@ impl<'t> Walker<'t> {
                                     None => {
                                         inputs.insert(key, name.clone());
                                     }
+                                }
+                            }
+                        }
+                        for (key, at) in &parts.srt_listeners {
+                            let name = parts.name.as_ref().map_or("", |(n, _)| n.as_str());
+                            match srt_listeners.get(key) {
+                                Some(other) if other == name => {}
+                                Some(other) => {
+                                    let (a, port, id) = key;
+                                    let id = id.as_deref().map_or_else(
+                                        || "no stream_id".to_owned(),
+                                        |s| format!("stream_id {s:?}"),
+                                    );
+                                    self.errors.push((*at, format!(
+                                        "flow {name:?}: SRT listener {} with {id} is also flow {other:?}'s; give each flow on one port its own stream_id",
+                                        SocketAddr::new(*a, *port)
+                                    )));
+                                    all_ok = false;
+                                }
+                                None => {
+                                    srt_listeners.insert(key.clone(), name.to_owned());
                                 }
                             }
                         }
@@ -1601,6 +1672,7 @@ outputs = [{ interface = "eth1", address = "239.2.2.2", port = 6000, ttl = 255, 
                 source_address: Some("10.0.0.1".parse().unwrap()),
                 queue_depth: 65536,
                 fec: None,
+                srt: None,
             }]
         );
     }
@@ -1679,7 +1751,7 @@ outputs = [{ interface = "eth1", address = "239.2.2.2", port = 6000, ttl = 255, 
                 "t.toml:1:1: unknown key \"colour\" (expected one of: daemon, pools, flow)",
                 "t.toml:3:1: unknown key \"usr\" in daemon (expected one of: user, control_socket, cores, metrics_listen, metrics_allow, log_level, mode)",
                 "t.toml:5:1: unknown key \"tiny\" in pools (expected one of: small, standard, jumbo)",
-                "t.toml:9:70: flow \"x\": unknown key \"tll\" in outputs[0] (expected one of: interface, address, port, ttl, source_address, queue_depth, fec)",
+                "t.toml:9:70: flow \"x\": unknown key \"tll\" in outputs[0] (expected one of: interface, address, port, ttl, source_address, queue_depth, fec, protocol, mode, latency_ms, passphrase, key_length, max_callers, stream_id)",
                 "t.toml:10:1: flow \"x\": unknown key \"core_\" (expected one of: name, input, inputs, outputs, core, spread, payload, silence_ms, rtp_clock_hz, redundancy, merge_delay_ms, merge_window_ms, failover_after_ms, failover_gap_factor, revert_after_s, rtp_rewrite)",
             ]
         );

@@ -133,6 +133,7 @@ fn emit_all(mut m: Exposition, s: &Snapshot) -> Exposition {
     redundancy_families(&mut m, s);
     fec_families(&mut m, s);
     output_families(&mut m, s);
+    srt_families(&mut m, s);
     worker_families(&mut m, s);
     m
 }
@@ -655,6 +656,138 @@ fn output_families(m: &mut Exposition, s: &Snapshot) {
     }
 }
 
+/// SRT outputs: per output, its callers and refusals; per caller (at most
+/// `max_callers` each, so the series stay bounded), what it was sent,
+/// dropped, and libsrt's retransmissions, losses, RTT and rate.
+fn srt_families(m: &mut Exposition, s: &Snapshot) {
+    use crate::snapshot::{SrtCallerSnapshot, SrtSnapshot};
+    let srt_outputs = || {
+        s.flows.iter().flat_map(|f| {
+            f.outputs
+                .iter()
+                .filter_map(move |o| o.srt.as_ref().map(|srt| (f, o, srt)))
+        })
+    };
+    type RouteValue = fn(&SrtSnapshot) -> u64;
+    let routes: [(&str, Kind, &str, RouteValue); 6] = [
+        (
+            "mcrelay_srt_callers",
+            Kind::Gauge,
+            "SRT callers connected to the output (a caller output: 1 while connected).",
+            |r| r.callers.len() as u64,
+        ),
+        (
+            "mcrelay_srt_max_callers",
+            Kind::Gauge,
+            "Most callers the SRT output serves at once.",
+            |r| u64::from(r.max_callers),
+        ),
+        (
+            "mcrelay_srt_refused_total",
+            Kind::Counter,
+            "SRT callers refused: unknown stream ID, max_callers reached, wrong or missing passphrase.",
+            |r| r.refused,
+        ),
+        (
+            "mcrelay_srt_disconnects_total",
+            Kind::Counter,
+            "SRT callers gone: left, broke, or dropped for not keeping up.",
+            |r| r.disconnects,
+        ),
+        (
+            "mcrelay_srt_connect_failures_total",
+            Kind::Counter,
+            "Failed connection attempts of an SRT caller output.",
+            |r| r.connect_failures,
+        ),
+        (
+            "mcrelay_srt_no_caller_packets_total",
+            Kind::Counter,
+            "Datagrams that reached the SRT output while no caller was connected.",
+            |r| r.no_caller,
+        ),
+    ];
+    for (name, kind, help, value) in routes {
+        m.family(name, kind, help);
+        for (f, o, r) in srt_outputs() {
+            let mode = if r.listener { "listener" } else { "caller" };
+            m.sample(
+                name,
+                &[("flow", &f.name), ("output", &o.label), ("mode", mode)],
+                value(r),
+            );
+        }
+    }
+    type CallerValue = fn(&SrtCallerSnapshot) -> u64;
+    let callers: [(&str, Kind, &str, CallerValue); 6] = [
+        (
+            "mcrelay_srt_caller_sent_packets_total",
+            Kind::Counter,
+            "Datagrams handed to libsrt for this SRT caller.",
+            |c| c.sent,
+        ),
+        (
+            "mcrelay_srt_caller_dropped_packets_total",
+            Kind::Counter,
+            "Datagrams dropped for this SRT caller: its send buffer was full.",
+            |c| c.dropped,
+        ),
+        (
+            "mcrelay_srt_caller_retransmitted_packets_total",
+            Kind::Counter,
+            "Packets libsrt retransmitted to this caller.",
+            |c| c.retransmitted,
+        ),
+        (
+            "mcrelay_srt_caller_lost_packets_total",
+            Kind::Counter,
+            "Packets this caller reported lost (before retransmission).",
+            |c| c.lost,
+        ),
+        (
+            "mcrelay_srt_caller_too_late_packets_total",
+            Kind::Counter,
+            "Packets libsrt dropped as too late to deliver to this caller (residual loss).",
+            |c| c.too_late,
+        ),
+        (
+            "mcrelay_srt_caller_send_bits_per_second",
+            Kind::Gauge,
+            "Send rate to this caller over the last second.",
+            |c| c.send_bps,
+        ),
+    ];
+    for (name, kind, help, value) in callers {
+        m.family(name, kind, help);
+        for (f, o, r) in srt_outputs() {
+            for c in &r.callers {
+                m.sample(
+                    name,
+                    &[("flow", &f.name), ("output", &o.label), ("peer", &c.peer)],
+                    value(c),
+                );
+            }
+        }
+    }
+    let name = "mcrelay_srt_caller_rtt_seconds";
+    m.family(
+        name,
+        Kind::Gauge,
+        "Smoothed round-trip time to this SRT caller.",
+    );
+    for (f, o, r) in srt_outputs() {
+        for c in &r.callers {
+            #[allow(clippy::cast_precision_loss)]
+            let rtt = c.rtt_us as f64 / 1e6;
+            m.sample(
+                name,
+                &[("flow", &f.name), ("output", &o.label), ("peer", &c.peer)],
+                Float(rtt),
+            );
+        }
+    }
+}
+
 fn worker_families(m: &mut Exposition, s: &Snapshot) {
     type PoolValue = fn(&PoolClassSnapshot) -> u64;
     let pools: [(&str, Kind, &str, PoolValue); 5] = [
@@ -895,7 +1028,15 @@ fn text_capacity(s: &Snapshot) -> usize {
     let pools: usize = s.workers.iter().map(|w| w.pools.len()).sum();
     // Stream health adds up to 15 samples per input, with two labels;
     // a flow with several inputs 13 more per flow and 3 per input.
-    let samples = 7 * s.flows.len() + 7 * outputs + 5 * pools + 3 * s.workers.len();
+    // An SRT output: 6 samples, and 7 per caller.
+    let srt: usize = s
+        .flows
+        .iter()
+        .flat_map(|f| &f.outputs)
+        .filter_map(|o| o.srt.as_ref())
+        .map(|r| 6 + 7 * r.callers.len())
+        .sum();
+    let samples = 7 * s.flows.len() + 7 * outputs + 5 * pools + 3 * s.workers.len() + srt;
     let legs: usize = s
         .flows
         .iter()
@@ -908,7 +1049,8 @@ fn text_capacity(s: &Snapshot) -> usize {
             .filter(|(_, h, _)| !h.payload.is_empty())
             .count()
         + legs;
-    4096 + 128 * samples + 160 * health + 2048
+    // The SRT families' HELP and TYPE lines: 3 KiB.
+    4096 + 128 * samples + 160 * health + 2048 + 3072
 }
 
 /// OpenMetrics through the Prometheus project's client library.
@@ -1575,6 +1717,55 @@ mod tests {
         assert!(parse_sample("ok{__a=\"x\"} 1").is_err());
         assert!(parse_sample("ok 1x").is_err());
         assert!(parse_sample("ok{a=\"x\",b=\"y\"} 2").is_ok());
+    }
+
+    #[test]
+    fn srt_families() {
+        use crate::snapshot::{SrtCallerSnapshot, SrtSnapshot};
+        let mut s = sample();
+        s.flows[0].outputs[0].label = "srt://0.0.0.0:9000".into();
+        s.flows[0].outputs[0].srt = Some(SrtSnapshot {
+            listener: true,
+            max_callers: 16,
+            callers: vec![SrtCallerSnapshot {
+                peer: "10.0.0.9:40000".into(),
+                stream_id: "cam".into(),
+                connected_since: 1,
+                sent: 900,
+                dropped: 3,
+                retransmitted: 40,
+                lost: 41,
+                too_late: 2,
+                rtt_us: 40_000,
+                send_bps: 11_000_000,
+            }],
+            refused: 5,
+            ..SrtSnapshot::default()
+        });
+        let text = render_metrics(&s);
+        assert!(text.len() <= text_capacity(&s));
+        let (samples, _) = check(&text);
+        let v = |name, labels: &[(&str, &str)]| find(&samples, name, labels).value;
+        let out = [
+            ("flow", s.flows[0].name.as_str()),
+            ("output", "srt://0.0.0.0:9000"),
+        ];
+        let route = [out[0], out[1], ("mode", "listener")];
+        assert_eq!(v("mcrelay_srt_callers", &route), 1.0);
+        assert_eq!(v("mcrelay_srt_max_callers", &route), 16.0);
+        assert_eq!(v("mcrelay_srt_refused_total", &route), 5.0);
+        let caller = [out[0], out[1], ("peer", "10.0.0.9:40000")];
+        assert_eq!(v("mcrelay_srt_caller_sent_packets_total", &caller), 900.0);
+        assert_eq!(v("mcrelay_srt_caller_dropped_packets_total", &caller), 3.0);
+        assert_eq!(v("mcrelay_srt_caller_lost_packets_total", &caller), 41.0);
+        assert_eq!(
+            v("mcrelay_srt_caller_retransmitted_packets_total", &caller),
+            40.0
+        );
+        assert_eq!(v("mcrelay_srt_caller_too_late_packets_total", &caller), 2.0);
+        assert_eq!(v("mcrelay_srt_caller_rtt_seconds", &caller), 0.04);
+        // A UDP output has no SRT series.
+        assert!(!text.contains("output=\"10.0.0.1"), "{text}");
     }
 
     #[test]

@@ -238,8 +238,32 @@ pub fn render_flows(s: &Snapshot, rates: Option<&Rates>) -> String {
                 or.map_or_else(dash, |r| human_rate(r.packets_per_second)),
                 or.map_or_else(dash, |r| human_bits_per_second(r.bits_per_second)),
                 output_drops(output, or),
-                String::new(),
+                output.srt.as_ref().map(srt_text).unwrap_or_default(),
             ]);
+            // An SRT output's callers, one row each.
+            for c in output.srt.iter().flat_map(|r| &r.callers) {
+                table.row(vec![
+                    String::new(),
+                    String::new(),
+                    format!("   => {}{}", c.peer, stream_id_text(&c.stream_id)),
+                    String::new(),
+                    human_count(c.sent),
+                    String::new(),
+                    String::new(),
+                    human_bits_per_second(c.send_bps as f64),
+                    if c.dropped + c.too_late > 0 {
+                        format!("full={} too_late={}", c.dropped, c.too_late)
+                    } else {
+                        "none".to_owned()
+                    },
+                    format!(
+                        "rtt {:.1} ms, lost {}, retransmitted {}",
+                        c.rtt_us as f64 / 1000.0,
+                        human_count(c.lost),
+                        human_count(c.retransmitted)
+                    ),
+                ]);
+            }
         }
     }
     let mut out = table.render();
@@ -385,6 +409,39 @@ fn redundancy_text(r: &crate::snapshot::RedundancySnapshot) -> String {
             }
             text
         }
+    }
+}
+
+/// An SRT output's HEALTH cell: `listener: 3/16 callers, 2 refused`.
+pub fn srt_text(r: &crate::snapshot::SrtSnapshot) -> String {
+    let mut t = if r.listener {
+        format!(
+            "srt listener: {}/{} callers",
+            r.callers.len(),
+            r.max_callers
+        )
+    } else if r.callers.is_empty() {
+        "srt caller: not connected".to_owned()
+    } else {
+        "srt caller: connected".to_owned()
+    };
+    if r.refused > 0 {
+        let _ = write!(t, ", {} refused", human_count(r.refused));
+    }
+    if r.connect_failures > 0 {
+        let _ = write!(t, ", {} failed connects", human_count(r.connect_failures));
+    }
+    if let Some(e) = &r.error {
+        let _ = write!(t, " ({e})");
+    }
+    t
+}
+
+fn stream_id_text(id: &str) -> String {
+    if id.is_empty() {
+        String::new()
+    } else {
+        format!(" ({id})")
     }
 }
 

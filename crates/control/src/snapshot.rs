@@ -490,6 +490,61 @@ pub struct OutputSnapshot {
     /// Times opening or connecting this output failed (each attempt).
     #[serde(default)]
     pub connect_failures: u64,
+    /// An SRT output's side: its callers and their counters. The fields
+    /// above count what the worker handed to the SRT thread.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub srt: Option<SrtSnapshot>,
+}
+
+/// An SRT output: a listener and its callers, or a caller.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SrtSnapshot {
+    /// A listener (callers connect to it) rather than a caller.
+    pub listener: bool,
+    pub max_callers: u32,
+    /// Connected callers (a caller output: its one connection, if up).
+    pub callers: Vec<SrtCallerSnapshot>,
+    /// Datagrams the SRT thread read from the worker.
+    pub datagrams: u64,
+    /// Of those, read while no caller was connected (not sent).
+    pub no_caller: u64,
+    /// Of those, larger than an SRT live payload (1456 B), not sent.
+    pub oversize: u64,
+    /// Callers accepted, or connections made.
+    pub connects: u64,
+    /// Callers refused: unknown stream ID, `max_callers` reached, wrong or
+    /// missing passphrase.
+    pub refused: u64,
+    /// Callers gone: left, broke, or dropped for not keeping up.
+    pub disconnects: u64,
+    /// Failed connection attempts (caller mode).
+    pub connect_failures: u64,
+    /// The listener couldn't open, or the last connect error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// One connected SRT caller (or a caller output's connection).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SrtCallerSnapshot {
+    /// `address:port` of the peer.
+    pub peer: String,
+    pub stream_id: String,
+    /// Unix time (s) it connected.
+    pub connected_since: u64,
+    /// Datagrams handed to libsrt for it.
+    pub sent: u64,
+    /// Datagrams dropped because its send buffer was full.
+    pub dropped: u64,
+    /// libsrt: packets retransmitted, reported lost by the peer, dropped
+    /// as too late to deliver.
+    pub retransmitted: u64,
+    pub lost: u64,
+    pub too_late: u64,
+    /// Smoothed round-trip time, microseconds.
+    pub rtt_us: u64,
+    /// Send rate over the last interval, bits per second.
+    pub send_bps: u64,
 }
 
 impl OutputSnapshot {
@@ -627,6 +682,7 @@ pub(crate) fn sample() -> Snapshot {
                     gso_fallbacks: 0,
                     not_connected: None,
                     connect_failures: 0,
+                    srt: None,
                 },
                 OutputSnapshot {
                     label: "239.2.2.2:7000".into(),
@@ -640,6 +696,7 @@ pub(crate) fn sample() -> Snapshot {
                     gso_fallbacks: 1,
                     not_connected: None,
                     connect_failures: 0,
+                    srt: None,
                 },
             ],
             state: FlowState::Running,

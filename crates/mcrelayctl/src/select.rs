@@ -333,6 +333,7 @@ mod tests {
             gso_fallbacks: 0,
             not_connected: None,
             connect_failures: 0,
+            srt: None,
         };
         FlowSnapshot {
             name: name.into(),

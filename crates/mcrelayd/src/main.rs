@@ -26,6 +26,7 @@ mod peercred;
 mod run;
 mod socketfile;
 mod sockets;
+mod srt;
 
 /// The rtnetlink link-message parser and link table, pure, in the wire
 /// crate so a fuzzer can reach it.

@@ -167,7 +167,12 @@ fn supervise(
         options,
         opener,
         links.as_ref().map(|(_, t)| t.clone()),
-        || privileges.drop(),
+        || {
+            privileges.drop()?;
+            // Only now: the SRT thread and libsrt's must not keep privileges.
+            crate::srt::privileges_dropped();
+            Ok::<(), PrivilegeError>(())
+        },
     )?;
     let (wake_tx, wake) = mpsc::channel();
     let helper_tx = wake_tx.clone();
@@ -278,7 +283,11 @@ fn supervise(
     if let Some(n) = &notifier {
         tell("stopping", n.stopping());
     }
-    daemon.stop().map_err(Into::into)
+    let stopped = daemon.stop();
+    // Before exit: libsrt's global teardown must not run under a thread
+    // still inside libsrt (it aborts).
+    crate::srt::shutdown();
+    stopped.map_err(Into::into)
 }
 
 fn reload(daemon: &mut Daemon, notifier: Option<&Notifier>, allow_empty: bool) -> ReloadOutcome {

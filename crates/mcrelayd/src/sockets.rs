@@ -243,6 +243,9 @@ impl Opener {
                     })?
             }
         };
+        // The helper opens the UDP outputs (an SRT output is the daemon's
+        // own), then the FEC destinations (a flow has no SRT output and
+        // output FEC at once: the config refuses it).
         let inputs = flow.receive_inputs();
         let send_outputs = flow.send_outputs();
         if opened.outputs.len() != send_outputs.len() || opened.legs.len() != inputs.len() {
@@ -257,12 +260,13 @@ impl Opener {
             mut outputs,
             unconnected,
         } = opened;
+        let udp_outputs = flow.udp_outputs().count();
         // After the outputs, each FEC output's column then row socket
         // (one left unconnected now stays so: its sends fail, counted).
-        let parity_sockets = outputs.split_off(flow.outputs.len());
+        let parity_sockets = outputs.split_off(udp_outputs);
         let unconnected: Vec<(usize, i32)> = unconnected
             .into_iter()
-            .filter(|&(i, _)| i < flow.outputs.len())
+            .filter(|&(i, _)| i < udp_outputs)
             .collect();
         // After the legs, each FEC leg's column then row socket.
         let fec_sockets = legs.split_off(flow.inputs.len());
@@ -280,6 +284,11 @@ impl Opener {
                 socket: IngressSocket::Udp(s.socket.into()),
             })
             .collect();
+        let (outputs, unconnected) = crate::srt::with_srt_outputs(flow, outputs, unconnected)
+            .map_err(|source| OpenError::Srt {
+                flow: flow.name.clone(),
+                source,
+            })?;
         let pending = crate::outputs::pending(flow, &outputs, &unconnected)?;
         let legs = flow
             .inputs
@@ -312,6 +321,9 @@ impl Opener {
             .zip(outputs)
             .map(|(o, socket)| {
                 let label = output_label(o);
+                if o.srt.is_some() {
+                    return OutputSocket::new(label, socket, o.queue_depth);
+                }
                 // Linux reports double the usable size it set.
                 let granted = socket2::SockRef::from(&socket)
                     .send_buffer_size()
@@ -545,13 +557,22 @@ pub enum OpenError {
     Open(#[from] OpenFlowError),
     #[error(transparent)]
     Pending(#[from] crate::outputs::PendingError),
+    #[error("flow {flow:?}: SRT output: {source}")]
+    Srt {
+        flow: String,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// An output's label in counters and metrics: `address:port@interface`,
 /// unique within a flow (two outputs may send the same group out of
 /// different interfaces).
 pub fn output_label(o: &Output) -> String {
-    format!("{}@{}", SocketAddr::new(o.address, o.port), o.interface)
+    match &o.srt {
+        None => format!("{}@{}", SocketAddr::new(o.address, o.port), o.interface),
+        Some(s) => crate::srt::label(o.socket_addr(), s),
+    }
 }
 
 #[cfg(test)]

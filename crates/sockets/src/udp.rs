@@ -264,6 +264,7 @@ mod tests {
             source_address: None,
             queue_depth: 16,
             fec: None,
+            srt: None,
         };
         let egress = open_egress(&out, interface_index("lo").expect("lo")).expect("egress");
         egress.send(b"out").expect("send");

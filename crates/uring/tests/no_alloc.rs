@@ -51,6 +51,7 @@ fn relay_and_count(mode: ReceiveMode, gso: bool, same_size: bool) {
             source_address: None,
             queue_depth: 256,
             fec: None,
+            srt: None,
         };
         outputs.push(OutputSocket::new(
             out.port.to_string(),

@@ -53,6 +53,7 @@ fn flow(name: &str) -> Loop {
         source_address: None,
         queue_depth: 256,
         fec: None,
+        srt: None,
     };
     let outputs = vec![OutputSocket::new(
         out.port.to_string(),

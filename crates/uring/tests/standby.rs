@@ -46,6 +46,7 @@ fn flow(receiver: &UdpSocket) -> (FlowSockets, SocketAddr) {
         source_address: None,
         queue_depth: 256,
         fec: None,
+        srt: None,
     };
     let sockets = FlowSockets::new(
         "standby".into(),

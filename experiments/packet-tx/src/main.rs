@@ -191,6 +191,7 @@ fn open(args: &SendArgs) -> anyhow::Result<Egress> {
                 source_address: Some(IpAddr::V4(args.source)),
                 queue_depth: 256,
                 fec: None,
+                srt: None,
             };
             Egress::Udp(
                 mcrelay_sockets::open_egress(&output, ifindex)

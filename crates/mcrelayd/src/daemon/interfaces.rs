@@ -22,7 +22,7 @@ pub(super) fn blocked(links: Option<&LinkTable>, flow: &Flow, running: bool) -> 
         Blocked::Down(interface) => FlowState::InterfaceDown { interface },
         Blocked::Missing(interface) => FlowState::WaitingForInterface { interface },
     };
-    let outputs = flow.outputs.iter().map(|o| o.interface.as_str());
+    let outputs = flow.udp_outputs().map(|o| o.interface.as_str());
     if let Some(b) = links::blocked(links, outputs) {
         return Some(state(b));
     }

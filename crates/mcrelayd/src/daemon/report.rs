@@ -9,9 +9,11 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use mcrelay_config::Flow;
 use mcrelay_control::{
     DaemonState, FecSnapshot, FlowSnapshot, FlowState, IngressDropsSnapshot, LegSnapshot,
-    OutputSnapshot, PoolClassSnapshot, RedundancySnapshot, Snapshot, WorkerSnapshot,
+    OutputSnapshot, PoolClassSnapshot, RedundancySnapshot, Snapshot, SrtCallerSnapshot,
+    SrtSnapshot, WorkerSnapshot,
 };
 use mcrelay_relay::counters::{FlowCounters, FlowStats};
+use mcrelay_srt::RouteView;
 use mcrelay_uring::WorkerStats;
 
 use crate::outputs::{OutputState, Unconnected};
@@ -141,7 +143,10 @@ impl Shared {
             state: self.state.clone(),
             config_path: self.config_path.clone(),
             workers: self.workers.iter().map(|w| worker_snapshot(w)).collect(),
-            flows: self.flows.iter().map(flow_snapshot).collect(),
+            flows: {
+                let srt = crate::srt::view();
+                self.flows.iter().map(|f| flow_snapshot(f, &srt)).collect()
+            },
             mode: self.mode,
             metrics_endpoint: self.metrics_endpoint.as_ref().map(|c| c.snapshot()),
         }
@@ -177,7 +182,52 @@ fn worker_snapshot(w: &WorkerStats) -> WorkerSnapshot {
     }
 }
 
-fn flow_snapshot(f: &FlowEntry) -> FlowSnapshot {
+/// The SRT thread's view of output `label` of `flow`, if it is an SRT
+/// output.
+fn srt_snapshot(srt: &[RouteView], flow: &str, label: &str) -> Option<SrtSnapshot> {
+    let r = srt.iter().find(|r| r.flow == flow && r.label == label)?;
+    Some(SrtSnapshot {
+        listener: r.listener,
+        max_callers: r.max_callers,
+        callers: r
+            .callers
+            .iter()
+            .map(|c| SrtCallerSnapshot {
+                peer: c.peer.map(|p| p.to_string()).unwrap_or_default(),
+                stream_id: c.stream_id.clone(),
+                connected_since: c.connected_since,
+                sent: c.sent,
+                dropped: c.dropped,
+                retransmitted: c.srt.retransmitted,
+                lost: c.srt.lost,
+                too_late: c.srt.sender_dropped,
+                rtt_us: float_to_u64(c.srt.rtt_ms * 1000.0),
+                send_bps: float_to_u64(c.srt.send_mbps * 1e6),
+            })
+            .collect(),
+        datagrams: r.datagrams,
+        no_caller: r.no_caller,
+        oversize: r.oversize,
+        connects: r.connects,
+        refused: r.refused,
+        disconnects: r.disconnects,
+        connect_failures: r.connect_failures,
+        error: r.error.clone(),
+    })
+}
+
+/// A non-negative finite float, rounded, as u64 (0 otherwise).
+fn float_to_u64(v: f64) -> u64 {
+    if v.is_finite() && v > 0.0 {
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let n = v.round().min(u64::MAX as f64) as u64;
+        n
+    } else {
+        0
+    }
+}
+
+fn flow_snapshot(f: &FlowEntry, srt: &[RouteView]) -> FlowSnapshot {
     let c = &f.stats.input;
     // Read before `packets_in`: the worker counts a datagram in first,
     // so a snapshot never shows more discarded than received (relaxed
@@ -246,6 +296,7 @@ fn flow_snapshot(f: &FlowEntry) -> FlowSnapshot {
                 gso_fallbacks: o.gso_fallbacks.get(),
                 not_connected: state.not_connected.clone(),
                 connect_failures: state.connect_failures,
+                srt: srt_snapshot(srt, &f.stats.name, label),
             })
             .collect(),
         state: f.state.clone(),

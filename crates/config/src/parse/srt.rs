@@ -1,0 +1,441 @@
+//! An output with `protocol = "srt"`: an SRT listener that many callers
+//! connect to, or an SRT caller that connects out (see
+//! [`crate::model::SrtOutput`]). The daemon opens SRT sockets without
+//! privileges, so a listener's port must be 1024 or above.
+
+use std::ops::Range;
+
+use toml::de::DeTable;
+
+use super::{Dotted, Indexed, Walker};
+use crate::model::*;
+
+/// Keys only an SRT output takes.
+pub(super) const SRT_ONLY_KEYS: &[&str] = &[
+    "mode",
+    "latency_ms",
+    "passphrase",
+    "key_length",
+    "max_callers",
+    "stream_id",
+];
+/// Keys only a UDP output takes.
+const UDP_ONLY_KEYS: &[&str] = &["interface", "ttl", "source_address", "queue_depth"];
+/// libsrt's longest stream ID.
+const MAX_STREAM_ID: usize = 512;
+
+impl Walker<'_> {
+    /// The output's `protocol`: `Some(true)` for `"srt"`, `Some(false)` for
+    /// `"udp"` or absent, `None` (with an error) otherwise.
+    pub(super) fn is_srt(&mut self, t: &DeTable<'_>, p: &str, i: usize) -> Option<bool> {
+        let Some(v) = t.get("protocol") else {
+            return Some(false);
+        };
+        match self.string(v, p, Dotted(Indexed("outputs", i), "protocol"))? {
+            "udp" => Some(false),
+            "srt" => Some(true),
+            other => {
+                self.err(
+                    &v.span(),
+                    format!(
+                        "{p}outputs[{i}].protocol {other:?} is not known; use \"udp\" or \"srt\""
+                    ),
+                );
+                None
+            }
+        }
+    }
+
+    /// Refuses the SRT keys on a UDP output.
+    pub(super) fn no_srt_keys(&mut self, t: &DeTable<'_>, p: &str, i: usize) -> bool {
+        let mut ok = true;
+        for (k, _) in t.iter() {
+            let k_str: &str = k.get_ref().as_ref();
+            if SRT_ONLY_KEYS.contains(&k_str) {
+                self.err(
+                    &k.span(),
+                    format!("{p}outputs[{i}].{k_str} is only for an SRT output; add protocol = \"srt\" or remove it"),
+                );
+                ok = false;
+            }
+        }
+        ok
+    }
+
+    /// An SRT output (its table `t`, written at `span`).
+    pub(super) fn srt_output(
+        &mut self,
+        t: &DeTable<'_>,
+        span: &Range<usize>,
+        p: &str,
+        i: usize,
+    ) -> Option<Output> {
+        let path = |key: &'static str| Dotted(Indexed("outputs", i), key);
+        let mut ok = true;
+        for (k, _) in t.iter() {
+            let k_str: &str = k.get_ref().as_ref();
+            if UDP_ONLY_KEYS.contains(&k_str) {
+                self.err(
+                    &k.span(),
+                    format!("{p}outputs[{i}].{k_str} does not apply to an SRT output (it binds or calls address:port); remove it"),
+                );
+                ok = false;
+            }
+        }
+        let mode = match t.get("mode") {
+            None => SrtMode::Listener,
+            Some(v) => match self.string(v, p, path("mode")) {
+                Some("listener") => SrtMode::Listener,
+                Some("caller") => SrtMode::Caller,
+                Some(other) => {
+                    self.err(
+                        &v.span(),
+                        format!(
+                            "{p}{} {other:?} is not known; use \"listener\" or \"caller\"",
+                            path("mode")
+                        ),
+                    );
+                    ok = false;
+                    SrtMode::Listener
+                }
+                None => {
+                    ok = false;
+                    SrtMode::Listener
+                }
+            },
+        };
+        let address = match t.get("address") {
+            Some(v) => {
+                match self.ip(v, p, path("address")) {
+                    Some(a) if a.is_multicast() => {
+                        self.err(&v.span(), format!("{p}{} {a} is a multicast group; an SRT output needs a unicast address", path("address")));
+                        None
+                    }
+                    Some(a) if a.is_unspecified() && mode == SrtMode::Caller => {
+                        self.err(
+                            &v.span(),
+                            format!(
+                                "{p}{} {a} is unspecified; a caller needs the listener's address",
+                                path("address")
+                            ),
+                        );
+                        None
+                    }
+                    a => a,
+                }
+            }
+            None => {
+                let example = if mode == SrtMode::Listener {
+                    "\"0.0.0.0\""
+                } else {
+                    "\"192.0.2.10\""
+                };
+                self.missing(span, p, path("address"), "address", example);
+                None
+            }
+        };
+        let port = match t.get("port") {
+            Some(v) => match self.port(v, p, path("port")) {
+                Some(n) if n < 1024 && mode == SrtMode::Listener => {
+                    self.err(&v.span(), format!("{p}{} {n} is a privileged port; the daemon opens SRT listeners without privileges, use 1024-65535", path("port")));
+                    None
+                }
+                n => n,
+            },
+            None => {
+                self.missing(span, p, path("port"), "port", "9000");
+                None
+            }
+        };
+        let mut latency_ms = DEFAULT_SRT_LATENCY_MS;
+        if let Some(v) = t.get("latency_ms") {
+            match self.ranged(v, p, path("latency_ms"), 0, i128::from(MAX_SRT_LATENCY_MS)) {
+                Some(n) => latency_ms = u32::try_from(n).unwrap_or(DEFAULT_SRT_LATENCY_MS),
+                None => ok = false,
+            }
+        }
+        let mut passphrase = None;
+        if let Some(v) = t.get("passphrase") {
+            match self.string(v, p, path("passphrase")) {
+                Some(s) if (10..=79).contains(&s.chars().count()) && s.is_ascii() => {
+                    passphrase = Some(s.to_owned());
+                }
+                Some(_) => {
+                    // The passphrase itself is never echoed.
+                    self.err(
+                        &v.span(),
+                        format!(
+                            "{p}{} must be 10 to 79 ASCII characters (SRT's limits)",
+                            path("passphrase")
+                        ),
+                    );
+                    ok = false;
+                }
+                None => ok = false,
+            }
+        }
+        let mut key_length = DEFAULT_SRT_KEY_LENGTH;
+        if let Some(v) = t.get("key_length") {
+            match self.int(v, p, path("key_length")) {
+                Some((n @ (16 | 24 | 32), _)) if passphrase.is_some() => {
+                    key_length = u8::try_from(n).unwrap_or(DEFAULT_SRT_KEY_LENGTH);
+                }
+                Some((16 | 24 | 32, _)) => {
+                    self.err(
+                        &v.span(),
+                        format!(
+                            "{p}{} needs a passphrase; add passphrase or remove key_length",
+                            path("key_length")
+                        ),
+                    );
+                    ok = false;
+                }
+                Some((_, text)) => {
+                    let msg = format!(
+                        "{p}{} {text} is not an AES key length; use 16, 24 or 32 (bytes)",
+                        path("key_length")
+                    );
+                    self.err(&v.span(), msg);
+                    ok = false;
+                }
+                None => ok = false,
+            }
+        }
+        let mut max_callers = DEFAULT_SRT_MAX_CALLERS;
+        if let Some(v) = t.get("max_callers") {
+            if mode == SrtMode::Caller {
+                self.err(
+                    &v.span(),
+                    format!(
+                        "{p}{} is only for mode = \"listener\"; remove it",
+                        path("max_callers")
+                    ),
+                );
+                ok = false;
+            } else {
+                match self.ranged(
+                    v,
+                    p,
+                    path("max_callers"),
+                    1,
+                    i128::from(MAX_SRT_MAX_CALLERS),
+                ) {
+                    Some(n) => max_callers = u32::try_from(n).unwrap_or(DEFAULT_SRT_MAX_CALLERS),
+                    None => ok = false,
+                }
+            }
+        }
+        let mut stream_id = None;
+        if let Some(v) = t.get("stream_id") {
+            match self.string(v, p, path("stream_id")) {
+                Some("") => {
+                    self.err(
+                        &v.span(),
+                        format!(
+                            "{p}{} is empty; remove it or give a name",
+                            path("stream_id")
+                        ),
+                    );
+                    ok = false;
+                }
+                Some(s) if s.len() > MAX_STREAM_ID || s.chars().any(char::is_control) => {
+                    self.err(&v.span(), format!("{p}{} must be at most {MAX_STREAM_ID} bytes without control characters", path("stream_id")));
+                    ok = false;
+                }
+                Some(s) => stream_id = Some(s.to_owned()),
+                None => ok = false,
+            }
+        }
+        let (Some(address), Some(port), true) = (address, port, ok) else {
+            return None;
+        };
+        Some(Output {
+            interface: String::new(),
+            address,
+            port,
+            ttl: DEFAULT_UNICAST_TTL,
+            source_address: None,
+            queue_depth: DEFAULT_OUTPUT_QUEUE_DEPTH,
+            fec: None,
+            srt: Some(SrtOutput {
+                mode,
+                latency_ms,
+                passphrase,
+                key_length,
+                max_callers,
+                stream_id,
+            }),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::model::*;
+    use crate::parse::parse;
+    use crate::parse::tests::{error, errors};
+
+    fn flow(outputs: &str) -> String {
+        format!(
+            "[[flow]]\nname = \"x\"\ninput = {{ interface = \"eth0\", address = \"239.1.1.1\", port = 5000 }}\noutputs = [{outputs}]\n"
+        )
+    }
+
+    #[test]
+    fn listener_defaults_and_every_key() {
+        let c = parse(
+            &flow(r#"{ protocol = "srt", address = "0.0.0.0", port = 9000 }"#),
+            "t.toml",
+        )
+        .expect("valid");
+        let o = &c.flows.by_name("x").expect("x").outputs[0];
+        assert_eq!(o.interface, "");
+        assert_eq!(
+            o.srt,
+            Some(SrtOutput {
+                mode: SrtMode::Listener,
+                latency_ms: 120,
+                passphrase: None,
+                key_length: 16,
+                max_callers: 16,
+                stream_id: None,
+            })
+        );
+        let c = parse(
+            &flow(
+                r#"{ protocol = "srt", mode = "listener", address = "10.0.0.1", port = 9000, latency_ms = 200, passphrase = "0123456789abc", key_length = 32, max_callers = 40, stream_id = "cam-1" }"#,
+            ),
+            "t.toml",
+        )
+        .expect("valid");
+        let s = c.flows.by_name("x").expect("x").outputs[0]
+            .srt
+            .clone()
+            .expect("srt");
+        assert_eq!(
+            (
+                s.latency_ms,
+                s.key_length,
+                s.max_callers,
+                s.stream_id.as_deref()
+            ),
+            (200, 32, 40, Some("cam-1"))
+        );
+        assert_eq!(s.passphrase.as_deref(), Some("0123456789abc"));
+        // The passphrase never shows in Debug.
+        assert!(!format!("{s:?}").contains("0123456789abc"));
+        let c = parse(
+            &flow(r#"{ protocol = "srt", mode = "caller", address = "192.0.2.1", port = 80 }"#),
+            "t.toml",
+        )
+        .expect("a caller may call a low port");
+        assert_eq!(
+            c.flows.by_name("x").expect("x").outputs[0]
+                .srt
+                .as_ref()
+                .map(|s| s.mode),
+            Some(SrtMode::Caller)
+        );
+    }
+
+    #[test]
+    fn srt_errors_name_the_field_and_the_fix() {
+        let cases = [
+            (
+                r#"{ protocol = "rist", address = "0.0.0.0", port = 9000 }"#,
+                "outputs[0].protocol \"rist\" is not known; use \"udp\" or \"srt\"",
+            ),
+            (
+                r#"{ protocol = "srt", address = "0.0.0.0", port = 900 }"#,
+                "outputs[0].port 900 is a privileged port; the daemon opens SRT listeners without privileges, use 1024-65535",
+            ),
+            (
+                r#"{ protocol = "srt", interface = "eth1", address = "0.0.0.0", port = 9000 }"#,
+                "outputs[0].interface does not apply to an SRT output",
+            ),
+            (
+                r#"{ protocol = "srt", address = "0.0.0.0", port = 9000, passphrase = "short" }"#,
+                "outputs[0].passphrase must be 10 to 79 ASCII characters",
+            ),
+            (
+                r#"{ protocol = "srt", address = "0.0.0.0", port = 9000, key_length = 32 }"#,
+                "outputs[0].key_length needs a passphrase",
+            ),
+            (
+                r#"{ protocol = "srt", address = "0.0.0.0", port = 9000, passphrase = "0123456789", key_length = 20 }"#,
+                "outputs[0].key_length 20 is not an AES key length; use 16, 24 or 32 (bytes)",
+            ),
+            (
+                r#"{ protocol = "srt", mode = "caller", address = "192.0.2.1", port = 9000, max_callers = 2 }"#,
+                "outputs[0].max_callers is only for mode = \"listener\"",
+            ),
+            (
+                r#"{ protocol = "srt", mode = "caller", address = "0.0.0.0", port = 9000 }"#,
+                "outputs[0].address 0.0.0.0 is unspecified; a caller needs the listener's address",
+            ),
+            (
+                r#"{ protocol = "srt", address = "239.2.2.2", port = 9000 }"#,
+                "is a multicast group; an SRT output needs a unicast address",
+            ),
+            (
+                r#"{ protocol = "srt", mode = "rendezvous", address = "0.0.0.0", port = 9000 }"#,
+                "outputs[0].mode \"rendezvous\" is not known; use \"listener\" or \"caller\"",
+            ),
+            (
+                r#"{ protocol = "srt", address = "0.0.0.0", port = 9000, max_callers = 0 }"#,
+                "outputs[0].max_callers 0 is out of range; use 1-1024",
+            ),
+            (
+                r#"{ interface = "eth1", address = "239.2.2.2", port = 9000, passphrase = "0123456789" }"#,
+                "outputs[0].passphrase is only for an SRT output; add protocol = \"srt\" or remove it",
+            ),
+        ];
+        for (output, want) in cases {
+            let e = error(&flow(output));
+            assert!(e.starts_with("t.toml:4:"), "{e}");
+            assert!(e.contains(want), "{output}: {e}");
+        }
+        // The passphrase is never echoed in an error.
+        let e = error(&flow(
+            r#"{ protocol = "srt", address = "0.0.0.0", port = 9000, passphrase = "s3cret" }"#,
+        ));
+        assert!(!e.contains("s3cret"), "{e}");
+    }
+
+    #[test]
+    fn one_port_many_flows_by_stream_id() {
+        let two = |a: &str, b: &str| {
+            format!(
+                "[[flow]]\nname = \"a\"\ninput = {{ interface = \"eth0\", address = \"239.1.1.1\", port = 5000 }}\n\
+                 outputs = [{{ protocol = \"srt\", address = \"0.0.0.0\", port = 9000{a} }}]\n\
+                 [[flow]]\nname = \"b\"\ninput = {{ interface = \"eth0\", address = \"239.1.1.2\", port = 5000 }}\n\
+                 outputs = [{{ protocol = \"srt\", address = \"0.0.0.0\", port = 9000{b} }}]\n"
+            )
+        };
+        assert!(parse(&two(", stream_id = \"a\"", ", stream_id = \"b\""), "t.toml").is_ok());
+        // One default route (no stream ID) beside named ones is fine.
+        assert!(parse(&two("", ", stream_id = \"b\""), "t.toml").is_ok());
+        let e = errors(&two(", stream_id = \"a\"", ", stream_id = \"a\""));
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(
+            e[0].contains("flow \"b\": SRT listener 0.0.0.0:9000 with stream_id \"a\" is also flow \"a\"'s; give each flow on one port its own stream_id"),
+            "{e:?}"
+        );
+        // Within a flow, two outputs on one port need distinct stream IDs.
+        let e = error(&flow(
+            r#"{ protocol = "srt", address = "0.0.0.0", port = 9000 }, { protocol = "srt", address = "0.0.0.0", port = 9000 }"#,
+        ));
+        assert!(e.contains("outputs[1] is the same as outputs[0]"), "{e}");
+    }
+
+    #[test]
+    fn spread_and_srt_dont_mix() {
+        let text = format!(
+            "{}spread = 2\n",
+            flow(
+                r#"{ protocol = "srt", address = "0.0.0.0", port = 9000 }, { interface = "eth1", address = "239.2.2.2", port = 6000 }"#
+            )
+        );
+        assert!(error(&text).contains("spread can't be used with an SRT output"));
+    }
+}

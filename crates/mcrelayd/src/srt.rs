@@ -1,0 +1,194 @@
+//! The daemon's SRT outputs (`protocol = "srt"`): one SRT thread for the
+//! process ([`mcrelay_srt::SrtService`]), started by the first flow that
+//! has one. For each SRT output a flow opens, the daemon makes a socket
+//! pair: the worker gets one end as that output's socket (it sends to it
+//! like to any output, bounded by its `queue_depth`), the SRT thread reads
+//! the other and serves the callers. SRT sockets need no privilege: the
+//! daemon opens them itself, after the privilege drop (docs/security.md).
+
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, PoisonError};
+
+use mcrelay_config::{Flow, SrtMode, SrtOutput};
+use mcrelay_srt::{OutputSpec, RouteView, SrtService, feed_pair};
+
+/// The SRT thread, or the outputs waiting for it. It starts only after
+/// the privilege drop ([`privileges_dropped`]): a thread (libsrt's own
+/// included) created before it would keep the capabilities, which are
+/// per thread.
+enum State {
+    Waiting(Vec<(OutputSpec, OwnedFd)>),
+    Running(SrtService),
+    Failed(String),
+}
+
+static STATE: Mutex<State> = Mutex::new(State::Waiting(Vec::new()));
+static DROPPED: AtomicBool = AtomicBool::new(false);
+
+fn state() -> std::sync::MutexGuard<'static, State> {
+    STATE.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn start(st: &mut State) {
+    if let State::Waiting(waiting) = st {
+        let waiting = std::mem::take(waiting);
+        *st = match SrtService::start() {
+            Ok(svc) => {
+                for (spec, feed) in waiting {
+                    svc.add(spec, feed);
+                }
+                State::Running(svc)
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "SRT thread can't start; SRT outputs serve no caller");
+                State::Failed(e.to_string())
+            }
+        };
+    }
+}
+
+/// Called once privileges are dropped: the SRT thread may start, and
+/// does if a flow has an SRT output.
+pub fn privileges_dropped() {
+    DROPPED.store(true, Ordering::SeqCst);
+    let mut st = state();
+    if matches!(&*st, State::Waiting(w) if !w.is_empty()) {
+        start(&mut st);
+    }
+}
+
+fn add(spec: OutputSpec, feed: OwnedFd) -> std::io::Result<()> {
+    let mut st = state();
+    if matches!(&*st, State::Waiting(_)) && DROPPED.load(Ordering::SeqCst) {
+        start(&mut st);
+    }
+    match &mut *st {
+        State::Waiting(w) => w.push((spec, feed)),
+        State::Running(svc) => svc.add(spec, feed),
+        State::Failed(e) => return Err(std::io::Error::other(format!("SRT thread: {e}"))),
+    }
+    Ok(())
+}
+
+/// Stops the SRT thread (closing every SRT socket), if it runs; before
+/// the process exits.
+pub fn shutdown() {
+    let svc = {
+        let mut st = state();
+        match std::mem::replace(&mut *st, State::Failed("stopped".into())) {
+            State::Running(svc) => Some(svc),
+            other => {
+                *st = other;
+                None
+            }
+        }
+    };
+    if let Some(svc) = svc {
+        svc.stop();
+    }
+}
+
+/// Every SRT output's state (empty when no flow has one).
+pub fn view() -> Vec<RouteView> {
+    match &*state() {
+        State::Running(s) => s.view(),
+        _ => Vec::new(),
+    }
+}
+
+/// Datagrams a socket pair queues for the SRT thread is the kernel's
+/// `net.unix.max_dgram_qlen` (10 by default); a burst longer than that
+/// while the SRT thread is descheduled fails on the worker's side
+/// (`EAGAIN`, counted as `drop_send_error`). Said once, with the fix.
+fn warn_small_queue() {
+    static SAID: AtomicBool = AtomicBool::new(false);
+    const WANT: u32 = 512;
+    let qlen = std::fs::read_to_string("/proc/sys/net/unix/max_dgram_qlen")
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok());
+    if let Some(q) = qlen.filter(|&q| q < WANT) {
+        if !SAID.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                max_dgram_qlen = q,
+                "SRT outputs queue at most {q} datagrams for the SRT thread; raise it (sysctl -w net.unix.max_dgram_qlen={WANT}) so bursts queue instead of dropping"
+            );
+        }
+    }
+}
+
+/// An SRT output's label: `srt://0.0.0.0:9000` (`?streamid=a`, and
+/// `caller` for one that calls out).
+pub fn label(addr: SocketAddr, s: &SrtOutput) -> String {
+    let mut l = format!("srt://{addr}");
+    let mut sep = '?';
+    if s.mode == SrtMode::Caller {
+        l.push_str("?mode=caller");
+        sep = '&';
+    }
+    if let Some(id) = &s.stream_id {
+        l.push(sep);
+        l.push_str("streamid=");
+        l.push_str(id);
+    }
+    l
+}
+
+/// Output sockets in config order, and the unconnected ones (index, errno).
+type Outputs = (Vec<UdpSocket>, Vec<(usize, i32)>);
+
+/// The flow's output sockets in config order: `udp` (what the helper
+/// opened, UDP outputs only, in order) with a socket pair's worker end in
+/// place of each SRT output, whose other end goes to the SRT thread.
+/// `unconnected` is re-indexed from UDP outputs to all outputs.
+pub fn with_srt_outputs(
+    flow: &Flow,
+    udp: Vec<UdpSocket>,
+    unconnected: Vec<(usize, i32)>,
+) -> std::io::Result<Outputs> {
+    if flow.outputs.iter().all(|o| o.srt.is_none()) {
+        return Ok((udp, unconnected));
+    }
+    warn_small_queue();
+    let mut udp = udp.into_iter();
+    let mut all = Vec::with_capacity(flow.outputs.len());
+    let mut udp_index = Vec::new();
+    let mut feeds = Vec::new();
+    for (i, o) in flow.outputs.iter().enumerate() {
+        match &o.srt {
+            None => {
+                udp_index.push(i);
+                all.push(
+                    udp.next().ok_or_else(|| {
+                        std::io::Error::other("fewer UDP outputs than configured")
+                    })?,
+                );
+            }
+            Some(s) => {
+                let (worker, feed) = feed_pair()?;
+                // A datagram socket type for the worker, which only sends
+                // on it (io_uring SEND/SENDMSG work on any socket).
+                all.push(UdpSocket::from(worker));
+                feeds.push((
+                    OutputSpec {
+                        flow: flow.name.clone(),
+                        label: label(o.socket_addr(), s),
+                        address: o.socket_addr(),
+                        srt: s.clone(),
+                    },
+                    feed,
+                ));
+            }
+        }
+    }
+    // Only once every socket exists: an error above leaves no route behind.
+    for (spec, feed) in feeds {
+        add(spec, feed)?;
+    }
+    let unconnected = unconnected
+        .into_iter()
+        .filter_map(|(k, errno)| udp_index.get(k).map(|&i| (i, errno)))
+        .collect();
+    Ok((all, unconnected))
+}

@@ -1,0 +1,872 @@
+//! The SRT thread: every SRT output of the daemon, one thread, one libsrt
+//! epoll set.
+//!
+//! Each SRT output is a *route*: the worker sends the flow's datagrams,
+//! like to any output, into the write end of a `SOCK_SEQPACKET` socket
+//! pair (bounded by the kernel's queue and the output's `queue_depth`;
+//! full means `drop_backlog` on the worker's side); this thread holds the
+//! read end (the *feed*) and sends each datagram to every caller of the
+//! route with one `srt_send` (libsrt copies it into that caller's send
+//! buffer). Nothing on this per-datagram path allocates, locks or logs:
+//! the datagram is read into one stack buffer, a full caller buffer is
+//! counted (`dropped`), a broken caller is marked and removed after the
+//! batch.
+//!
+//! A listener (`address:port`) may carry several routes told apart by the
+//! caller's stream ID; its access-control hook (libsrt's listen callback,
+//! run on libsrt's thread) picks the route, refuses unknown stream IDs and
+//! full routes, and sets the route's passphrase, key length and latency on
+//! the socket being accepted, so a caller with a wrong or no passphrase
+//! fails the handshake. A caller route connects out and reconnects with a
+//! doubling back-off (1 s to 30 s).
+//!
+//! A route ends when its feed reports end of file: the worker closed the
+//! write end (the flow was removed). A route added again under the same
+//! flow and label (a reload that replaced the flow) takes the old route's
+//! callers over, so they stay connected.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::net::UnixDatagram;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use mcrelay_config::{SrtMode, SrtOutput};
+
+use crate::ffi::{self, ConnStats, Opt, Poll, Request, Socket, SocketRef};
+
+/// Largest SRT live-mode payload (libsrt's `SRT_LIVE_MAX_PLSIZE`).
+pub const MAX_PAYLOAD: usize = 1456;
+/// Datagrams read from one feed per wake-up before the others get a turn.
+const FEED_BATCH: usize = 256;
+/// Seconds of consecutive drops after which a caller that can't keep up
+/// is disconnected.
+const STALL_TICKS: u32 = 3;
+/// How long a handshake accepted by the hook may take before it counts as
+/// refused by libsrt (wrong passphrase, version).
+const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(3);
+const BACKOFF_MIN: Duration = Duration::from_secs(1);
+const BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+/// One SRT output to serve.
+#[derive(Debug, Clone)]
+pub struct OutputSpec {
+    pub flow: String,
+    /// The output's label in counters (unique within the flow).
+    pub label: String,
+    /// Listener: the address to bind; caller: the listener to call.
+    pub address: SocketAddr,
+    pub srt: SrtOutput,
+}
+
+/// Creates the socket pair of an SRT output: the worker's end (connected,
+/// non-blocking, sent to like any output socket) and the feed this thread
+/// reads.
+pub fn feed_pair() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    use socket2::{Domain, Socket as Sock, Type};
+    let (a, b) = Sock::pair(Domain::UNIX, Type::SEQPACKET, None)?;
+    a.set_nonblocking(true)?;
+    b.set_nonblocking(true)?;
+    Ok((a.into(), b.into()))
+}
+
+/// What readers see of one caller.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CallerView {
+    pub peer: Option<SocketAddr>,
+    pub stream_id: String,
+    /// Unix time (seconds) it connected.
+    pub connected_since: u64,
+    /// Datagrams handed to libsrt for it.
+    pub sent: u64,
+    /// Datagrams not handed over because its send buffer was full.
+    pub dropped: u64,
+    /// libsrt's view: retransmitted, reported lost, dropped as too late,
+    /// RTT and send rate.
+    pub srt: ConnStats,
+}
+
+/// What readers see of one SRT output.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RouteView {
+    pub flow: String,
+    pub label: String,
+    pub listener: bool,
+    pub address: Option<SocketAddr>,
+    pub stream_id: Option<String>,
+    pub max_callers: u32,
+    pub callers: Vec<CallerView>,
+    /// Datagrams read from the worker.
+    pub datagrams: u64,
+    /// Datagrams read while no caller was connected.
+    pub no_caller: u64,
+    /// Datagrams larger than an SRT live payload (1456 B), not sent.
+    pub oversize: u64,
+    /// Callers accepted (listener) or connections made (caller).
+    pub connects: u64,
+    /// Callers refused: unknown stream ID, `max_callers` reached, or the
+    /// handshake failed (wrong or missing passphrase).
+    pub refused: u64,
+    /// Callers disconnected: they left, broke, or couldn't keep up.
+    pub disconnects: u64,
+    /// Failed connection attempts (caller mode).
+    pub connect_failures: u64,
+    /// Why the listener could not be opened, or the last connect error.
+    pub error: Option<String>,
+}
+
+/// Handle to the SRT thread.
+#[derive(Debug)]
+pub struct SrtService {
+    tx: Sender<(OutputSpec, OwnedFd)>,
+    published: Arc<Mutex<Vec<RouteView>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl SrtService {
+    /// Starts the SRT thread (`mcrelay-srt`).
+    pub fn start() -> std::io::Result<SrtService> {
+        ffi::startup();
+        let (tx, rx) = channel();
+        let published = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let poll = Poll::new().map_err(std::io::Error::other)?;
+        let mut t = Thread {
+            poll,
+            rx,
+            published: Arc::clone(&published),
+            stop: Arc::clone(&stop),
+            listeners: HashMap::new(),
+            routes: Vec::new(),
+            last_tick: Instant::now(),
+        };
+        let thread = std::thread::Builder::new()
+            .name("mcrelay-srt".into())
+            .spawn(move || t.run())?;
+        Ok(SrtService {
+            tx,
+            published,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Serves `spec`, reading its datagrams from `feed` (see
+    /// [`feed_pair`]). Errors (a port in use) show in its [`RouteView`].
+    pub fn add(&self, spec: OutputSpec, feed: OwnedFd) {
+        // The thread outlives every sender but `stop`; a send after it
+        // ended only drops the feed, which the worker sees as a closed peer.
+        let _ = self.tx.send((spec, feed));
+    }
+
+    /// Every SRT output, as of the last second.
+    pub fn view(&self) -> Vec<RouteView> {
+        self.published
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Stops the thread, closing every SRT socket.
+    pub fn stop(mut self) {
+        self.stop_thread();
+    }
+
+    fn stop_thread(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for SrtService {
+    fn drop(&mut self) {
+        self.stop_thread();
+    }
+}
+
+type RouteKey = (String, String);
+
+/// A listener's routes as its hook sees them.
+struct Access {
+    key: RouteKey,
+    stream_id: Option<String>,
+    srt: SrtOutput,
+    /// Callers connected or in their handshake.
+    taken: Arc<AtomicU32>,
+}
+
+#[derive(Default)]
+struct ListenerShared {
+    routes: Mutex<Vec<Access>>,
+    /// Sockets the hook let through, by SRT id, until accepted.
+    pending: Mutex<HashMap<i32, Pending>>,
+    /// Refused by the hook (unknown stream ID, full), per route; and those
+    /// with no route at all.
+    refused: Mutex<HashMap<RouteKey, u64>>,
+    refused_unknown: AtomicU32,
+}
+
+struct Pending {
+    key: RouteKey,
+    peer: Option<SocketAddr>,
+    stream_id: String,
+    at: Instant,
+    socket: SocketRef,
+}
+
+struct Listener {
+    socket: Socket,
+    shared: Arc<ListenerShared>,
+}
+
+struct Caller {
+    socket: Socket,
+    view: CallerView,
+    /// `dropped` at the last tick, and ticks in a row with new drops.
+    dropped_at_tick: u64,
+    stalled: u32,
+    gone: bool,
+}
+
+enum Calling {
+    Idle {
+        next: Instant,
+        backoff: Duration,
+    },
+    Connecting {
+        socket: Socket,
+        since: Instant,
+        backoff: Duration,
+    },
+}
+
+struct Route {
+    spec: OutputSpec,
+    key: RouteKey,
+    feed: UnixDatagram,
+    /// Feeds of the flow this route's flow replaced, read until they end.
+    old_feeds: Vec<UnixDatagram>,
+    callers: Vec<Caller>,
+    taken: Arc<AtomicU32>,
+    calling: Option<Calling>,
+    view: RouteView,
+    gone: bool,
+}
+
+struct Thread {
+    poll: Poll,
+    rx: Receiver<(OutputSpec, OwnedFd)>,
+    published: Arc<Mutex<Vec<RouteView>>>,
+    stop: Arc<AtomicBool>,
+    listeners: HashMap<SocketAddr, Listener>,
+    routes: Vec<Route>,
+    last_tick: Instant,
+}
+
+fn now_unix() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+impl Thread {
+    fn run(&mut self) {
+        let mut buf = [0u8; 65_536];
+        while !self.stop.load(Ordering::Relaxed) {
+            while let Ok((spec, feed)) = self.rx.try_recv() {
+                self.add(spec, feed);
+            }
+            let (srt_ready, sys_ready) = match self.poll.wait(100) {
+                Ok((s, f)) => (s.to_vec(), f.to_vec()),
+                Err(e) => {
+                    tracing::error!(error = %e, "SRT epoll wait failed");
+                    std::thread::sleep(Duration::from_millis(100));
+                    (Vec::new(), Vec::new())
+                }
+            };
+            // A flow replaced by a reload registers its new feed before its
+            // old one ends: take registrations first, so an old feed's end
+            // finds its successor.
+            while let Ok((spec, feed)) = self.rx.try_recv() {
+                self.add(spec, feed);
+            }
+            for fd in sys_ready {
+                let owner = self.routes.iter().position(|r| {
+                    r.feed.as_raw_fd() == fd || r.old_feeds.iter().any(|o| o.as_raw_fd() == fd)
+                });
+                if let Some(i) = owner {
+                    self.pump(i, fd, &mut buf);
+                }
+            }
+            for id in srt_ready {
+                self.ready(id);
+            }
+            self.sweep();
+            if self.last_tick.elapsed() >= Duration::from_secs(1) {
+                self.last_tick = Instant::now();
+                self.tick();
+            }
+        }
+        // Close everything: callers, listeners, feeds.
+        self.routes.clear();
+        self.listeners.clear();
+        self.publish();
+    }
+
+    fn add(&mut self, spec: OutputSpec, feed: OwnedFd) {
+        let key = (spec.flow.clone(), spec.label.clone());
+        let feed = UnixDatagram::from(feed);
+        if let Err(e) = self.poll.add_fd(feed.as_raw_fd()) {
+            tracing::error!(flow = %spec.flow, output = %spec.label, error = %e, "SRT output: can't watch its feed");
+            return;
+        }
+        // A reload replacing the flow: the new feed takes the old route's
+        // callers over; the old feed is closed (the old flow's sends to it
+        // fail from then on, which only its draining sees).
+        if let Some(old) = self.routes.iter_mut().find(|r| r.key == key && !r.gone) {
+            if old.spec.srt == spec.srt && old.spec.address == spec.address {
+                // The old feed is read until it ends (what the old flow
+                // still sends comes first).
+                let previous = std::mem::replace(&mut old.feed, feed);
+                old.old_feeds.push(previous);
+                tracing::info!(flow = %spec.flow, output = %spec.label, callers = old.callers.len(), "SRT output taken over by the reloaded flow");
+                return;
+            }
+            old.gone = true;
+        }
+        self.sweep();
+        let taken = Arc::new(AtomicU32::new(0));
+        let mut view = RouteView {
+            flow: spec.flow.clone(),
+            label: spec.label.clone(),
+            listener: spec.srt.mode == SrtMode::Listener,
+            address: Some(spec.address),
+            stream_id: spec.srt.stream_id.clone(),
+            max_callers: match spec.srt.mode {
+                SrtMode::Listener => spec.srt.max_callers,
+                SrtMode::Caller => 1,
+            },
+            ..RouteView::default()
+        };
+        let calling = match spec.srt.mode {
+            SrtMode::Caller => Some(Calling::Idle {
+                next: Instant::now(),
+                backoff: BACKOFF_MIN,
+            }),
+            SrtMode::Listener => {
+                if let Err(e) = self.attach(&spec, &key, &taken) {
+                    tracing::error!(flow = %spec.flow, output = %spec.label, error = %e, "SRT listener can't open; the output serves no caller");
+                    view.error = Some(e.to_string());
+                }
+                None
+            }
+        };
+        tracing::info!(flow = %spec.flow, output = %spec.label, "SRT output added");
+        self.routes.push(Route {
+            spec,
+            key,
+            feed,
+            old_feeds: Vec::new(),
+            callers: Vec::new(),
+            taken,
+            calling,
+            view,
+            gone: false,
+        });
+        self.publish();
+    }
+
+    /// Puts a listener route on its listener, opening the listener first.
+    fn attach(
+        &mut self,
+        spec: &OutputSpec,
+        key: &RouteKey,
+        taken: &Arc<AtomicU32>,
+    ) -> Result<(), ffi::SrtError> {
+        let listener = match self.listeners.get(&spec.address) {
+            Some(l) => l,
+            None => {
+                let l = open_listener(spec.address)?;
+                self.poll.add(l.socket.as_ref())?;
+                tracing::info!(address = %spec.address, "SRT listener open");
+                self.listeners.entry(spec.address).or_insert(l)
+            }
+        };
+        let mut routes = listener
+            .shared
+            .routes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        routes.retain(|a| &a.key != key);
+        routes.push(Access {
+            key: key.clone(),
+            stream_id: spec.srt.stream_id.clone(),
+            srt: spec.srt.clone(),
+            taken: Arc::clone(taken),
+        });
+        Ok(())
+    }
+
+    /// Reads up to a batch of datagrams from route `i`'s feed and sends
+    /// each to every caller. The packet path of the SRT side.
+    fn pump(&mut self, i: usize, fd: i32, buf: &mut [u8]) {
+        let Some(route) = self.routes.get_mut(i) else {
+            return;
+        };
+        // The replaced flow's feed, until it ends, or the route's own.
+        let old = route.old_feeds.iter().position(|o| o.as_raw_fd() == fd);
+        for _ in 0..FEED_BATCH {
+            let feed = match old.and_then(|k| route.old_feeds.get(k)) {
+                Some(f) => f,
+                None => &route.feed,
+            };
+            let got = match feed.recv(buf) {
+                Ok(0) if feed_closed(feed) => None,
+                Ok(n) => Some(n),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(_) => None,
+            };
+            let Some(n) = got else {
+                match old {
+                    Some(k) => {
+                        self.poll.remove_fd(fd);
+                        route.old_feeds.swap_remove(k);
+                    }
+                    None => route.gone = true,
+                }
+                return;
+            };
+            route.view.datagrams += 1;
+            if n > MAX_PAYLOAD {
+                route.view.oversize += 1;
+                continue;
+            }
+            if route.callers.is_empty() {
+                route.view.no_caller += 1;
+                continue;
+            }
+            let data = buf.get(..n).unwrap_or(&[]);
+            for c in &mut route.callers {
+                if c.gone {
+                    continue;
+                }
+                match c.socket.send(data) {
+                    Ok(()) => c.view.sent += 1,
+                    Err(e) if e.code == ffi::ERR_ASYNC_SEND => c.view.dropped += 1,
+                    Err(_) => c.gone = true,
+                }
+            }
+        }
+    }
+
+    /// An SRT socket is readable: a listener has callers to accept, or a
+    /// caller's connection broke (callers send nothing to an output).
+    fn ready(&mut self, id: i32) {
+        if let Some((addr, _)) = self.listeners.iter().find(|(_, l)| l.socket.id() == id) {
+            let addr = *addr;
+            self.accept_one(addr);
+            return;
+        }
+        for r in &mut self.routes {
+            for c in &mut r.callers {
+                if c.socket.id() == id && c.socket.as_ref().state().is_gone() {
+                    c.gone = true;
+                }
+            }
+            if let Some(Calling::Connecting { socket, .. }) = &r.calling {
+                if socket.id() == id {
+                    // Checked in the sweep.
+                }
+            }
+        }
+    }
+
+    /// Accepts one caller: the epoll set is level-triggered, so another
+    /// one pending reports the listener ready again (an accept with none
+    /// pending would only make libsrt log an error).
+    fn accept_one(&mut self, addr: SocketAddr) {
+        {
+            let Some(l) = self.listeners.get(&addr) else {
+                return;
+            };
+            let (socket, peer) = match l.socket.accept() {
+                Ok(Some(x)) => x,
+                Ok(None) => return,
+                Err(e) => {
+                    tracing::warn!(address = %addr, error = %e, "SRT accept failed");
+                    return;
+                }
+            };
+            let pending = l
+                .shared
+                .pending
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(&socket.id());
+            let Some(p) = pending else {
+                // Not let through by our hook: can't happen; closed.
+                return;
+            };
+            let Some(route) = self.routes.iter_mut().find(|r| r.key == p.key && !r.gone) else {
+                return;
+            };
+            if let Err(e) = self.poll.add(socket.as_ref()) {
+                tracing::warn!(error = %e, "SRT caller can't be watched; closed");
+                route.taken.fetch_sub(1, Ordering::Relaxed);
+                return;
+            }
+            let peer = peer.or(p.peer);
+            tracing::info!(flow = %route.spec.flow, output = %route.spec.label, peer = ?peer, stream_id = %p.stream_id, callers = route.callers.len() + 1, "SRT caller connected");
+            route.view.connects += 1;
+            route.callers.push(Caller {
+                socket,
+                view: CallerView {
+                    peer,
+                    stream_id: p.stream_id,
+                    connected_since: now_unix(),
+                    ..CallerView::default()
+                },
+                dropped_at_tick: 0,
+                stalled: 0,
+                gone: false,
+            });
+        }
+    }
+
+    /// Removes broken callers and ended routes; moves caller routes along.
+    fn sweep(&mut self) {
+        let mut changed = false;
+        for r in &mut self.routes {
+            let before = r.callers.len();
+            r.callers.retain(|c| {
+                if c.gone {
+                    tracing::info!(flow = %r.spec.flow, output = %r.spec.label, peer = ?c.view.peer, sent = c.view.sent, dropped = c.view.dropped, "SRT caller disconnected");
+                    self.poll.remove(c.socket.as_ref());
+                }
+                !c.gone
+            });
+            let removed = before - r.callers.len();
+            if removed > 0 {
+                changed = true;
+                r.view.disconnects += u64::try_from(removed).unwrap_or(0);
+                if r.spec.srt.mode == SrtMode::Listener {
+                    r.taken.fetch_sub(
+                        u32::try_from(removed).unwrap_or(u32::MAX),
+                        Ordering::Relaxed,
+                    );
+                }
+            }
+            if r.spec.srt.mode == SrtMode::Caller && !r.gone {
+                changed |= step_caller(r);
+            }
+        }
+        if self.routes.iter().any(|r| r.gone) {
+            for r in self.routes.iter().filter(|r| r.gone) {
+                tracing::info!(flow = %r.spec.flow, output = %r.spec.label, callers = r.callers.len(), "SRT output removed");
+                self.poll.remove_fd(r.feed.as_raw_fd());
+                for o in &r.old_feeds {
+                    self.poll.remove_fd(o.as_raw_fd());
+                }
+                for c in &r.callers {
+                    self.poll.remove(c.socket.as_ref());
+                }
+                if let Some(l) = self.listeners.get(&r.spec.address) {
+                    l.shared
+                        .routes
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .retain(|a| a.key != r.key || !Arc::ptr_eq(&a.taken, &r.taken));
+                }
+            }
+            self.routes.retain(|r| !r.gone);
+            // A listener with no route left closes (its port is freed).
+            let routes = &self.routes;
+            self.listeners.retain(|addr, _| {
+                let used = routes
+                    .iter()
+                    .any(|r| r.spec.address == *addr && r.spec.srt.mode == SrtMode::Listener);
+                if !used {
+                    tracing::info!(address = %addr, "SRT listener closed");
+                }
+                used
+            });
+            changed = true;
+        }
+        if changed {
+            self.publish();
+        }
+    }
+
+    /// Once a second: statistics, stalled callers, refused handshakes.
+    fn tick(&mut self) {
+        for l in self.listeners.values() {
+            let mut pending = l
+                .shared
+                .pending
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let mut failed: Vec<(RouteKey, Option<SocketAddr>)> = Vec::new();
+            pending.retain(|_, p| {
+                let over = p.at.elapsed() >= HANDSHAKE_DEADLINE
+                    && (p.socket.state().is_gone() || p.at.elapsed() >= 4 * HANDSHAKE_DEADLINE);
+                if over {
+                    failed.push((p.key.clone(), p.peer));
+                }
+                !over
+            });
+            drop(pending);
+            for (key, peer) in failed {
+                if let Some(r) = self.routes.iter_mut().find(|r| r.key == key) {
+                    r.taken.fetch_sub(1, Ordering::Relaxed);
+                    r.view.refused += 1;
+                    tracing::warn!(flow = %r.spec.flow, output = %r.spec.label, peer = ?peer, "SRT caller refused in the handshake (wrong or missing passphrase, or an incompatible peer)");
+                }
+            }
+            let refused = std::mem::take(
+                &mut *l
+                    .shared
+                    .refused
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner),
+            );
+            for (key, n) in refused {
+                if let Some(r) = self.routes.iter_mut().find(|r| r.key == key) {
+                    r.view.refused += n;
+                }
+            }
+        }
+        for r in &mut self.routes {
+            for c in &mut r.callers {
+                if let Some(s) = c.socket.stats() {
+                    c.view.srt = s;
+                }
+                if c.socket.as_ref().state().is_gone() {
+                    c.gone = true;
+                }
+                if c.view.dropped > c.dropped_at_tick {
+                    c.stalled += 1;
+                } else {
+                    c.stalled = 0;
+                }
+                c.dropped_at_tick = c.view.dropped;
+                if c.stalled >= STALL_TICKS && !c.gone {
+                    tracing::warn!(flow = %r.spec.flow, output = %r.spec.label, peer = ?c.view.peer, dropped = c.view.dropped, "SRT caller can't keep up (send buffer full for {STALL_TICKS} s); disconnected");
+                    c.gone = true;
+                }
+            }
+        }
+        self.sweep();
+        self.publish();
+    }
+
+    fn publish(&self) {
+        let views: Vec<RouteView> = self
+            .routes
+            .iter()
+            .map(|r| {
+                let mut v = r.view.clone();
+                v.callers = r.callers.iter().map(|c| c.view.clone()).collect();
+                v
+            })
+            .collect();
+        *self
+            .published
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = views;
+    }
+}
+
+/// Whether a feed that read 0 bytes has ended (the worker closed its end)
+/// rather than carried an empty datagram.
+fn feed_closed(feed: &UnixDatagram) -> bool {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    let mut p = [PollFd::new(feed.as_fd(), PollFlags::POLLIN)];
+    match poll(&mut p, PollTimeout::ZERO) {
+        Ok(_) => p[0]
+            .revents()
+            .is_some_and(|r| r.contains(PollFlags::POLLHUP)),
+        Err(_) => true,
+    }
+}
+
+/// Moves a caller route along: connect when due, notice the outcome.
+/// Whether anything changed.
+fn step_caller(r: &mut Route) -> bool {
+    // Connected (a broken connection was removed just before).
+    if !r.callers.is_empty() {
+        return false;
+    }
+    let now = Instant::now();
+    match r.calling.take() {
+        // Just disconnected: call again in a second.
+        None => {
+            r.calling = Some(Calling::Idle {
+                next: now + BACKOFF_MIN,
+                backoff: BACKOFF_MIN,
+            });
+            true
+        }
+        Some(Calling::Idle { next, backoff }) if now >= next => {
+            match connect(&r.spec) {
+                Ok(socket) => {
+                    r.calling = Some(Calling::Connecting {
+                        socket,
+                        since: now,
+                        backoff,
+                    });
+                }
+                Err(e) => {
+                    r.view.connect_failures += 1;
+                    r.view.error = Some(e.to_string());
+                    r.calling = Some(Calling::Idle {
+                        next: now + backoff,
+                        backoff: (backoff * 2).min(BACKOFF_MAX),
+                    });
+                }
+            }
+            true
+        }
+        Some(Calling::Connecting {
+            socket,
+            since,
+            backoff,
+        }) => match socket.as_ref().state() {
+            ffi::State::Connected => {
+                tracing::info!(flow = %r.spec.flow, output = %r.spec.label, "SRT caller connected to its listener");
+                r.view.connects += 1;
+                r.view.error = None;
+                let peer = socket.peer().or(Some(r.spec.address));
+                r.callers.push(Caller {
+                    socket,
+                    view: CallerView {
+                        peer,
+                        stream_id: r.spec.srt.stream_id.clone().unwrap_or_default(),
+                        connected_since: now_unix(),
+                        ..CallerView::default()
+                    },
+                    dropped_at_tick: 0,
+                    stalled: 0,
+                    gone: false,
+                });
+                r.calling = None;
+                true
+            }
+            s if s.is_gone() || since.elapsed() > Duration::from_secs(10) => {
+                r.view.connect_failures += 1;
+                if r.view.connect_failures == 1 || r.view.error.is_none() {
+                    tracing::warn!(flow = %r.spec.flow, output = %r.spec.label, retry_in = ?backoff, "SRT caller could not connect; retrying with back-off");
+                }
+                r.view.error = Some(format!("connection to {} failed", r.spec.address));
+                r.calling = Some(Calling::Idle {
+                    next: now + backoff,
+                    backoff: (backoff * 2).min(BACKOFF_MAX),
+                });
+                true
+            }
+            _ => {
+                r.calling = Some(Calling::Connecting {
+                    socket,
+                    since,
+                    backoff,
+                });
+                false
+            }
+        },
+        other => {
+            r.calling = other;
+            false
+        }
+    }
+}
+
+fn apply(s: SocketRef, srt: &SrtOutput) -> Result<(), ffi::SrtError> {
+    s.set_i32(Opt::Latency, i32::try_from(srt.latency_ms).unwrap_or(120))?;
+    s.set_i32(Opt::PayloadSize, i32::try_from(MAX_PAYLOAD).unwrap_or(1456))?;
+    if let Some(p) = &srt.passphrase {
+        s.set_str(Opt::Passphrase, p)?;
+        s.set_i32(Opt::PbKeyLen, i32::from(srt.key_length))?;
+    }
+    s.set_bool(Opt::EnforcedEncryption, true)?;
+    Ok(())
+}
+
+fn connect(spec: &OutputSpec) -> Result<Socket, ffi::SrtError> {
+    let s = Socket::new_live()?;
+    apply(s.as_ref(), &spec.srt)?;
+    if let Some(id) = &spec.srt.stream_id {
+        s.as_ref().set_str(Opt::StreamId, id)?;
+    }
+    s.as_ref().set_i32(Opt::ConnTimeo, 3000)?;
+    s.connect(spec.address)?;
+    Ok(s)
+}
+
+fn open_listener(addr: SocketAddr) -> Result<Listener, ffi::SrtError> {
+    let socket = Socket::new_live()?;
+    socket.as_ref().set_bool(Opt::ReuseAddr, true)?;
+    socket
+        .as_ref()
+        .set_i32(Opt::PayloadSize, i32::try_from(MAX_PAYLOAD).unwrap_or(1456))?;
+    socket.bind(addr)?;
+    let shared = Arc::new(ListenerShared::default());
+    let hook_shared = Arc::clone(&shared);
+    socket.listen_callback(Box::new(move |req: &Request<'_>| admit(&hook_shared, req)))?;
+    socket.listen(64)?;
+    Ok(Listener { socket, shared })
+}
+
+/// The listener's access control (libsrt's thread): route by stream ID,
+/// `max_callers`, the route's passphrase, key length and latency.
+fn admit(shared: &ListenerShared, req: &Request<'_>) -> bool {
+    let routes = shared.routes.lock().unwrap_or_else(PoisonError::into_inner);
+    let route = routes
+        .iter()
+        .find(|a| a.stream_id.as_deref() == Some(req.stream_id))
+        .or_else(|| routes.iter().find(|a| a.stream_id.is_none()));
+    let Some(a) = route else {
+        shared.refused_unknown.fetch_add(1, Ordering::Relaxed);
+        req.socket.reject_reason(ffi::REJECT_NOT_FOUND);
+        return false;
+    };
+    let refuse = |reason| {
+        *shared
+            .refused
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(a.key.clone())
+            .or_default() += 1;
+        req.socket.reject_reason(reason);
+        false
+    };
+    let taken = a.taken.fetch_add(1, Ordering::Relaxed);
+    if taken >= a.srt.max_callers {
+        a.taken.fetch_sub(1, Ordering::Relaxed);
+        return refuse(ffi::REJECT_OVERLOAD);
+    }
+    if apply(req.socket, &a.srt).is_err() {
+        a.taken.fetch_sub(1, Ordering::Relaxed);
+        return refuse(ffi::REJECT_BAD_REQUEST);
+    }
+    shared
+        .pending
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert(
+            req.socket.id(),
+            Pending {
+                key: a.key.clone(),
+                peer: req.peer,
+                stream_id: req.stream_id.to_owned(),
+                at: Instant::now(),
+                socket: req.socket,
+            },
+        );
+    true
+}
