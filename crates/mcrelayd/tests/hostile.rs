@@ -589,9 +589,9 @@ fn check_refuses_flows_beyond_the_fd_limit() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
     assert!(
-        stderr.contains("100 flows need 360 file descriptors")
+        stderr.contains("100 flows need 368 file descriptors")
             && stderr.contains("the limit (RLIMIT_NOFILE) is 256")
-            && stderr.contains("raise LimitNOFILE= in mcrelay.service to at least 360"),
+            && stderr.contains("raise LimitNOFILE= in mcrelay.service to at least 368"),
         "{stderr}"
     );
     let out = check(&flows(10));
