@@ -10,8 +10,10 @@ use mcrelay_relay::health::{HealthSettings, InputHealth};
 use mcrelay_wire::health::Payload;
 use mcrelay_wire::{rtp, ts};
 
-mod counting;
-use counting::on_this_thread;
+use mcrelay_testkit::counting::{Counting, on_this_thread};
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
 
 #[test]
 fn observing_never_allocates() {

@@ -14,8 +14,10 @@ use mcrelay_relay::counters::FlowCounters;
 use mcrelay_relay::{Core, FlowId, LegId, OutputSpec, Redundancy, SendToken};
 use mcrelay_wire::rtp;
 
-mod counting;
-use counting::ALLOCATIONS;
+use mcrelay_testkit::counting::{ALLOCATIONS, Counting};
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
 
 const MS: u64 = 1_000_000;
 

@@ -1,11 +1,13 @@
 //! What mcrelay's integration tests share instead of copying: entering a
 //! network namespace (through `mcrelay_sys::ns`, no raw `setns` in test
-//! files), finding a free loopback port, and delaying a namespace's link
+//! files), finding a free loopback port, delaying a namespace's link
 //! ([`delay::DelayedLink`], through this crate's `nfdelay` binary: this
-//! kernel has no netem). A dev-dependency of the crates whose tests use
-//! it; nothing in a product build links it.
-#![forbid(unsafe_code)]
+//! kernel has no netem) and counting allocations ([`counting`], the
+//! no-allocation tests' allocator). A dev-dependency of the crates whose
+//! tests use it; nothing in a product build links it.
+#![deny(unsafe_code)]
 
+pub mod counting;
 pub mod delay;
 
 use std::net::UdpSocket;

@@ -13,8 +13,10 @@ use mcrelay_pool::PoolConfig;
 use mcrelay_sockets::{interface_index, open_egress, open_ingress};
 use mcrelay_uring::{FlowSockets, IngressSocket, OutputSocket, ReceiveMode, WorkerConfig};
 
-mod counting;
-use counting::ALLOCATIONS;
+use mcrelay_testkit::counting::{ALLOCATIONS, Counting};
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
 
 const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 

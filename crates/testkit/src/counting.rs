@@ -1,15 +1,22 @@
-//! A counting global allocator, shared by the no-allocation tests: every
-//! allocation and reallocation on any thread of the test binary bumps
-//! [`ALLOCATIONS`], and the calling thread's own count
-//! ([`on_this_thread`]), for tests whose code under test runs on the test's
-//! thread while the harness's other threads may allocate.
-
+//! A counting allocator for the no-allocation tests: every allocation and
+//! reallocation on any thread of the test binary bumps [`ALLOCATIONS`],
+//! and the calling thread's own count ([`on_this_thread`]), for tests
+//! whose code under test runs on the test's thread while the harness's
+//! other threads may allocate. A test binary installs it itself (a
+//! library must not choose every binary's allocator):
+//!
+//! ```ignore
+//! #[global_allocator]
+//! static GLOBAL: mcrelay_testkit::counting::Counting = mcrelay_testkit::counting::Counting;
+//! ```
 #![allow(unsafe_code)] // the allocator
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// The system allocator, counting.
+#[derive(Debug)]
 pub struct Counting;
 
 /// Allocations (and reallocations) so far, by every thread.
@@ -22,7 +29,6 @@ thread_local! {
 }
 
 /// Allocations (and reallocations) so far by the calling thread.
-#[allow(dead_code)] // not every test binary uses it
 pub fn on_this_thread() -> u64 {
     THIS_THREAD.with(Cell::get)
 }
@@ -51,6 +57,3 @@ unsafe impl GlobalAlloc for Counting {
         unsafe { System.realloc(ptr, layout, new_size) }
     }
 }
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
