@@ -2,13 +2,16 @@
 //! network namespace (through `mcrelay_sys::ns`, no raw `setns` in test
 //! files), finding a free loopback port, delaying a namespace's link
 //! ([`delay::DelayedLink`], through this crate's `nfdelay` binary: this
-//! kernel has no netem) and counting allocations ([`counting`], the
-//! no-allocation tests' allocator). A dev-dependency of the crates whose
+//! kernel has no netem), counting allocations ([`counting`], the
+//! no-allocation tests' allocator) and, with feature `uring`, loopback
+//! flows for the io_uring driver's tests (`loopback`). A dev-dependency of the crates whose
 //! tests use it; nothing in a product build links it.
 #![deny(unsafe_code)]
 
 pub mod counting;
 pub mod delay;
+#[cfg(feature = "uring")]
+pub mod loopback;
 
 use std::net::UdpSocket;
 

@@ -3,17 +3,15 @@
 //! watches every thread of this test binary. The measured window contains
 //! only packet work (the test's own send and receive loops don't allocate).
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, UdpSocket};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use mcrelay_config::{IngressKind, Input, Output};
 use mcrelay_pool::PoolConfig;
-use mcrelay_sockets::{interface_index, open_egress, open_ingress};
-use mcrelay_uring::{FlowSockets, IngressSocket, OutputSocket, ReceiveMode, WorkerConfig};
-
 use mcrelay_testkit::counting::{ALLOCATIONS, Counting};
+use mcrelay_testkit::loopback;
+use mcrelay_uring::{ReceiveMode, WorkerConfig};
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
@@ -24,48 +22,10 @@ const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 /// `same_size`, every datagram is 1316 bytes, so runs of them leave as GSO
 /// sends when `gso` is on; otherwise sizes cycle through 1..=1316.
 fn relay_and_count(mode: ReceiveMode, gso: bool, same_size: bool) {
-    let lo = interface_index("lo").expect("lo");
-    let in_port = mcrelay_testkit::free_udp_port();
-    let input = Input {
-        interface: "lo".into(),
-        address: LOCALHOST,
-        port: in_port,
-        source: None,
-        ingress: IngressKind::Socket,
-        receive_buffer_bytes: 4 << 20,
-        fec: None,
-    };
     let receivers: Vec<UdpSocket> = (0..2)
-        .map(|_| UdpSocket::bind((LOCALHOST, 0)).expect("bind"))
+        .map(|_| loopback::receiver(Duration::from_millis(500)))
         .collect();
-    let mut outputs = Vec::new();
-    for r in &receivers {
-        r.set_read_timeout(Some(Duration::from_millis(500)))
-            .expect("timeout");
-        socket2::SockRef::from(r)
-            .set_recv_buffer_size(8 << 20)
-            .expect("rcvbuf");
-        let out = Output {
-            interface: "lo".into(),
-            address: LOCALHOST,
-            port: r.local_addr().expect("addr").port(),
-            ttl: 64,
-            source_address: None,
-            queue_depth: 256,
-            fec: None,
-            srt: None,
-        };
-        outputs.push(OutputSocket::new(
-            out.port.to_string(),
-            open_egress(&out, lo).expect("egress"),
-            256,
-        ));
-    }
-    let flow = FlowSockets::new(
-        "lo".into(),
-        IngressSocket::Udp(open_ingress(&input, lo).expect("ingress").socket.into()),
-        outputs,
-    );
+    let (flow, dest) = loopback::flow("lo", &receivers.iter().collect::<Vec<_>>());
     let stats = flow.stats();
     let (events, _events_rx) = std::sync::mpsc::channel();
     let stop = Arc::new(AtomicBool::new(false));
@@ -84,7 +44,6 @@ fn relay_and_count(mode: ReceiveMode, gso: bool, same_size: bool) {
     )
     .expect("worker");
     let sender = UdpSocket::bind((LOCALHOST, 0)).expect("bind");
-    let dest = SocketAddr::new(LOCALHOST, in_port);
     let payload = [0x5au8; 1316];
     let mut rx = [0u8; 2048];
     let mut relay = |n: usize| {

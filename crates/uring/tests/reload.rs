@@ -8,13 +8,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use mcrelay_config::{IngressKind, Input, Output};
 use mcrelay_pool::PoolConfig;
-use mcrelay_sockets::{interface_index, open_egress, open_ingress};
-use mcrelay_uring::{
-    Command, Event, FlowSockets, IngressSocket, OutputSocket, ReceiveMode, WorkerConfig,
-    WorkerHandle,
-};
+use mcrelay_testkit::loopback;
+use mcrelay_uring::{Command, Event, FlowSockets, ReceiveMode, WorkerConfig, WorkerHandle};
 
 const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
@@ -26,47 +22,11 @@ struct Loop {
 }
 
 fn flow(name: &str) -> Loop {
-    let lo = interface_index("lo").expect("lo");
-    let port = UdpSocket::bind((LOCALHOST, 0))
-        .and_then(|s| s.local_addr())
-        .expect("free port")
-        .port();
-    let input = Input {
-        interface: "lo".into(),
-        address: LOCALHOST,
-        port,
-        source: None,
-        ingress: IngressKind::Socket,
-        receive_buffer_bytes: 4 << 20,
-        fec: None,
-    };
-    let receiver = UdpSocket::bind((LOCALHOST, 0)).expect("bind");
-    receiver.set_read_timeout(Some(DEADLINE)).expect("timeout");
-    socket2::SockRef::from(&receiver)
-        .set_recv_buffer_size(8 << 20)
-        .expect("rcvbuf");
-    let out = Output {
-        interface: "lo".into(),
-        address: LOCALHOST,
-        port: receiver.local_addr().expect("addr").port(),
-        ttl: 64,
-        source_address: None,
-        queue_depth: 256,
-        fec: None,
-        srt: None,
-    };
-    let outputs = vec![OutputSocket::new(
-        out.port.to_string(),
-        open_egress(&out, lo).expect("egress"),
-        256,
-    )];
+    let receiver = loopback::receiver(DEADLINE);
+    let (sockets, ingress) = loopback::flow(name, &[&receiver]);
     Loop {
-        sockets: Some(FlowSockets::new(
-            name.into(),
-            IngressSocket::Udp(open_ingress(&input, lo).expect("ingress").socket.into()),
-            outputs,
-        )),
-        ingress: SocketAddr::new(LOCALHOST, port),
+        sockets: Some(sockets),
+        ingress,
         receiver,
     }
 }

@@ -9,56 +9,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use mcrelay_config::{IngressKind, Input, Output};
 use mcrelay_pool::PoolConfig;
 use mcrelay_relay::counters::{FlowCounters, OutputCounters};
-use mcrelay_sockets::{interface_index, open_egress, open_ingress};
-use mcrelay_uring::{
-    Command, Event, FlowSockets, IngressSocket, OutputSocket, ReceiveMode, WorkerConfig,
-};
+use mcrelay_testkit::loopback;
+use mcrelay_uring::{Command, Event, ReceiveMode, WorkerConfig};
 
 const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
 /// Generous for a loaded 2-core machine; a passing run never waits it out.
 const DEADLINE: Duration = Duration::from_secs(60);
-
-/// A loopback flow (input on a free port, one output to `receiver`).
-fn flow(receiver: &UdpSocket) -> (FlowSockets, SocketAddr) {
-    let lo = interface_index("lo").expect("lo");
-    let port = UdpSocket::bind((LOCALHOST, 0))
-        .and_then(|s| s.local_addr())
-        .expect("free port")
-        .port();
-    let input = Input {
-        interface: "lo".into(),
-        address: LOCALHOST,
-        port,
-        source: None,
-        ingress: IngressKind::Socket,
-        receive_buffer_bytes: 4 << 20,
-        fec: None,
-    };
-    let out = Output {
-        interface: "lo".into(),
-        address: LOCALHOST,
-        port: receiver.local_addr().expect("addr").port(),
-        ttl: 64,
-        source_address: None,
-        queue_depth: 256,
-        fec: None,
-        srt: None,
-    };
-    let sockets = FlowSockets::new(
-        "standby".into(),
-        IngressSocket::Udp(open_ingress(&input, lo).expect("ingress").socket.into()),
-        vec![OutputSocket::new(
-            "out".into(),
-            open_egress(&out, lo).expect("egress"),
-            256,
-        )],
-    );
-    (sockets, SocketAddr::new(LOCALHOST, port))
-}
 
 fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + DEADLINE;
@@ -108,11 +67,8 @@ fn mode_set(events: &mpsc::Receiver<Event>, standby: bool) {
 }
 
 fn run(mode: ReceiveMode) {
-    let receiver = UdpSocket::bind((LOCALHOST, 0)).expect("bind");
-    socket2::SockRef::from(&receiver)
-        .set_recv_buffer_size(4 << 20)
-        .expect("rcvbuf");
-    let (sockets, ingress) = flow(&receiver);
+    let receiver = loopback::receiver(DEADLINE);
+    let (sockets, ingress) = loopback::flow("standby", &[&receiver]);
     let input: Arc<FlowCounters> = Arc::clone(&sockets.counters);
     let output: Arc<OutputCounters> = Arc::clone(&sockets.outputs[0].counters);
     let stop = Arc::new(AtomicBool::new(false));
