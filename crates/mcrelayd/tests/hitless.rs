@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Relay, Topology, ctl, loadgen, scrape_in, signal, wait_until};
+use common::{Relay, Topology, ctl, leg_toml, loadgen, scrape_in, signal, wait_until};
 use serde_json::Value;
 
 const LEG0: &str = "239.26.1.1:5000";
@@ -30,62 +30,12 @@ const OUT: &str = "239.26.2.1:5000";
 const METRICS: &str = "127.0.0.1:9466";
 
 fn topology() -> Option<Topology> {
-    let t = Topology::bare("hl")?;
-    let veth = |ns1: &str, d1: &str, ns2: &str, d2: &str| {
-        common::sh(&[
-            "ip", "link", "add", d1, "netns", ns1, "mtu", "9200", "type", "veth", "peer", "name",
-            d2, "netns", ns2, "mtu", "9200",
-        ]);
-    };
-    veth(&t.a, "vA1", &t.r, "vRA1");
-    veth(&t.a, "vA2", &t.r, "vRA2");
-    veth(&t.r, "vRB", &t.b, "vB");
-    for (ns, dev, v4) in [
-        (&t.a, "vA1", "10.26.1.1/24"),
-        (&t.r, "vRA1", "10.26.1.2/24"),
-        (&t.a, "vA2", "10.26.3.1/24"),
-        (&t.r, "vRA2", "10.26.3.2/24"),
-        (&t.r, "vRB", "10.26.2.1/24"),
-        (&t.b, "vB", "10.26.2.2/24"),
-    ] {
-        t.ip(ns, &["addr", "add", v4, "dev", dev]);
-        t.ip(ns, &["link", "set", dev, "up"]);
-    }
+    let t = Topology::two_legs("hl", 26)?;
     // Each leg's group leaves A on its own link (ffmpeg picks the
     // interface by route).
     t.ip(&t.a, &["route", "add", "239.26.1.1/32", "dev", "vA1"]);
     t.ip(&t.a, &["route", "add", "239.26.3.1/32", "dev", "vA2"]);
-    t.ip(&t.b, &["route", "add", "224.0.0.0/4", "dev", "vB"]);
-    for (ns, dev) in [
-        (&t.a, "vA1"),
-        (&t.a, "vA2"),
-        (&t.r, "vRA1"),
-        (&t.r, "vRA2"),
-        (&t.r, "vRB"),
-        (&t.b, "vB"),
-    ] {
-        wait_until(&format!("{dev} up"), || {
-            let out = Command::new("ip")
-                .args(["-n", ns, "-o", "link", "show", "dev", dev])
-                .output()
-                .expect("ip link");
-            let text = String::from_utf8_lossy(&out.stdout).into_owned();
-            if text.contains("state UP") {
-                Ok(())
-            } else {
-                Err(text)
-            }
-        });
-    }
-    for key in ["all", "default", "vRA1", "vRA2", "vRB"] {
-        t.rp_filter(key, 0);
-    }
     Some(t)
-}
-
-fn leg_toml(iface: &str, group: &str) -> String {
-    let (addr, port) = group.split_once(':').expect("group:port");
-    format!("{{ interface = \"{iface}\", address = \"{addr}\", port = {port} }}")
 }
 
 fn socket(t: &Topology) -> PathBuf {

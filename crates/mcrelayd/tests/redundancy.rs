@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Instant;
 
-use common::{Relay, Topology, ctl, loadgen, scrape_in, signal, wait_until};
+use common::{Relay, Topology, ctl, leg_toml, loadgen, scrape_in, signal, wait_until};
 use serde_json::Value;
 
 /// Datagrams a second of every stream here: a sequence number is a
@@ -36,60 +36,7 @@ const METRICS: &str = "127.0.0.1:9465";
 
 /// A and R joined by two veth paths, R and B by one.
 fn topology() -> Option<Topology> {
-    let t = Topology::bare("rt")?;
-    let veth = |ns1: &str, d1: &str, ns2: &str, d2: &str| {
-        common::sh(&[
-            "ip", "link", "add", d1, "netns", ns1, "mtu", "9200", "type", "veth", "peer", "name",
-            d2, "netns", ns2, "mtu", "9200",
-        ]);
-    };
-    veth(&t.a, "vA1", &t.r, "vRA1");
-    veth(&t.a, "vA2", &t.r, "vRA2");
-    veth(&t.r, "vRB", &t.b, "vB");
-    for (ns, dev, v4) in [
-        (&t.a, "vA1", "10.20.1.1/24"),
-        (&t.r, "vRA1", "10.20.1.2/24"),
-        (&t.a, "vA2", "10.20.3.1/24"),
-        (&t.r, "vRA2", "10.20.3.2/24"),
-        (&t.r, "vRB", "10.20.2.1/24"),
-        (&t.b, "vB", "10.20.2.2/24"),
-    ] {
-        t.ip(ns, &["addr", "add", v4, "dev", dev]);
-        t.ip(ns, &["link", "set", dev, "up"]);
-    }
-    t.ip(&t.b, &["route", "add", "224.0.0.0/4", "dev", "vB"]);
-    // Carrier on every link before the daemon starts (else its flow
-    // begins paused, "interface down").
-    for (ns, dev) in [
-        (&t.a, "vA1"),
-        (&t.a, "vA2"),
-        (&t.r, "vRA1"),
-        (&t.r, "vRA2"),
-        (&t.r, "vRB"),
-        (&t.b, "vB"),
-    ] {
-        wait_until(&format!("{dev} up"), || {
-            let out = Command::new("ip")
-                .args(["-n", ns, "-o", "link", "show", "dev", dev])
-                .output()
-                .expect("ip link");
-            let text = String::from_utf8_lossy(&out.stdout).into_owned();
-            if text.contains("state UP") {
-                Ok(())
-            } else {
-                Err(text)
-            }
-        });
-    }
-    for key in ["all", "default", "vRA1", "vRA2", "vRB"] {
-        t.rp_filter(key, 0);
-    }
-    Some(t)
-}
-
-fn leg_toml(iface: &str, group: &str) -> String {
-    let (addr, port) = group.split_once(':').expect("group:port");
-    format!("{{ interface = \"{iface}\", address = \"{addr}\", port = {port} }}")
+    Topology::two_legs("rt", 20)
 }
 
 /// The daemon's file: metrics on R's loopback, one flow `f` from

@@ -248,6 +248,63 @@ impl Topology {
         Some(t)
     }
 
+    /// Two legs from A to R, one path from R to B, in namespaces
+    /// `prefix-*`; `net` picks the addresses (10.`net`.x.0/24):
+    ///
+    /// ```text
+    ///  vA1 10.net.1.1 <--veth--> vRA1 10.net.1.2   (leg 0)
+    ///  vA2 10.net.3.1 <--veth--> vRA2 10.net.3.2   (leg 1)
+    ///                            vRB  10.net.2.1 <--veth--> vB 10.net.2.2
+    /// ```
+    ///
+    /// B routes multicast to vB; every link has carrier before this
+    /// returns (else a daemon's flow begins paused, "interface down"), and
+    /// R's reverse-path filter is off.
+    pub fn two_legs(prefix: &str, net: u8) -> Option<Self> {
+        let t = Self::bare(prefix)?;
+        let veth = |ns1: &str, d1: &str, ns2: &str, d2: &str| {
+            sh(&[
+                "ip", "link", "add", d1, "netns", ns1, "mtu", "9200", "type", "veth", "peer",
+                "name", d2, "netns", ns2, "mtu", "9200",
+            ]);
+        };
+        veth(&t.a, "vA1", &t.r, "vRA1");
+        veth(&t.a, "vA2", &t.r, "vRA2");
+        veth(&t.r, "vRB", &t.b, "vB");
+        let links = [
+            (&t.a, "vA1", 1, 1),
+            (&t.r, "vRA1", 1, 2),
+            (&t.a, "vA2", 3, 1),
+            (&t.r, "vRA2", 3, 2),
+            (&t.r, "vRB", 2, 1),
+            (&t.b, "vB", 2, 2),
+        ];
+        for (ns, dev, subnet, host) in links {
+            let v4 = format!("10.{net}.{subnet}.{host}/24");
+            t.ip(ns, &["addr", "add", &v4, "dev", dev]);
+            t.ip(ns, &["link", "set", dev, "up"]);
+        }
+        t.ip(&t.b, &["route", "add", "224.0.0.0/4", "dev", "vB"]);
+        for (ns, dev, _, _) in links {
+            wait_until(&format!("{dev} up"), || {
+                let out = Command::new("ip")
+                    .args(["-n", ns, "-o", "link", "show", "dev", dev])
+                    .output()
+                    .expect("ip link");
+                let text = String::from_utf8_lossy(&out.stdout).into_owned();
+                if text.contains("state UP") {
+                    Ok(())
+                } else {
+                    Err(text)
+                }
+            });
+        }
+        for key in ["all", "default", "vRA1", "vRA2", "vRB"] {
+            t.rp_filter(key, 0);
+        }
+        Some(t)
+    }
+
     /// The value of `series` in the `/metrics` the daemon in R serves on
     /// `127.0.0.1:port` (python's urllib: no curl needed).
     pub fn metric(&self, port: u16, series: &str) -> String {
@@ -506,6 +563,13 @@ impl Drop for Relay {
             let _ = self.child.wait();
         }
     }
+}
+
+/// A flow input in TOML: `{ interface = .., address = .., port = .. }`
+/// for `group` (`address:port`) on `iface`.
+pub fn leg_toml(iface: &str, group: &str) -> String {
+    let (addr, port) = group.split_once(':').expect("group:port");
+    format!("{{ interface = \"{iface}\", address = \"{addr}\", port = {port} }}")
 }
 
 /// A number from a receiver's JSON line.
