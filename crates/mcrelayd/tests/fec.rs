@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use common::{DEADLINE, Topology, sh, stats_json};
+use common::{DEADLINE, Topology, stats_json};
 
 const GROUP: Ipv4Addr = Ipv4Addr::new(239, 7, 9, 1);
 const OUT: Ipv4Addr = Ipv4Addr::new(239, 7, 9, 2);
@@ -165,29 +165,11 @@ fn ffmpeg_prompeg_repaired_by_mcrelay_at_least_as_well_as_gstreamer() {
     );
     let relay = t.relay(&config, &[]);
     // What arrives on vRA loses 2 %, on every port.
-    sh(&[
-        "ip",
-        "netns",
-        "exec",
+    t.drop_randomly(
         &t.r,
-        "iptables",
-        "-t",
-        "raw",
-        "-A",
-        "PREROUTING",
-        "-i",
-        "vRA",
-        "-p",
-        "udp",
-        "-m",
-        "statistic",
-        "--mode",
-        "random",
-        "--probability",
+        &["-t", "raw", "-A", "PREROUTING", "-i", "vRA", "-p", "udp"],
         LOSS,
-        "-j",
-        "DROP",
-    ]);
+    );
     let stop = Arc::new(AtomicBool::new(false));
     let vra = Ipv4Addr::new(10, 10, 1, 2);
     let wire = receiver(t.r.clone(), Some((GROUP, vra)), PORT, Arc::clone(&stop));
@@ -384,29 +366,11 @@ fn mcrelay_fec_output_repaired_by_gstreamer() {
         socket.display()
     );
     let relay = t.relay(&config, &[]);
-    sh(&[
-        "ip",
-        "netns",
-        "exec",
+    t.drop_randomly(
         &t.b,
-        "iptables",
-        "-t",
-        "raw",
-        "-A",
-        "PREROUTING",
-        "-i",
-        "vB",
-        "-p",
-        "udp",
-        "-m",
-        "statistic",
-        "--mode",
-        "random",
-        "--probability",
+        &["-t", "raw", "-A", "PREROUTING", "-i", "vB", "-p", "udp"],
         LOSS,
-        "-j",
-        "DROP",
-    ]);
+    );
     let stop = Arc::new(AtomicBool::new(false));
     let vra = Ipv4Addr::new(10, 10, 1, 2);
     let vb = Ipv4Addr::new(10, 10, 2, 2);

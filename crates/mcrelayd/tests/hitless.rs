@@ -297,9 +297,7 @@ fn frames(progress: &Path) -> u64 {
 /// (the encoder goes on sending: dropped at A it would see EPERM).
 fn cut_leg0(t: &Topology, cut: bool) {
     let op = if cut { "-I" } else { "-D" };
-    common::sh(&[
-        "ip", "netns", "exec", &t.r, "iptables", op, "INPUT", "-i", "vRA1", "-j", "DROP",
-    ]);
+    t.iptables(&t.r, &[op, "INPUT", "-i", "vRA1", "-j", "DROP"]);
 }
 
 /// One run: two encoders, leg 0 cut from 3 s to 6 s (a failover, then

@@ -35,27 +35,25 @@ outputs = [{ interface = "vRB", address = "10.10.2.2", port = 6000 }]
         &[],
     );
     // The change that loops it: the relay's own output, sent back in.
-    common::sh(&[
-        "ip",
-        "netns",
-        "exec",
+    t.iptables(
         &t.r,
-        "iptables",
-        "-t",
-        "nat",
-        "-A",
-        "OUTPUT",
-        "-p",
-        "udp",
-        "-d",
-        "10.10.2.2",
-        "--dport",
-        "6000",
-        "-j",
-        "DNAT",
-        "--to-destination",
-        "10.10.1.2:5000",
-    ]);
+        &[
+            "-t",
+            "nat",
+            "-A",
+            "OUTPUT",
+            "-p",
+            "udp",
+            "-d",
+            "10.10.2.2",
+            "--dport",
+            "6000",
+            "-j",
+            "DNAT",
+            "--to-destination",
+            "10.10.1.2:5000",
+        ],
+    );
     let status = t
         .command(&t.a, &loadgen())
         .args(["send", "--dest", "10.10.1.2:5000", "--interface", "vA"])

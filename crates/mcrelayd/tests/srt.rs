@@ -361,25 +361,7 @@ fn five_percent_loss_both_ways_leaves_no_residual_loss() {
     wait_log(&relay, "SRT caller connected", 3);
     // 5 % of every UDP datagram between relay and callers, both ways, in B.
     for chain in ["INPUT", "OUTPUT"] {
-        sh(&[
-            "ip",
-            "netns",
-            "exec",
-            &t.b,
-            "iptables",
-            "-A",
-            chain,
-            "-p",
-            "udp",
-            "-m",
-            "statistic",
-            "--mode",
-            "random",
-            "--probability",
-            "0.05",
-            "-j",
-            "DROP",
-        ]);
+        t.drop_randomly(&t.b, &["-A", chain, "-p", "udp"], "0.05");
     }
     send_file(&t, &file, 1000);
     for (c, o) in callers.into_iter().zip(&outs) {

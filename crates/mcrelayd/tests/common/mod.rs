@@ -339,6 +339,31 @@ impl Topology {
         sh(&v);
     }
 
+    /// `iptables args` in namespace `ns`.
+    pub fn iptables(&self, ns: &str, args: &[&str]) {
+        let mut v = vec!["ip", "netns", "exec", ns, "iptables"];
+        v.extend_from_slice(args);
+        sh(&v);
+    }
+
+    /// Add the iptables rule `rule` in `ns` (table, chain and match, e.g.
+    /// `-A INPUT -p udp`) dropping a random `probability` of what it
+    /// matches: loss on a link (this kernel has no netem).
+    pub fn drop_randomly(&self, ns: &str, rule: &[&str], probability: &str) {
+        let mut v = rule.to_vec();
+        v.extend_from_slice(&[
+            "-m",
+            "statistic",
+            "--mode",
+            "random",
+            "--probability",
+            probability,
+            "-j",
+            "DROP",
+        ]);
+        self.iptables(ns, &v);
+    }
+
     pub fn command(&self, ns: &str, program: &Path) -> Command {
         let mut c = Command::new("ip");
         c.args(["netns", "exec", ns]).arg(program);
