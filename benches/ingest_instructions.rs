@@ -12,10 +12,9 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use gungraun::{library_benchmark, library_benchmark_group, main};
-use mcrelay_pool::{PoolConfig, PoolSet};
 use mcrelay_relay::counters::{FlowCounters, OutputCounters};
 use mcrelay_relay::health::{HealthSettings, InputHealth};
-use mcrelay_relay::{Core, FlowId, LegId, OutputSpec, Redundancy, SendToken};
+use mcrelay_relay::{Core, FlowId, LegId, Redundancy, SendToken};
 
 const WARM: usize = 16;
 const N: usize = 1000;
@@ -69,14 +68,7 @@ fn observe_then_receive(s: &mut State, n: usize) {
 }
 
 fn state(intake: bool) -> State {
-    let mut core = Core::new(PoolSet::new(PoolConfig::default()).expect("pool fits"));
-    let out = Arc::<OutputCounters>::default();
-    let spec = OutputSpec {
-        depth: 256,
-        gso: false,
-        counters: Arc::clone(&out),
-        resume_after: None,
-    };
+    let (mut core, spec, out) = mcrelay_benches::core_and_output();
     let counters = Arc::<FlowCounters>::default();
     let flow = core
         .add_flow([spec], Arc::clone(&counters), 1, Redundancy::Single, 1)

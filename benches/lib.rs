@@ -4,8 +4,27 @@
 
 pub mod redundancy_run;
 
+use std::sync::Arc;
+
+use mcrelay_pool::{PoolConfig, PoolSet};
+use mcrelay_relay::counters::OutputCounters;
+use mcrelay_relay::{Core, OutputSpec};
 use mcrelay_wire::health::Payload;
 use mcrelay_wire::{rtp, ts};
+
+/// A core with the default pools, and the one output the core benches
+/// relay to (depth 256, no GSO) with its counters.
+pub fn core_and_output() -> (Core, OutputSpec, Arc<OutputCounters>) {
+    let core = Core::new(PoolSet::new(PoolConfig::default()).expect("pool fits"));
+    let out = Arc::<OutputCounters>::default();
+    let spec = OutputSpec {
+        depth: 256,
+        gso: false,
+        counters: Arc::clone(&out),
+        resume_after: None,
+    };
+    (core, spec, out)
+}
 
 /// Datagram `i` of a clean stream in `payload`'s framing: seven TS packets
 /// (1316 B) on PID 0x100 whose continuity counters run on from datagram

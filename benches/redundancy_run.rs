@@ -6,9 +6,8 @@
 use std::hint::black_box;
 use std::sync::Arc;
 
-use mcrelay_pool::{PoolConfig, PoolSet};
 use mcrelay_relay::counters::OutputCounters;
-use mcrelay_relay::{Core, FlowId, LegId, OutputSpec, Redundancy, SendToken};
+use mcrelay_relay::{Core, FlowId, LegId, Redundancy, SendToken};
 
 /// Sequence numbers (delivered packets) per iteration.
 pub const BLOCK: i32 = 1000;
@@ -122,14 +121,7 @@ pub struct Run {
 
 impl Run {
     pub fn new(s: &Scenario) -> Self {
-        let mut core = Core::new(PoolSet::new(PoolConfig::default()).expect("pool fits"));
-        let out = Arc::<OutputCounters>::default();
-        let spec = OutputSpec {
-            depth: 256,
-            gso: false,
-            counters: Arc::clone(&out),
-            resume_after: None,
-        };
+        let (mut core, spec, out) = crate::core_and_output();
         let flow = core
             .add_flow([spec], Arc::default(), s.legs, s.redundancy, 1)
             .expect("an empty core takes a flow");
