@@ -58,6 +58,7 @@ mod receive;
 pub mod redundancy;
 mod request;
 mod resume;
+pub mod rist;
 mod send;
 pub mod sequence;
 pub mod standby;
