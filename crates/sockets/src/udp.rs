@@ -214,6 +214,7 @@ mod tests {
             ingress: mcrelay_config::IngressKind::Socket,
             receive_buffer_bytes,
             fec: None,
+            rist: None,
         }
     }
 
@@ -264,6 +265,7 @@ mod tests {
             source_address: None,
             queue_depth: 16,
             fec: None,
+            rist: None,
             srt: None,
         };
         let egress = open_egress(&out, interface_index("lo").expect("lo")).expect("egress");
