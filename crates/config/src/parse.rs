@@ -1074,6 +1074,12 @@ impl<'t> Walker<'t> {
             },
             None => ok = false,
         }
+        if rist.is_some() && fec.is_some() {
+            if let Some(v) = t.get("fec") {
+                self.err(&v.span(), format!("{p}{path}: fec and protocol = \"rist\" on one input are not supported yet (FEC repairs would bypass RIST's reorder buffer); use one of them"));
+            }
+            ok = false;
+        }
         if rist.is_some() && ingress == IngressKind::Packet {
             if let Some(v) = t.get("protocol") {
                 self.err(&v.span(), format!("{p}{path}.protocol \"rist\" needs ingress = \"socket\" (its RTCP is received and sent on a socket); remove ingress or protocol"));
@@ -1595,9 +1601,15 @@ spread = 2"#;
             format!(r#"[{{ interface = "eth1", address = "10.0.1.2", port = 6000{extra} }}]"#)
         };
         let e = error(&flow(IN, &out(", buffer_ms = 200")));
-        assert!(e.contains("outputs[0].buffer_ms is only for RIST; add protocol = \"rist\""), "{e}");
+        assert!(
+            e.contains("outputs[0].buffer_ms is only for RIST; add protocol = \"rist\""),
+            "{e}"
+        );
         let e = error(&flow(IN, &out(", protocol = \"rist\", buffer_ms = 0")));
-        assert!(e.contains("outputs[0].buffer_ms 0 is out of range; use 1-30000"), "{e}");
+        assert!(
+            e.contains("outputs[0].buffer_ms 0 is out of range; use 1-30000"),
+            "{e}"
+        );
         let e = error(&flow(
             IN,
             r#"[{ interface = "eth1", address = "10.0.1.2", port = 65535, protocol = "rist" }]"#,
@@ -1612,8 +1624,22 @@ spread = 2"#;
             r#"{ interface = "eth0", address = "239.1.1.1", port = 5000, protocol = "srt" }"#,
             OUT,
         ));
-        assert!(e.contains("input.protocol \"srt\" is not known; use \"udp\" or \"rist\""), "{e}");
-        let e = error(&flow(IN, r#"[{ protocol = "srt", address = "0.0.0.0", port = 9000, buffer_ms = 5 }]"#));
+        assert!(
+            e.contains("input.protocol \"srt\" is not known; use \"udp\" or \"rist\""),
+            "{e}"
+        );
+        let e = error(&flow(
+            r#"{ interface = "eth0", address = "239.1.1.1", port = 5000, protocol = "rist", fec = "2022-1" }"#,
+            OUT,
+        ));
+        assert!(
+            e.contains("fec and protocol = \"rist\" on one input"),
+            "{e}"
+        );
+        let e = error(&flow(
+            IN,
+            r#"[{ protocol = "srt", address = "0.0.0.0", port = 9000, buffer_ms = 5 }]"#,
+        ));
         assert!(e.contains("does not apply to an SRT output"), "{e}");
         let two = r#"[{ interface = "eth1", address = "10.0.1.2", port = 6000, protocol = "rist" },
                       { interface = "eth1", address = "239.2.2.3", port = 6000 }]

@@ -47,6 +47,9 @@ impl Core {
             f.counters.fec.duplicates.inc();
             return Received::Dropped;
         }
+        if !f.rist.is_empty() {
+            return self.receive_rist(flow, leg, payload, now_ns);
+        }
         self.admit_on(flow, leg, payload, now_ns, true)
     }
 
@@ -108,7 +111,7 @@ impl Core {
     /// [`Core::receive_on`] after FEC: `wire` is false for a packet FEC
     /// repaired (not counted as received).
     #[inline(always)]
-    fn admit_on(
+    pub(crate) fn admit_on(
         &mut self,
         flow: FlowId,
         leg: LegId,

@@ -50,7 +50,9 @@ impl Walker<'_> {
             if let Some(v) = buffer {
                 self.err(
                     &v.span(),
-                    format!("{p}{path}.buffer_ms is only for RIST; add protocol = \"rist\" or remove it"),
+                    format!(
+                        "{p}{path}.buffer_ms is only for RIST; add protocol = \"rist\" or remove it"
+                    ),
                 );
                 return None;
             }
@@ -68,7 +70,13 @@ impl Walker<'_> {
         }
         let mut buffer_ms = DEFAULT_RIST_BUFFER_MS;
         if let Some(v) = buffer {
-            match self.ranged(v, p, Dotted(path, "buffer_ms"), 1, i128::from(MAX_RIST_BUFFER_MS)) {
+            match self.ranged(
+                v,
+                p,
+                Dotted(path, "buffer_ms"),
+                1,
+                i128::from(MAX_RIST_BUFFER_MS),
+            ) {
                 Some(n) => buffer_ms = u32::try_from(n).unwrap_or(DEFAULT_RIST_BUFFER_MS),
                 None => ok = false,
             }

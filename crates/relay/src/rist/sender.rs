@@ -72,6 +72,8 @@ pub struct RistSender {
     reports: [(u32, u64); REPORTS],
     next_report: usize,
     rtt_ns: Option<u64>,
+    /// The driver's clock at its last [`RistSender::tick`].
+    clock_ns: u64,
     stats: SenderStats,
 }
 
@@ -105,6 +107,7 @@ impl RistSender {
             reports: [(0, 0); REPORTS],
             next_report: 0,
             rtt_ns: None,
+            clock_ns: 0,
             stats: SenderStats::default(),
         }
     }
@@ -123,6 +126,19 @@ impl RistSender {
     /// naming one of this sender's reports.
     pub fn rtt_ns(&self) -> Option<u64> {
         self.rtt_ns
+    }
+
+    /// The driver's clock, read once per loop turn: what
+    /// [`RistSender::record_now`] stamps datagrams with.
+    pub fn tick(&mut self, now_ns: u64) {
+        self.clock_ns = now_ns;
+    }
+
+    /// [`RistSender::record`] at the last [`RistSender::tick`]'s time (the
+    /// packet path has no clock of its own; a datagram is stamped at most
+    /// a loop turn early, so it may expire that much sooner).
+    pub fn record_now(&mut self, d: &[u8]) {
+        self.record(self.clock_ns, d);
     }
 
     /// Datagram `d` was sent at `now_ns`: keep a copy for

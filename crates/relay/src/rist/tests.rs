@@ -196,7 +196,7 @@ fn receiver_nacks_a_gap_then_hands_on_in_order_once_it_is_filled() {
     // Not again before the retry interval (no RTT yet: 50 ms).
     assert_eq!(r.poll(30 * MS, &mut b), 0);
     // The retransmissions (SSRC lowest bit set) arrive 20 ms later.
-    let mut re = |seq| {
+    let re = |seq| {
         let mut d = rtp(seq, 2);
         d[11] |= 1;
         d
