@@ -201,9 +201,22 @@ impl Core {
         let mut scratch = std::mem::take(&mut self.rist.scratch);
         let mut result = Received::Queued;
         loop {
-            let Some(r) = self.receiver(flow, leg) else {
+            let Some(f) = self.flows.get_mut(flow.index()).and_then(Option::as_mut) else {
                 break;
             };
+            // Released only into queues with room, in flight and in this
+            // batch's queue (the rest waits for the next turn, after the
+            // sends were handed over), unless the ring is half full: then
+            // admission drops and counts what finds no room.
+            let room = f.outputs.iter().all(|o| {
+                o.parity || (o.in_flight < o.depth && o.queue.len() < crate::queue::QUEUE_CAPACITY)
+            });
+            let Some(r) = f.rist.get_mut(leg.index()).and_then(Option::as_deref_mut) else {
+                break;
+            };
+            if !room && r.window() < r.capacity() / 2 {
+                break;
+            }
             let Some(d) = r.pop_ready(now_ns) else {
                 break;
             };

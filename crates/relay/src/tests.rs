@@ -987,3 +987,35 @@ fn rist_input_nacks_gaps_and_hands_on_in_order() {
     assert_eq!(counters.packets_in.get(), 7);
     assert_eq!(in_use(&core), 0);
 }
+
+/// What a RIST leg releases after a recovered gap goes out only as the
+/// output's queue has room: nothing is dropped for a burst.
+#[test]
+fn rist_input_releases_a_burst_as_the_queue_drains() {
+    let mut core = core(512);
+    let (id, counters, outs) = add(&mut core, &[8], false);
+    assert!(core.enable_rist_input(id, LegId(0), 1000));
+    core.receive_on(id, LegId(0), &rtp_packet(0), 0);
+    for seq in 2..40u16 {
+        core.receive_on(id, LegId(0), &rtp_packet(seq), 0);
+    }
+    // NACKed, then retransmitted.
+    core.rist_tick(0, 0, |_, _| {});
+    let mut re = rtp_packet(1);
+    re[11] |= 1;
+    core.receive_on(id, LegId(0), &re, 0);
+    let mut got = Vec::new();
+    for turn in 0..20 {
+        core.rist_tick(turn, 0, |_, _| {});
+        got.extend(
+            sent_by_output(&mut core)
+                .remove(&0)
+                .unwrap_or_default()
+                .iter()
+                .map(|p| u16::from_be_bytes([p[2], p[3]])),
+        );
+    }
+    assert_eq!(got, (0..40).collect::<Vec<u16>>());
+    assert_eq!(outs[0].drop_backlog.get(), 0);
+    assert_eq!(counters.rist.recovered.get(), 1);
+}

@@ -163,7 +163,8 @@ impl RistReceiver {
         usize::from(self.top.wrapping_sub(self.head))
     }
 
-    fn capacity(&self) -> usize {
+    /// Datagrams the ring holds.
+    pub fn capacity(&self) -> usize {
         self.mask + 1
     }
 

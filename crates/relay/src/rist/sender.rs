@@ -219,9 +219,13 @@ impl RistSender {
         self.stats.nacked += 1;
         let i = usize::from(seq) & self.mask;
         let s = &mut self.slots[i];
+        // Kept `buffer_ms` plus the RTT: a receiver with the same buffer
+        // asks until its buffer's end, which is that much later than the
+        // datagram left.
+        let keep_ns = self.buffer_ns + self.rtt_ns.unwrap_or(0);
         let kept = s.seq == seq
             && s.sent_ns
-                .is_some_and(|t| now_ns.saturating_sub(t) <= self.buffer_ns);
+                .is_some_and(|t| now_ns.saturating_sub(t) <= keep_ns);
         if !kept {
             self.stats.unrecoverable += 1;
             return;
