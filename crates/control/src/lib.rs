@@ -50,8 +50,8 @@ pub use protocol::{
 };
 pub use rates::{FlowRates, OutputRates, Rates};
 pub use render::{
-    health_text, ingress_drops as flow_drops_text, output_drops as output_drops_text, render_flows,
-    render_stats, render_status, render_top,
+    health_text, ingress_drops as flow_drops_text, output_drops as output_drops_text,
+    protection_text, render_flows, render_stats, render_status, render_top, rist_text,
 };
 #[cfg(any(test, feature = "test-support"))]
 pub use snapshot::bench_snapshot;
