@@ -643,6 +643,31 @@ mod tests {
         c.flows.as_slice()[0].clone()
     }
 
+    /// The extra sockets after the UDP outputs (FEC destinations, RIST
+    /// RTCP) name their outputs by config index, SRT outputs in between
+    /// or not (the config once refused output FEC beside an SRT output
+    /// for fear of this mapping).
+    #[test]
+    fn extra_sockets_name_outputs_by_config_index_beside_srt() {
+        let text = "[[flow]]\nname = \"f\"\n\
+             input = { interface = \"a\", address = \"10.0.0.1\", port = 5000, protocol = \"rist\" }\n\
+             outputs = [{ protocol = \"srt\", address = \"0.0.0.0\", port = 9000 },\
+             { interface = \"c\", address = \"239.2.2.2\", port = 6000, fec = { columns = 5, rows = 5 } },\
+             { interface = \"c\", address = \"10.0.0.9\", port = 7000, protocol = \"rist\", buffer_ms = 300 }]\n";
+        let c = mcrelay_config::parse(text, "t.toml").unwrap_or_else(|e| panic!("{e}"));
+        let flow = &c.flows.as_slice()[0];
+        let udp = || std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+        let fec = fec_outputs(flow, vec![udp(), udp()]);
+        assert_eq!(fec.len(), 1);
+        assert_eq!(fec[0].output, 1);
+        assert_eq!(fec[0].column.label, "239.2.2.2:6002@c");
+        let rist = rist_sockets(flow, Vec::new(), vec![udp()]);
+        assert_eq!(rist.len(), 1);
+        assert_eq!(rist[0].end, RistEnd::Output(2));
+        assert_eq!(rist[0].buffer_ms, 300);
+        assert_eq!(rist[0].peer, Some("10.0.0.9:7001".parse().expect("addr")));
+    }
+
     #[test]
     fn the_config_becomes_the_cores_rule_in_nanoseconds() {
         assert_eq!(
