@@ -179,6 +179,11 @@ impl Core {
                 Received::Dropped
             }
         };
+        // In order with nothing held (the common case): nothing to release
+        // (the counters are published by the next `rist_tick`).
+        if self.receiver(flow, leg).is_none_or(|r| r.window() == 0) {
+            return result;
+        }
         let released = self.rist_release(flow, leg, now_ns);
         if released == (Received::Full { newly: true }) {
             return released;
@@ -269,7 +274,9 @@ impl Core {
             for (i, o) in f.outputs.iter_mut().enumerate() {
                 let Some(s) = o.rist.as_mut() else { continue };
                 s.tick(now_ns);
-                if reports {
+                // The first report as soon as there is a stream: it tells
+                // the receivers where to send their NACKs.
+                if reports || !s.has_reported() {
                     let n = s.sender_report(now_ns, ntp, &mut rtcp);
                     if n > 0 {
                         let id = OutputId(u16::try_from(i).unwrap_or(u16::MAX));

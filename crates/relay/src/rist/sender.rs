@@ -244,6 +244,11 @@ impl RistSender {
         self.pending_len += 1;
     }
 
+    /// A sender report was written.
+    pub fn has_reported(&self) -> bool {
+        self.reports[0].1 != 0
+    }
+
     /// Retransmissions are waiting.
     pub fn has_retransmissions(&self) -> bool {
         self.pending_len > 0
