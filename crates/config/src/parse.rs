@@ -871,9 +871,13 @@ impl<'t> Walker<'t> {
             }
             ok = false;
         }
-        if spread.is_some_and(|n| n > 1) && outputs.iter().any(|o| o.rist.is_some()) {
+        let rist_input = inputs
+            .as_ref()
+            .is_some_and(|legs| legs.iter().any(|(i, _)| i.rist.is_some()));
+        if spread.is_some_and(|n| n > 1) && (rist_input || outputs.iter().any(|o| o.rist.is_some()))
+        {
             let at = t.get("spread").map_or(span.clone(), Spanned::span);
-            self.err(&at, format!("{p}spread with a RIST output is not supported yet (its retransmission buffer lives on one worker); remove spread or protocol = \"rist\""));
+            self.err(&at, format!("{p}spread with a RIST input or output is not supported yet (its buffer and RTCP live on one worker); remove spread or protocol = \"rist\""));
             ok = false;
         }
         if spread.is_some_and(|n| n > 1) && outputs.iter().any(|o| o.srt.is_some()) {
@@ -1644,7 +1648,13 @@ spread = 2"#;
         let two = r#"[{ interface = "eth1", address = "10.0.1.2", port = 6000, protocol = "rist" },
                       { interface = "eth1", address = "239.2.2.3", port = 6000 }]
 spread = 2"#;
-        assert!(error(&flow(IN, two)).contains("spread with a RIST output"));
+        assert!(error(&flow(IN, two)).contains("spread with a RIST input or output"));
+        let rist_in =
+            r#"{ interface = "eth0", address = "10.0.0.1", port = 5000, protocol = "rist" }"#;
+        let two = r#"[{ interface = "eth1", address = "239.2.2.2", port = 6000 },
+                      { interface = "eth1", address = "239.2.2.3", port = 6000 }]
+spread = 2"#;
+        assert!(error(&flow(rist_in, two)).contains("spread with a RIST input or output"));
     }
 
     #[test]
