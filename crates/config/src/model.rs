@@ -445,10 +445,10 @@ impl Flow {
     /// outputs (not SRT ones, the daemon's own) in order, then for
     /// each output with `fec` (in output order) its column and row FEC
     /// destinations (port + 2 and + 4, same address and settings), then
-    /// for each RIST output (in output order) its RTCP destination (port
-    /// + 1: sender reports go out and the receivers' NACKs come back on
-    /// it). SRT outputs in between change none of this: the daemon maps
-    /// each extra socket to its output by config index.
+    /// for each RIST output (in output order) its RTCP destination, the
+    /// port + 1 (sender reports go out and the receivers' NACKs come back
+    /// on it). SRT outputs in between change none of this: the daemon
+    /// maps each extra socket to its output by config index.
     pub fn send_outputs(&self) -> Vec<Output> {
         let mut all: Vec<Output> = self.udp_outputs().cloned().collect();
         for o in &self.outputs {

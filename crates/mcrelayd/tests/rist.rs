@@ -94,7 +94,8 @@ fn delay(ns: &str, dev: &str, queue: u16) -> DelayedLink {
 /// Payload `n` of the stream: its number, then bytes that depend on it.
 fn payload(n: u64) -> Vec<u8> {
     let mut p = n.to_be_bytes().to_vec();
-    p.extend((0..PAYLOAD - 8).map(|i| (n as usize * 31 + i) as u8));
+    let seed = n.wrapping_mul(31).to_le_bytes()[0];
+    p.extend((0..PAYLOAD - 8).map(|i| seed.wrapping_add(i.to_le_bytes()[0])));
     p
 }
 
@@ -113,8 +114,9 @@ fn sender(ns: String, from: SocketAddr, to: SocketAddr, count: u64, rtp: bool) -
             let body = payload(n);
             let d = if rtp {
                 let mut d = vec![0u8; 12];
-                let ts = (n * 90_000 / RATE) as u32;
-                let _ = mcrelay_wire::rtp::build(&mut d, 33, n as u16, ts, 0x5a5a_0000);
+                let ts = u32::try_from(n * 90_000 / RATE % (1 << 32)).unwrap_or(0);
+                let seq = u16::try_from(n % (1 << 16)).unwrap_or(0);
+                let _ = mcrelay_wire::rtp::build(&mut d, 33, seq, ts, 0x5a5a_0000);
                 d.extend_from_slice(&body);
                 d
             } else {

@@ -205,10 +205,7 @@ impl Core {
     fn rist_release(&mut self, flow: FlowId, leg: LegId, now_ns: u64) -> Received {
         let mut scratch = std::mem::take(&mut self.rist.scratch);
         let mut result = Received::Queued;
-        loop {
-            let Some(f) = self.flows.get_mut(flow.index()).and_then(Option::as_mut) else {
-                break;
-            };
+        while let Some(f) = self.flows.get_mut(flow.index()).and_then(Option::as_mut) {
             // Released only into queues with room, in flight and in this
             // batch's queue (the rest waits for the next turn, after the
             // sends were handed over), unless the ring is half full: then
