@@ -20,6 +20,10 @@
 //! the kernel's SQEs and CQEs, its receive buffers and its packet rings.
 //!
 //! Rules and where they live:
+//! - intake ([`Core::ingest`], [`intake`]): the one entry of every
+//!   ingress: a frame its parser rejected counted by reason, an FEC
+//!   receiver's datagram to its leg's decoder, a media datagram shown to
+//!   its leg's stream health, then admitted;
 //! - admission ([`Core::receive`]): oversize drop, "every output full"
 //!   (then the flow pauses), pool class choice with fallback and per-flow
 //!   reserve ([`admission`]), the one copy, a queue entry per output with
@@ -53,6 +57,7 @@ pub mod gso;
 pub mod health;
 pub mod ids;
 pub mod inflight;
+pub mod intake;
 pub mod queue;
 mod receive;
 pub mod redundancy;
@@ -142,6 +147,8 @@ struct Flow {
     /// Per leg, its RIST receiver ([`Core::enable_rist_input`]); empty
     /// for a flow without a RIST input.
     rist: Vec<Option<Box<rist::RistReceiver>>>,
+    /// Its receivers and their stream health ([`Core::set_intake`]).
+    intake: intake::Intake,
 }
 
 /// One worker's relay state: its pool, in-flight table, GSO runs and flows.
@@ -172,6 +179,9 @@ pub struct Core {
     /// RIST state: how many senders and receivers exist, a datagram's
     /// copy out of a receiver, when the next reports are due.
     rist: rist_core::RistState,
+    /// Receivers whose stream health took a datagram since the last
+    /// [`Core::publish_health`], each once.
+    health_unpublished: Vec<(FlowId, LegId)>,
 }
 
 impl Core {
@@ -198,6 +208,7 @@ impl Core {
             fec_scratch: Vec::new(),
             fec_ends: Vec::new(),
             rist: rist_core::RistState::default(),
+            health_unpublished: Vec::new(),
         }
     }
 
@@ -273,6 +284,7 @@ impl Core {
             },
             fec: Vec::new(),
             rist: Vec::new(),
+            intake: intake::Intake::default(),
         });
         // A tick serves each flow at most twice (its timer, the ready
         // list): no allocation on the packet path.
