@@ -435,7 +435,7 @@ impl RistReceiver {
         }
         let report = self.report_block(now_ns);
         let mut w = Writer::new(buf);
-        w.receiver_report(self.ssrc, Some(&report));
+        w.receiver_report(self.ssrc, self.last_sr.is_some().then_some(&report));
         w.sdes_cname(self.ssrc);
         w.range_nack(self.media_ssrc, &self.ranges[..n]);
         if w.overflowed() {
@@ -467,7 +467,12 @@ impl RistReceiver {
     pub fn receiver_report(&self, now_ns: u64, buf: &mut [u8]) -> usize {
         let report = self.report_block(now_ns);
         let mut w = Writer::new(buf);
-        w.receiver_report(self.ssrc, self.started.then_some(&report));
+        // A report block only once a sender report came: an LSR of 0 is
+        // no RTT sample, and some senders take it for one.
+        w.receiver_report(
+            self.ssrc,
+            (self.started && self.last_sr.is_some()).then_some(&report),
+        );
         w.sdes_cname(self.ssrc);
         if w.overflowed() { 0 } else { w.len() }
     }
