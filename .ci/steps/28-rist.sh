@@ -3,7 +3,8 @@
 # namespaces at 5 % random loss each way (iptables statistic) and 20 ms
 # RTT (the testkit's nfdelay NFQUEUE tool) with buffer_ms = 200:
 # ristsender -p 0 into mcrelayd's RIST input, and mcrelayd's RIST output
-# into ristreceiver -p 0 and GStreamer's ristsrc, 0 residual loss (crates/mcrelayd/tests/rist.rs;
+# into ristreceiver -p 0 and GStreamer's ristsrc, 0 residual loss out, at
+# most 1 in 2000 in (crates/mcrelayd/tests/rist.rs;
 # it skips without rist-tools, so the workspace run before this step may
 # have skipped it). MCRELAY_RIST_SECONDS sets the run (15 s here; the
 # issue's 60 s: MCRELAY_RIST_SECONDS=60).
