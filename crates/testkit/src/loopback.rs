@@ -38,6 +38,7 @@ pub fn flow(name: &str, receivers: &[&UdpSocket]) -> (FlowSockets, SocketAddr) {
         ingress: IngressKind::Socket,
         receive_buffer_bytes: 4 << 20,
         fec: None,
+        rist: None,
     };
     let outputs = receivers
         .iter()
@@ -50,6 +51,7 @@ pub fn flow(name: &str, receivers: &[&UdpSocket]) -> (FlowSockets, SocketAddr) {
                 source_address: None,
                 queue_depth: 256,
                 fec: None,
+                rist: None,
                 srt: None,
             };
             OutputSocket::new(
