@@ -9,4 +9,4 @@
 pub mod ffi;
 pub mod service;
 
-pub use service::{CallerView, OutputSpec, RouteView, SrtService, feed_pair};
+pub use service::{CallerView, OutputSpec, RouteView, SrtService, feed_pair, input_pair};

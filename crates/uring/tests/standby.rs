@@ -37,6 +37,7 @@ fn flow(receiver: &UdpSocket) -> (FlowSockets, SocketAddr) {
         ingress: IngressKind::Socket,
         receive_buffer_bytes: 4 << 20,
         fec: None,
+        srt: None,
     };
     let out = Output {
         interface: "lo".into(),
