@@ -518,3 +518,370 @@ fn reload_replacing_and_removing_srt_outputs_keeps_the_other_callers() {
     kill(third);
     let _ = relay.stop();
 }
+
+// ---------------------------------------------------------------------
+// SRT inputs: an SRT connection feeds a flow like any leg. The SRT peers
+// are in A (10.10.1.1, dialling or dialled by R's 10.10.1.2); the flow's
+// multicast output goes to B, where a receiver writes what arrives.
+// ---------------------------------------------------------------------
+
+/// A valid MPEG-TS stream (PID 0x100, continuity counter counting, no
+/// adaptation field) of `n` datagrams of seven packets, numbered in the
+/// payload, so the flow's TS health can check its continuity.
+fn ts_stream(t: &Topology, n: usize) -> PathBuf {
+    let mut data = Vec::with_capacity(n * DATAGRAM);
+    for k in 0..u32::try_from(n * 7).expect("small") {
+        let mut p = [0u8; 188];
+        p[0] = 0x47;
+        p[1] = 0x01;
+        p[2] = 0x00;
+        p[3] = 0x10 | (k.to_le_bytes()[0] & 0x0f);
+        p[4..8].copy_from_slice(&k.to_be_bytes());
+        for (j, b) in p.iter_mut().enumerate().skip(8) {
+            *b = k.to_le_bytes()[0]
+                .wrapping_mul(17)
+                .wrapping_add(j.to_le_bytes()[0]);
+        }
+        data.extend_from_slice(&p);
+    }
+    let path = t.dir.join("ts-stream.ts");
+    fs::write(&path, data).expect("write stream");
+    path
+}
+
+/// A receiver in B joined to 239.2.2.2:6000 on vB that appends every
+/// datagram to `out` until it holds `size` bytes (or 5 minutes pass);
+/// returns once it has joined.
+fn multicast_receiver(t: &Topology, out: &Path, size: usize) -> Child {
+    let ready = t.dir.join(format!(
+        "ready-{}",
+        out.file_name().and_then(|n| n.to_str()).unwrap_or("rx")
+    ));
+    let script = format!(
+        "import socket,struct,time\n\
+         s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n\
+         s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n\
+         s.setsockopt(socket.SOL_SOCKET,socket.SO_RCVBUF,8<<20)\n\
+         s.bind(('239.2.2.2',6000))\n\
+         s.setsockopt(socket.IPPROTO_IP,socket.IP_ADD_MEMBERSHIP,struct.pack('4s4s',socket.inet_aton('239.2.2.2'),socket.inet_aton('10.10.2.2')))\n\
+         s.settimeout(1.0)\n\
+         open('{ready}','w').close()\n\
+         o=open('{out}','wb',buffering=0)\n\
+         n=0\n\
+         end=time.monotonic()+300\n\
+         while n<{size} and time.monotonic()<end:\n\
+         \x20   try: d=s.recv(65536)\n\
+         \x20   except socket.timeout: continue\n\
+         \x20   o.write(d); n+=len(d)\n",
+        ready = ready.display(),
+        out = out.display(),
+    );
+    let child = Command::new("ip")
+        .args(["netns", "exec", &t.b, "python3", "-c", &script])
+        .spawn()
+        .expect("python3 receiver");
+    wait_until("the multicast receiver to join", || {
+        if ready.exists() {
+            Ok(())
+        } else {
+            Err("not yet".into())
+        }
+    });
+    // Let the IGMP join settle on the veth.
+    std::thread::sleep(Duration::from_millis(100));
+    child
+}
+
+/// Waits for a receiver started by [`multicast_receiver`] to have all
+/// it expected and exit.
+fn receiver_done(mut rx: Child) {
+    wait_until("the multicast receiver to have everything", || {
+        match rx.try_wait() {
+            Ok(Some(_)) => Ok(()),
+            _ => Err("running".into()),
+        }
+    });
+}
+
+/// A command in its own process group (ended with [`kill_group`]: the
+/// group's id is the child's own PID).
+fn in_group(mut c: Command) -> Child {
+    use std::os::unix::process::CommandExt;
+    c.process_group(0);
+    c.spawn().expect("spawn")
+}
+
+/// Ends the process group led by `c` (a pipeline started by
+/// [`in_group`]), by its PID.
+#[allow(unsafe_code)]
+fn kill_group(mut c: Child) {
+    let pgid = i32::try_from(c.id()).expect("pid");
+    // SAFETY: kill(2) with the negative PID of a process group this test
+    // created; no memory is involved.
+    unsafe { libc::kill(-pgid, libc::SIGTERM) };
+    if c.try_wait().ok().flatten().is_none() {
+        std::thread::sleep(Duration::from_millis(300));
+        // SAFETY: as above.
+        unsafe { libc::kill(-pgid, libc::SIGKILL) };
+    }
+    let _ = c.wait();
+}
+
+/// Python writing `file` to its stdout in 1316-byte writes (atomic on a
+/// pipe) at `rate` per second, then holding the pipe open for `hold` s.
+fn pacer(file: &Path, rate: u32, hold: u32) -> String {
+    format!(
+        "import sys,time\n\
+         d=open('{}','rb').read()\n\
+         o=sys.stdout.buffer\n\
+         t0=time.monotonic()\n\
+         for n,i in enumerate(range(0,len(d),{DATAGRAM})):\n\
+         \x20   w=t0+n/{rate}-time.monotonic()\n\
+         \x20   if w>0: time.sleep(w)\n\
+         \x20   o.write(d[i:i+{DATAGRAM}]); o.flush()\n\
+         time.sleep({hold})\n",
+        file.display()
+    )
+}
+
+/// Sends `file` from A's loopback to 127.0.0.1:`port` in 1316-byte
+/// datagrams at `rate` per second (to an SRT tool's UDP source in A).
+fn send_local(t: &Topology, file: &Path, port: u16, rate: u32) {
+    let script = format!(
+        "import socket,time\n\
+         d=open('{}','rb').read()\n\
+         s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n\
+         s.bind(('127.0.0.1',0))\n\
+         t0=time.monotonic()\n\
+         for n,i in enumerate(range(0,len(d),{DATAGRAM})):\n\
+         \x20   w=t0+n/{rate}-time.monotonic()\n\
+         \x20   if w>0: time.sleep(w)\n\
+         \x20   s.sendto(d[i:i+{DATAGRAM}],('127.0.0.1',{port}))\n",
+        file.display()
+    );
+    let status = Command::new("ip")
+        .args(["netns", "exec", &t.a, "python3", "-c", &script])
+        .status()
+        .expect("python3 sender");
+    assert!(status.success(), "sender failed");
+}
+
+fn srt_input_config(input: &str) -> String {
+    format!(
+        "[[flow]]\nname = \"in\"\npayload = \"mpegts\"\ninput = {input}\n\
+         outputs = [{{ interface = \"vRB\", address = \"239.2.2.2\", port = 6000 }}]\n"
+    )
+}
+
+fn srt_input(socket: &Path) -> mcrelay_control::SrtInputSnapshot {
+    snapshot(socket)
+        .flow("in")
+        .and_then(|f| f.srt_inputs.first().cloned())
+        .expect("an SRT input in the snapshot")
+}
+
+#[test]
+fn srt_input_from_an_ffmpeg_caller_is_relayed_to_multicast_byte_exact() {
+    let Some(t) = topology() else { return };
+    if !have("ffmpeg") {
+        eprintln!("SKIPPED: ffmpeg not installed");
+        return;
+    }
+    let n = 2000;
+    let file = ts_stream(&t, n);
+    let want = fs::read(&file).expect("stream");
+    let out = t.dir.join("from-ffmpeg.ts");
+    let rx = multicast_receiver(&t, &out, want.len());
+    let relay = t.relay(
+        &srt_input_config(
+            "{ protocol = \"srt\", address = \"10.10.1.2\", port = 9000, latency_ms = 120 }",
+        ),
+        &[],
+    );
+    let socket = t.dir.join("control.sock");
+    // ffmpeg in A calls the relay's SRT input and sends the stream as it
+    // comes from the pacer: raw 1316-byte messages (the data muxer, no
+    // remuxing), so what arrives must be the file itself.
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", &t.a, "sh", "-c"]).arg(format!(
+        "python3 -c \"$PACER\" | ffmpeg -nostdin -hide_banner -loglevel error \
+         -f data -raw_packet_size {DATAGRAM} -i pipe:0 -map 0 -c copy -flush_packets 1 \
+         -f data 'srt://10.10.1.2:9000?mode=caller&pkt_size={DATAGRAM}&latency=120000'"
+    ));
+    c.env("PACER", pacer(&file, 1000, 60));
+    let ffmpeg = in_group(c);
+    wait_log(&relay, "SRT caller connected", 1);
+    // A second caller while one is connected is refused and counted.
+    let mut second = Command::new("ip");
+    second.args([
+        "netns",
+        "exec",
+        &t.a,
+        "srt-live-transmit",
+        "-q",
+        "-a:no",
+        "udp://127.0.0.1:7005",
+        "srt://10.10.1.2:9000",
+    ]);
+    let second = in_group(second);
+    wait_until("the second caller refused", || {
+        let s = srt_input(&socket);
+        if s.refused >= 1 {
+            Ok(())
+        } else {
+            Err(format!("{s:?}"))
+        }
+    });
+    kill_group(second);
+    receiver_done(rx);
+    same(&out, &want);
+    let s = srt_input(&socket);
+    assert!(s.listener, "{s:?}");
+    assert_eq!(s.delivered, n as u64, "{s:?}");
+    assert_eq!((s.drop_queue_full, s.drop_flow_gone), (0, 0), "{s:?}");
+    let peer = s.peer.expect("connected");
+    assert_eq!(peer.received, n as u64);
+    assert!(peer.peer.starts_with("10.10.1.1:"), "{peer:?}");
+    // The worker saw it as the flow's input: counted, TS health clean.
+    let snap = snapshot(&socket);
+    let f = snap.flow("in").expect("flow");
+    assert_eq!(f.packets_in, n as u64);
+    assert_eq!(f.outputs[0].packets_out, n as u64);
+    let ts = f.health.ts.clone().expect("TS health");
+    assert_eq!(ts.packets, 7 * n as u64, "{ts:?}");
+    assert_eq!(
+        (ts.sync_errors, ts.continuity_errors),
+        (0, 0),
+        "{ts:?}"
+    );
+    assert!(f.input.starts_with("srt://10.10.1.2:9000"), "{}", f.input);
+    let (code, text) = ctl(&socket, &["flows"]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("srt input"), "{text}");
+    kill_group(ffmpeg);
+    let _ = relay.stop();
+}
+
+#[test]
+fn srt_input_calls_srt_live_transmit_listener_and_relays_byte_exact() {
+    let Some(t) = topology() else { return };
+    let n = 1500;
+    let file = ts_stream(&t, n);
+    let want = fs::read(&file).expect("stream");
+    let out = t.dir.join("from-listener.ts");
+    let rx = multicast_receiver(&t, &out, want.len());
+    let relay = t.relay(
+        &srt_input_config(
+            "{ protocol = \"srt\", mode = \"caller\", address = \"10.10.1.1\", port = 9100, \
+             stream_id = \"cam\", passphrase = \"mcrelay-srt-test-passphrase\", key_length = 24 }",
+        ),
+        &[],
+    );
+    // Nothing listens yet: the input retries with back-off.
+    wait_log(&relay, "SRT caller could not connect", 1);
+    let mut c = Command::new("ip");
+    c.args([
+        "netns",
+        "exec",
+        &t.a,
+        "srt-live-transmit",
+        "-q",
+        "udp://127.0.0.1:7000",
+    ])
+    .arg(format!(
+        "srt://:9100?mode=listener&passphrase={PASS}&pbkeylen=24"
+    ))
+    .stdout(Stdio::null());
+    let listener = in_group(c);
+    wait_log(&relay, "SRT caller connected to its listener", 1);
+    send_local(&t, &file, 7000, 1500);
+    receiver_done(rx);
+    same(&out, &want);
+    let s = srt_input(&t.dir.join("control.sock"));
+    assert!(!s.listener, "{s:?}");
+    assert!(s.connect_failures >= 1, "{s:?}");
+    assert_eq!(s.delivered, n as u64, "{s:?}");
+    assert_eq!(s.peer.map(|p| p.stream_id), Some("cam".to_owned()));
+    kill_group(listener);
+    let _ = relay.stop();
+}
+
+#[test]
+fn failover_between_an_srt_leg_and_a_multicast_leg() {
+    let Some(t) = topology() else { return };
+    let relay = t.relay(
+        "[[flow]]\nname = \"in\"\nredundancy = \"failover\"\nfailover_after_ms = 300\nrevert_after_s = 1\n\
+         inputs = [{ protocol = \"srt\", address = \"10.10.1.2\", port = 9000, latency_ms = 80 }, \
+                   { interface = \"vRA\", address = \"239.1.1.1\", port = 5000 }]\n\
+         outputs = [{ interface = \"vRB\", address = \"239.2.2.2\", port = 6000 }]\n",
+        &[],
+    );
+    let socket = t.dir.join("control.sock");
+    let caller = || {
+        let mut c = Command::new("ip");
+        c.args([
+            "netns",
+            "exec",
+            &t.a,
+            "srt-live-transmit",
+            "-q",
+            "udp://127.0.0.1:7001",
+            "srt://10.10.1.2:9000?latency=80",
+        ])
+        .stdout(Stdio::null());
+        in_group(c)
+    };
+    let srt_peer = caller();
+    wait_log(&relay, "SRT caller connected", 1);
+    // Both legs carry a stream: the SRT one through the caller's UDP
+    // source in A, the multicast one from A's vA.
+    let srt_tx = t.sender(&t.a, "127.0.0.1:7001", None, None, 500);
+    let mc_tx = t.sender(&t.a, "239.1.1.1:5000", Some("vA"), None, 500);
+    let legs = |s: &mcrelay_control::Snapshot| {
+        let f = s.flow("in").expect("flow");
+        let r = f.redundancy.clone().expect("legs");
+        (f.clone(), r)
+    };
+    // The SRT leg is first: active while healthy.
+    wait_until("the SRT leg active and forwarding", || {
+        let (_, r) = legs(&snapshot(&socket));
+        if r.active_input == 0 && r.legs[0].forwarded > 200 && r.legs[1].standby > 0 {
+            Ok(())
+        } else {
+            Err(format!("{r:?}"))
+        }
+    });
+    // Its peer goes: the flow fails over to the multicast leg.
+    kill_group(srt_peer);
+    let (before, _) = legs(&snapshot(&socket));
+    wait_until("failover to the multicast leg", || {
+        let (f, r) = legs(&snapshot(&socket));
+        if r.active_input == 1
+            && r.switches >= 1
+            && f.outputs[0].packets_out > before.outputs[0].packets_out + 200
+        {
+            Ok(())
+        } else {
+            Err(format!("{r:?}"))
+        }
+    });
+    // It comes back: after revert_after_s the SRT leg is active again.
+    let srt_peer = caller();
+    wait_until("revert to the SRT leg", || {
+        let (f, r) = legs(&snapshot(&socket));
+        let connected = f.srt_inputs.first().is_some_and(|s| s.peer.is_some());
+        if r.active_input == 0 && r.switches >= 2 && connected {
+            Ok(())
+        } else {
+            Err(format!("{r:?} {:?}", f.srt_inputs))
+        }
+    });
+    let (f, _) = legs(&snapshot(&socket));
+    let s = &f.srt_inputs[0];
+    assert!(s.connects >= 2 && s.disconnects >= 1, "{s:?}");
+    assert_eq!((s.drop_queue_full, s.drop_flow_gone), (0, 0), "{s:?}");
+    stop_sender(srt_tx);
+    stop_sender(mc_tx);
+    kill_group(srt_peer);
+    let _ = relay.stop();
+}
