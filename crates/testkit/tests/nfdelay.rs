@@ -74,8 +74,7 @@ fn round_trips(pair: &Pair, n: usize) -> Vec<Duration> {
             .map(|i| {
                 let i = u8::try_from(i).unwrap_or(u8::MAX);
                 let t = Instant::now();
-                s.send_to(&[i; 16], ("10.77.0.2", port))
-                    .expect("send");
+                s.send_to(&[i; 16], ("10.77.0.2", port)).expect("send");
                 let mut buf = [0u8; 64];
                 let (len, _) = s.recv_from(&mut buf).expect("the echo comes back");
                 assert_eq!(&buf[..len], &[i; 16]);

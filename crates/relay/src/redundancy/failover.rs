@@ -26,11 +26,14 @@
 //! step back the leg has not confirmed is dropped (`strays`, `replays`)
 //! and does not count as the leg being heard, so a leg sending a broken
 //! stream goes unhealthy as a silent one does; a restart the leg
-//! confirmed (an encoder restart, a new source) restarts the guard.
+//! confirmed (an encoder restart, a new source) restarts the guard, and
+//! so does a leg's first datagram after every leg was silent past its
+//! detection time (nothing is left to protect then: a stream restarted
+//! after a pause loses nothing).
 
 use super::{LegId, SPAN};
 use crate::counters::RedundancyCounters;
-use crate::sequence::{LegSeq, Step};
+use crate::sequence::{LegSeq, MAX_MISORDER, Step};
 
 /// What a datagram of a failover flow becomes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,8 +55,10 @@ pub(crate) enum Pass {
 /// The sequence numbers a flow has sent: the highest, and a bit for each
 /// of the 64 below it. A number 64 to [`SPAN`] below the highest can't
 /// be told from a repeat (`late`); one further off, or a restart its leg
-/// confirmed, restarts it. The SSRC does not matter: legs carrying the
-/// same numbering under different SSRCs repeat nothing across a switch.
+/// confirmed, restarts it. Legs carrying the same numbering under
+/// different SSRCs repeat nothing across a switch; a number of another
+/// SSRC more than [`MAX_MISORDER`] behind is another stream (an
+/// independent encoder), which restarts it.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct SeqGuard {
     ssrc: Option<u32>,
@@ -77,10 +82,17 @@ impl SeqGuard {
         ))
     }
 
-    fn check(&self, seq: u16, restart: bool) -> Seen {
+    fn check(&self, seq: u16, ssrc: u32, restart: bool) -> Seen {
         let span = i64::try_from(SPAN).unwrap_or(i64::MAX);
         let d = self.distance(seq);
         if restart || self.ssrc.is_none() || d >= span || d <= -span {
+            return Seen::Fresh(true);
+        }
+        // Another SSRC numbered well behind: not a lagging copy of the
+        // stream sent but another stream (an independent encoder on the
+        // backup leg; ffmpeg, for one, starts its numbers below 4096, so
+        // two encoders' numberings are always within SPAN).
+        if self.ssrc != Some(ssrc) && d < -i64::try_from(MAX_MISORDER).unwrap_or(i64::MAX) {
             return Seen::Fresh(true);
         }
         if d > 0 {
@@ -99,7 +111,7 @@ impl SeqGuard {
     }
 
     fn mark(&mut self, seq: u16, ssrc: u32, restart: bool, counters: &RedundancyCounters) {
-        if let Seen::Fresh(true) = self.check(seq, restart) {
+        if let Seen::Fresh(true) = self.check(seq, ssrc, restart) {
             if self.ssrc.is_some() {
                 counters.resets.inc();
             }
@@ -118,6 +130,8 @@ impl SeqGuard {
                 .unwrap_or(0)
                 | 1;
             self.highest = seq;
+            // The stream sent is the one that moved it on.
+            self.ssrc = Some(ssrc);
         } else if let Ok(back) = u32::try_from(-d)
             && back < 64
         {
@@ -274,7 +288,21 @@ impl Failover {
             let Some(s) = self.seqs.get_mut(l) else {
                 return Pass::NotRtp;
             };
-            let restart = match s.check(h.sequence, h.ssrc) {
+            let step = s.check(h.sequence, h.ssrc);
+            let silent = (0..self.legs).all(|other| !self.healthy(other, now));
+            let Some(s) = self.seqs.get_mut(l) else {
+                return Pass::NotRtp;
+            };
+            let restart = match step {
+                // Every leg silent past its detection time: nothing to
+                // protect, the leg starts afresh as at its first
+                // datagram (an encoder restarted after a pause loses
+                // nothing). While another leg is healthy a leg sending a
+                // broken stream stays unhealthy.
+                Step::Stray | Step::Replay if silent => {
+                    s.restart(h.sequence, h.ssrc);
+                    true
+                }
                 Step::Stray => return Pass::Stray,
                 Step::Replay => return Pass::Replay,
                 Step::Restart(_) => true,
@@ -308,7 +336,7 @@ impl Failover {
         let Some((seq, ssrc, restart)) = ticket else {
             return Pass::Forward(None);
         };
-        match self.guard.check(seq, restart) {
+        match self.guard.check(seq, ssrc, restart) {
             Seen::Fresh(_) => Pass::Forward(Some((seq, ssrc, restart))),
             Seen::Repeat => Pass::Duplicate,
             Seen::Late => Pass::Late,
