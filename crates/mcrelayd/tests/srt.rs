@@ -11,8 +11,13 @@
 //!   second flow on the same port is picked by its stream ID.
 //! - mcrelay as caller to `srt-live-transmit` in listener mode: it retries
 //!   with back-off until the listener appears, then delivers byte-exact.
-//! - 5 % random loss (iptables `statistic`) both ways between relay and
-//!   callers, `latency_ms = 400`: no residual loss at the callers.
+//! - 5 % random loss (iptables `statistic`) both ways and 40 ms RTT
+//!   (nfdelay) between relay and callers, `latency_ms = 200`: no residual
+//!   loss at the callers over `MCRELAY_SRT_LOSS_SECONDS` (20 by default).
+//! - SRT inputs: an ffmpeg caller to a listener input relayed to multicast
+//!   byte-exact (a second caller refused); an input calling
+//!   `srt-live-transmit` in listener mode, byte-exact; failover between an
+//!   SRT leg and a multicast leg and back.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -199,7 +204,7 @@ fn listener_serves_ten_callers_byte_exact_and_refuses_a_wrong_passphrase() {
     let relay = t.relay(
         &config(&format!(
             "{{ protocol = \"srt\", address = \"10.10.2.1\", port = 9000, stream_id = \"cam\", \
-             passphrase = \"{PASS}\", key_length = 32, latency_ms = 200, max_callers = 12 }}"
+             passphrase = \"{PASS}\", key_length = 32, latency_ms = 200, max_callers = 14 }}"
         )),
         &[],
     );
@@ -231,7 +236,35 @@ fn listener_serves_ten_callers_byte_exact_and_refuses_a_wrong_passphrase() {
             .spawn()
             .expect("gst-launch-1.0")
     });
-    let expected_callers = 10 + usize::from(gst.is_some());
+    // And ffmpeg's srt:// protocol as a caller, writing the raw bytes it
+    // receives (the data demuxer and muxer: no remuxing).
+    let ff_out = t.dir.join("ffmpeg.ts");
+    let ff = have("ffmpeg").then(|| {
+        Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &t.b,
+                "ffmpeg",
+                "-nostdin",
+                "-hide_banner",
+                "-loglevel",
+                "error",
+                "-f",
+                "data",
+                "-i",
+            ])
+            .arg(format!(
+                "srt://10.10.2.1:9000?mode=caller&streamid=cam&passphrase={PASS}&pbkeylen=32"
+            ))
+            .args(["-map", "0", "-c", "copy", "-flush_packets", "1", "-f", "data", "-y"])
+            .arg(&ff_out)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("ffmpeg")
+    });
+    let expected_callers = 10 + usize::from(gst.is_some()) + usize::from(ff.is_some());
     wait_log(&relay, "SRT caller connected", expected_callers);
 
     // A wrong passphrase is refused in the handshake and logged.
@@ -269,7 +302,7 @@ fn listener_serves_ten_callers_byte_exact_and_refuses_a_wrong_passphrase() {
         }
     });
     assert!(srt.listener);
-    assert_eq!(srt.max_callers, 12);
+    assert_eq!(srt.max_callers, 14);
     assert!(
         srt.callers
             .iter()
@@ -278,7 +311,10 @@ fn listener_serves_ten_callers_byte_exact_and_refuses_a_wrong_passphrase() {
     );
     let (code, text) = ctl(&socket, &["flows"]);
     assert_eq!(code, 0, "{text}");
-    assert!(text.contains("srt listener: 12/12 callers"), "{text}");
+    assert!(
+        text.contains(&format!("srt listener: {expected_callers}/14 callers")),
+        "{text}"
+    );
     assert!(text.contains("=> 10.10.2.2:"), "{text}");
     assert_eq!(
         count(&relay.log(), "SRT caller disconnected"),
@@ -293,6 +329,10 @@ fn listener_serves_ten_callers_byte_exact_and_refuses_a_wrong_passphrase() {
     if let Some(g) = gst {
         finish(g, &gst_out, want.len());
         same(&gst_out, &want);
+    }
+    if let Some(f) = ff {
+        finish(f, &ff_out, want.len());
+        same(&ff_out, &want);
     }
     // The late caller got a tail of the stream, whole TS packets from a
     // datagram boundary (if it connected before the end).
@@ -335,39 +375,52 @@ fn caller_mode_retries_until_the_listener_is_up_then_delivers_byte_exact() {
     let _ = relay.stop();
 }
 
+/// How long the loss test streams: `MCRELAY_SRT_LOSS_SECONDS`, 20 s by
+/// default (CI: the test stays under a minute); the issue's figure is 60.
+fn loss_seconds() -> u32 {
+    std::env::var("MCRELAY_SRT_LOSS_SECONDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&s| s > 0)
+        .unwrap_or(20)
+}
+
 #[test]
-fn five_percent_loss_both_ways_leaves_no_residual_loss() {
+fn five_percent_loss_and_40ms_rtt_leave_no_residual_loss() {
     let Some(t) = topology() else { return };
     if !have("iptables") {
         eprintln!("SKIPPED: iptables not installed");
         return;
     }
-    let n = 6000;
+    let rate = 1000;
+    let seconds = loss_seconds();
+    let n = usize::try_from(rate * seconds).expect("small");
     let file = stream(&t, n);
     let want = fs::read(&file).expect("stream");
     let relay = t.relay(
         &config(
-            "{ protocol = \"srt\", address = \"10.10.2.1\", port = 9000, stream_id = \"cam\", latency_ms = 400 }",
+            "{ protocol = \"srt\", address = \"10.10.2.1\", port = 9000, stream_id = \"cam\", latency_ms = 200 }",
         ),
         &[],
     );
-    let outs: Vec<PathBuf> = (0..3)
-        .map(|i| t.dir.join(format!("lossy-{i}.ts")))
-        .collect();
-    let callers: Vec<Child> = outs
-        .iter()
-        .map(|o| srt_receiver(&t, "srt://10.10.2.1:9000?streamid=cam&latency=400", o))
-        .collect();
-    wait_log(&relay, "SRT caller connected", 3);
-    // 5 % of every UDP datagram between relay and callers, both ways, in B.
-    for chain in ["INPUT", "OUTPUT"] {
+    // 40 ms RTT: what the callers in B send (acknowledgements, loss
+    // reports) held 40 ms by nfdelay; 5 % of every UDP datagram dropped
+    // both ways in B, the drop rule on OUTPUT ahead of the delay.
+    let _delay = mcrelay_testkit::delay::DelayedLink::start(
+        &t.b,
+        7,
+        Duration::from_millis(40),
+        &["OUTPUT", "-p", "udp"],
+    )
+    .expect("nfdelay (cargo build -p mcrelay-testkit)");
+    for (op, chain) in [("-A", "INPUT"), ("-I", "OUTPUT")] {
         sh(&[
             "ip",
             "netns",
             "exec",
             &t.b,
             "iptables",
-            "-A",
+            op,
             chain,
             "-p",
             "udp",
@@ -381,11 +434,31 @@ fn five_percent_loss_both_ways_leaves_no_residual_loss() {
             "DROP",
         ]);
     }
-    send_file(&t, &file, 1000);
+    let outs: Vec<PathBuf> = (0..3)
+        .map(|i| t.dir.join(format!("lossy-{i}.ts")))
+        .collect();
+    let callers: Vec<Child> = outs
+        .iter()
+        .map(|o| srt_receiver(&t, "srt://10.10.2.1:9000?streamid=cam&latency=200", o))
+        .collect();
+    wait_log(&relay, "SRT caller connected", 3);
+    send_file(&t, &file, rate);
     for (c, o) in callers.into_iter().zip(&outs) {
         finish(c, o, want.len());
         same(o, &want);
     }
+    // libsrt's view: the link lost and retransmitted, nothing too late.
+    let snap = snapshot(&t.dir.join("control.sock"));
+    let srt = snap
+        .flow("cam")
+        .and_then(|f| f.outputs.first())
+        .and_then(|o| o.srt.clone())
+        .expect("srt output");
+    for c in &srt.callers {
+        assert!(c.retransmitted > 0, "no loss to repair? {c:?}");
+        assert!(c.rtt_us >= 30_000, "RTT not delayed: {c:?}");
+    }
+    eprintln!("loss test: {seconds} s, {n} datagrams, callers {:?}", srt.callers);
     let _ = relay.stop();
 }
 
@@ -603,28 +676,41 @@ fn receiver_done(mut rx: Child) {
     });
 }
 
-/// A command in its own process group (ended with [`kill_group`]: the
-/// group's id is the child's own PID).
-fn in_group(mut c: Command) -> Child {
+/// A command in its own process group, ended with it when dropped (or
+/// by [`kill_group`]): the group's id is the child's own PID.
+struct Group(Child);
+
+impl Drop for Group {
+    #[allow(unsafe_code)]
+    fn drop(&mut self) {
+        let c = &mut self.0;
+        if c.try_wait().ok().flatten().is_some() {
+            return;
+        }
+        let pgid = i32::try_from(c.id()).expect("pid");
+        // SAFETY: kill(2) with the negative PID of a process group this
+        // test created; no memory is involved.
+        unsafe { libc::kill(-pgid, libc::SIGKILL) };
+        let _ = c.wait();
+    }
+}
+
+fn in_group(mut c: Command) -> Group {
     use std::os::unix::process::CommandExt;
     c.process_group(0);
-    c.spawn().expect("spawn")
+    Group(c.spawn().expect("spawn"))
 }
 
 /// Ends the process group led by `c` (a pipeline started by
-/// [`in_group`]), by its PID.
+/// [`in_group`]), by its PID: SIGTERM first, then SIGKILL on drop.
 #[allow(unsafe_code)]
-fn kill_group(mut c: Child) {
-    let pgid = i32::try_from(c.id()).expect("pid");
+fn kill_group(g: Group) {
+    let pgid = i32::try_from(g.0.id()).expect("pid");
     // SAFETY: kill(2) with the negative PID of a process group this test
     // created; no memory is involved.
     unsafe { libc::kill(-pgid, libc::SIGTERM) };
-    if c.try_wait().ok().flatten().is_none() {
-        std::thread::sleep(Duration::from_millis(300));
-        // SAFETY: as above.
-        unsafe { libc::kill(-pgid, libc::SIGKILL) };
-    }
-    let _ = c.wait();
+    std::thread::sleep(Duration::from_millis(300));
+    drop(g);
 }
 
 /// Python writing `file` to its stdout in 1316-byte writes (atomic on a
@@ -735,9 +821,16 @@ fn srt_input_from_an_ffmpeg_caller_is_relayed_to_multicast_byte_exact() {
     kill_group(second);
     receiver_done(rx);
     same(&out, &want);
-    let s = srt_input(&socket);
+    // The SRT thread publishes its counters once a second.
+    let s = wait_until("the SRT input's counters", || {
+        let s = srt_input(&socket);
+        if s.delivered == n as u64 {
+            Ok(s)
+        } else {
+            Err(format!("{s:?}"))
+        }
+    });
     assert!(s.listener, "{s:?}");
-    assert_eq!(s.delivered, n as u64, "{s:?}");
     assert_eq!((s.drop_queue_full, s.drop_flow_gone), (0, 0), "{s:?}");
     let peer = s.peer.expect("connected");
     assert_eq!(peer.received, n as u64);
@@ -797,10 +890,16 @@ fn srt_input_calls_srt_live_transmit_listener_and_relays_byte_exact() {
     send_local(&t, &file, 7000, 1500);
     receiver_done(rx);
     same(&out, &want);
-    let s = srt_input(&t.dir.join("control.sock"));
+    let s = wait_until("the SRT input's counters", || {
+        let s = srt_input(&t.dir.join("control.sock"));
+        if s.delivered == n as u64 {
+            Ok(s)
+        } else {
+            Err(format!("{s:?}"))
+        }
+    });
     assert!(!s.listener, "{s:?}");
     assert!(s.connect_failures >= 1, "{s:?}");
-    assert_eq!(s.delivered, n as u64, "{s:?}");
     assert_eq!(s.peer.map(|p| p.stream_id), Some("cam".to_owned()));
     kill_group(listener);
     let _ = relay.stop();
