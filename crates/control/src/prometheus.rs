@@ -1878,10 +1878,19 @@ mod tests {
         ];
         assert_eq!(v("mcrelay_srt_input_connected", &listener), 1.0);
         assert_eq!(v("mcrelay_srt_input_connected", &caller), 0.0);
-        assert_eq!(v("mcrelay_srt_input_received_packets_total", &listener), 900.0);
-        assert_eq!(v("mcrelay_srt_input_delivered_packets_total", &listener), 897.0);
+        assert_eq!(
+            v("mcrelay_srt_input_received_packets_total", &listener),
+            900.0
+        );
+        assert_eq!(
+            v("mcrelay_srt_input_delivered_packets_total", &listener),
+            897.0
+        );
         assert_eq!(v("mcrelay_srt_input_lost_packets_total", &listener), 41.0);
-        assert_eq!(v("mcrelay_srt_input_too_late_packets_total", &listener), 2.0);
+        assert_eq!(
+            v("mcrelay_srt_input_too_late_packets_total", &listener),
+            2.0
+        );
         assert_eq!(v("mcrelay_srt_input_refused_total", &listener), 5.0);
         assert_eq!(v("mcrelay_srt_input_connect_failures_total", &caller), 4.0);
         assert_eq!(v("mcrelay_srt_input_rtt_seconds", &listener), 0.04);

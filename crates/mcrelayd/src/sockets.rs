@@ -15,8 +15,8 @@ use mcrelay_relay::fec::{Direction, FecLayout};
 use mcrelay_relay::{LegId, Redundancy};
 use mcrelay_sockets::packet::flow_match;
 use mcrelay_sockets::{
-    EGRESS_SEND_BUFFER_BYTES, HelperClient, HelperError, OpenFlowError, OpenedFlow, OpenedLeg, Zygote,
-    ZygoteError, hung_up, open_flow, watch_hangup,
+    EGRESS_SEND_BUFFER_BYTES, HelperClient, HelperError, OpenFlowError, OpenedFlow, OpenedLeg,
+    Zygote, ZygoteError, hung_up, open_flow, watch_hangup,
 };
 use mcrelay_uring::{FecOutput, FecSocket, FlowSockets, IngressSocket, OutputSocket};
 

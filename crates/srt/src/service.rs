@@ -684,8 +684,9 @@ impl Thread {
             }
         }
         if self.routes.iter().any(|r| r.gone) {
-            let (ended, kept): (Vec<Route>, Vec<Route>) =
-                std::mem::take(&mut self.routes).into_iter().partition(|r| r.gone);
+            let (ended, kept): (Vec<Route>, Vec<Route>) = std::mem::take(&mut self.routes)
+                .into_iter()
+                .partition(|r| r.gone);
             self.routes = kept;
             for r in ended {
                 for c in &r.callers {

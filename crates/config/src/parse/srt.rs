@@ -664,6 +664,9 @@ mod tests {
              outputs = [{ interface = \"eth1\", address = \"239.2.2.2\", port = 6000 }]\n\
              [[flow]]\nname = \"b\"\ninput = { protocol = \"srt\", address = \"0.0.0.0\", port = 9000 }\n\
              outputs = [{ interface = \"eth1\", address = \"239.2.2.3\", port = 6000 }]\n";
-        assert!(error(flows).contains("SRT listener 0.0.0.0:9000 with no stream_id is also flow \"a\"'s"));
+        assert!(
+            error(flows)
+                .contains("SRT listener 0.0.0.0:9000 with no stream_id is also flow \"a\"'s")
+        );
     }
 }
