@@ -1161,8 +1161,9 @@ fn text_capacity(s: &Snapshot) -> usize {
             .filter(|(_, h, _)| !h.payload.is_empty())
             .count()
         + legs;
-    // The SRT families' HELP and TYPE lines: 3 KiB.
-    4096 + 128 * samples + 160 * health + 2048 + 3072
+    // The SRT output families' HELP and TYPE lines: 3 KiB; the SRT input
+    // families': 3 KiB more.
+    4096 + 128 * samples + 160 * health + 2048 + 3072 + 3072
 }
 
 /// OpenMetrics through the Prometheus project's client library.

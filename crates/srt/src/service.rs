@@ -976,6 +976,11 @@ fn apply(s: SocketRef, srt: &SrtOutput) -> Result<(), ffi::SrtError> {
         s.set_i32(Opt::PbKeyLen, i32::from(srt.key_length))?;
     }
     s.set_bool(Opt::EnforcedEncryption, true)?;
+    // Retransmit on every loss report (libsrt 1.5's default, 1, skips a
+    // report that comes within an RTT of the last retransmission): a
+    // little more overhead, and the loss test (5 % both ways, 40 ms RTT,
+    // latency 200 ms) showed residual loss with the default.
+    s.set_i32(Opt::RetransmitAlgo, 0)?;
     Ok(())
 }
 
