@@ -354,6 +354,7 @@ mod tests {
             standby_discarded: 0,
             fec: None,
             srt_inputs: Vec::new(),
+            rist: None,
         }
     }
 

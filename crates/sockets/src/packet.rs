@@ -133,6 +133,7 @@ mod tests {
             receive_buffer_bytes: 1 << 20,
             fec: None,
             srt: None,
+            rist: None,
         }
     }
 

@@ -40,6 +40,7 @@ fn flow(name: &str) -> Loop {
         receive_buffer_bytes: 4 << 20,
         fec: None,
         srt: None,
+        rist: None,
     };
     let receiver = UdpSocket::bind((LOCALHOST, 0)).expect("bind");
     receiver.set_read_timeout(Some(DEADLINE)).expect("timeout");
@@ -54,6 +55,7 @@ fn flow(name: &str) -> Loop {
         source_address: None,
         queue_depth: 256,
         fec: None,
+        rist: None,
         srt: None,
     };
     let outputs = vec![OutputSocket::new(

@@ -38,6 +38,7 @@ fn flow(receiver: &UdpSocket) -> (FlowSockets, SocketAddr) {
         receive_buffer_bytes: 4 << 20,
         fec: None,
         srt: None,
+        rist: None,
     };
     let out = Output {
         interface: "lo".into(),
@@ -47,6 +48,7 @@ fn flow(receiver: &UdpSocket) -> (FlowSockets, SocketAddr) {
         source_address: None,
         queue_depth: 256,
         fec: None,
+        rist: None,
         srt: None,
     };
     let sockets = FlowSockets::new(

@@ -236,6 +236,7 @@ fn recv(args: &RecvArgs) -> anyhow::Result<()> {
         receive_buffer_bytes: args.receive_buffer_bytes,
         fec: None,
         srt: None,
+        rist: None,
     };
     let flow = mcrelay_sockets::packet::flow_match(&input);
     let ifindex = mcrelay_sockets::interface_index(&args.interface)?;

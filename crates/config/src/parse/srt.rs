@@ -29,9 +29,16 @@ const UDP_ONLY_INPUT_KEYS: &[&str] = &[
     "ingress",
     "receive_buffer_bytes",
     "fec",
+    "buffer_ms",
 ];
 /// Keys only a UDP output takes.
-const UDP_ONLY_KEYS: &[&str] = &["interface", "ttl", "source_address", "queue_depth"];
+const UDP_ONLY_KEYS: &[&str] = &[
+    "interface",
+    "ttl",
+    "source_address",
+    "queue_depth",
+    "buffer_ms",
+];
 /// libsrt's longest stream ID.
 const MAX_STREAM_ID: usize = 512;
 
@@ -49,12 +56,14 @@ impl Walker<'_> {
             return Some(false);
         };
         match self.string(v, p, Dotted(at, "protocol"))? {
-            "udp" => Some(false),
+            "udp" | "rist" => Some(false),
             "srt" => Some(true),
             other => {
                 self.err(
                     &v.span(),
-                    format!("{p}{at}.protocol {other:?} is not known; use \"udp\" or \"srt\""),
+                    format!(
+                        "{p}{at}.protocol {other:?} is not known; use \"udp\", \"rist\" or \"srt\""
+                    ),
                 );
                 None
             }
@@ -115,6 +124,7 @@ impl Walker<'_> {
             ingress: IngressKind::Socket,
             receive_buffer_bytes: DEFAULT_RECEIVE_BUFFER_BYTES,
             fec: None,
+            rist: None,
             srt: Some(SrtInput {
                 mode: l.mode,
                 latency_ms: l.latency_ms,
@@ -183,6 +193,7 @@ impl Walker<'_> {
             source_address: None,
             queue_depth: DEFAULT_OUTPUT_QUEUE_DEPTH,
             fec: None,
+            rist: None,
             srt: Some(SrtOutput {
                 mode: l.mode,
                 latency_ms: l.latency_ms,
@@ -447,8 +458,8 @@ mod tests {
     fn srt_errors_name_the_field_and_the_fix() {
         let cases = [
             (
-                r#"{ protocol = "rist", address = "0.0.0.0", port = 9000 }"#,
-                "outputs[0].protocol \"rist\" is not known; use \"udp\" or \"srt\"",
+                r#"{ protocol = "zixi", address = "0.0.0.0", port = 9000 }"#,
+                "outputs[0].protocol \"zixi\" is not known; use \"udp\", \"rist\" or \"srt\"",
             ),
             (
                 r#"{ protocol = "srt", address = "0.0.0.0", port = 900 }"#,
@@ -623,8 +634,8 @@ mod tests {
                 "input.latency_ms is only for an SRT input; add protocol = \"srt\" or remove it",
             ),
             (
-                r#"{ protocol = "rist", address = "0.0.0.0", port = 9000 }"#,
-                "input.protocol \"rist\" is not known; use \"udp\" or \"srt\"",
+                r#"{ protocol = "rtp", address = "0.0.0.0", port = 9000 }"#,
+                "input.protocol \"rtp\" is not known; use \"udp\", \"rist\" or \"srt\"",
             ),
         ];
         for (input, want) in cases {

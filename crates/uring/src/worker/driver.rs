@@ -68,6 +68,8 @@ pub(super) struct Worker {
     pub(super) attention: super::attention::Attention,
     /// Flows being removed, until their last send completes.
     pub(super) removing: Vec<FlowId>,
+    /// RIST's RTCP reads ([`Worker::service_rist`]).
+    pub(super) rist_io: super::rist::RistIo,
 }
 
 impl Worker {
@@ -171,6 +173,7 @@ impl Worker {
             wake_armed: false,
             attention: super::attention::Attention::default(),
             removing: Vec::new(),
+            rist_io: super::rist::RistIo::default(),
         };
         let flows = config.flows.len();
         for f in config.flows {
@@ -274,6 +277,9 @@ impl Worker {
             if by_interval {
                 wait_ns = wait_ns.min(interval_ns);
             }
+            if self.core.has_rist() {
+                wait_ns = wait_ns.min(super::rist::RIST_POLL_NS);
+            }
             let want = usize::from(wait_ns > 0 && !ring_pending);
             let tick = Timespec::new().nsec(u32::try_from(wait_ns).unwrap_or(100_000_000));
             let args = SubmitArgs::new().timespec(&tick);
@@ -329,6 +335,7 @@ impl Worker {
                 // came, the merge window, failover. What they release is
                 // sent now.
                 self.core.tick(self.now_ns);
+                self.service_rist();
                 self.flush_sends();
                 self.settle_health();
             }

@@ -68,6 +68,8 @@ pub(super) struct Flow {
     /// (after the configured ones) and the matrix, for
     /// `Core::enable_fec_output` once the flow has its number.
     pub(super) fec_outputs: Vec<(OutputId, OutputId, OutputId, FecLayout)>,
+    /// RTCP sockets of RIST legs and outputs (`Worker::service_rist`).
+    pub(super) rist: Vec<super::rist::RistRtcp>,
 }
 
 impl Flow {
@@ -80,6 +82,15 @@ impl Flow {
     pub(super) fn new(f: FlowSockets, gso: bool) -> (Self, CoreFlow) {
         let mut f = f;
         let configured = f.outputs.len();
+        let legs_in = f.legs.len();
+        let rist = std::mem::take(&mut f.rist)
+            .into_iter()
+            .filter(|s| match s.end {
+                super::RistEnd::Leg(l) => l.index() < legs_in,
+                super::RistEnd::Output(o) => o < configured,
+            })
+            .map(super::rist::RistRtcp::new)
+            .collect();
         let mut fec_outputs = Vec::new();
         for fo in std::mem::take(&mut f.fec_outputs) {
             if fo.output >= configured {
@@ -122,6 +133,7 @@ impl Flow {
             _outputs: f.outputs.into_iter().map(|o| o.socket).collect(),
             drained: false,
             fec_outputs,
+            rist,
         };
         let core = CoreFlow {
             outputs: specs,

@@ -28,6 +28,7 @@ mod commands;
 mod driver;
 mod flow;
 mod receive;
+mod rist;
 mod wake;
 
 use std::io;
@@ -104,6 +105,38 @@ pub struct FlowSockets {
     /// SMPTE 2022-1 FEC of outputs with `fec` (see
     /// [`FlowSockets::with_fec_outputs`]).
     pub fec_outputs: Vec<FecOutput>,
+    /// The RTCP sockets of RIST legs and outputs (see
+    /// [`FlowSockets::with_rist`]).
+    pub rist: Vec<RistSocket>,
+}
+
+/// Which side of a flow a RIST RTCP socket serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RistEnd {
+    /// A RIST input: NACKs and receiver reports go to its sender.
+    Leg(mcrelay_relay::LegId),
+    /// A RIST output (index in `outputs`): its receivers' NACKs come in,
+    /// sender reports go out.
+    Output(usize),
+}
+
+/// The RTCP socket (the media port + 1) of a RIST leg or output, and its
+/// buffer. The worker reads and writes it without io_uring (RTCP is a
+/// few datagrams per second and per NACK burst, not the packet path):
+/// non-blocking `recv_from`/`send_to` at most every millisecond.
+#[derive(Debug)]
+pub struct RistSocket {
+    pub end: RistEnd,
+    /// `buffer_ms`: kept for retransmission (output) or waited for
+    /// before a gap is skipped (input).
+    pub buffer_ms: u32,
+    /// A leg's: bound to its address, port + 1. An output's: not
+    /// connected (see `mcrelay_sockets::open_flow`).
+    pub socket: UdpSocket,
+    /// An output's: its address, port + 1 (where reports go; for a
+    /// unicast output, the only address RTCP is taken from). A leg's:
+    /// `None`, the sender's address is learned from its RTCP.
+    pub peer: Option<std::net::SocketAddr>,
 }
 
 /// An output's 2022-1 FEC: the matrix and the sockets its column (port +
@@ -140,6 +173,7 @@ impl FlowSockets {
             redundancy: Redundancy::Single,
             fec: Vec::new(),
             fec_outputs: Vec::new(),
+            rist: Vec::new(),
         }
     }
 
@@ -160,6 +194,7 @@ impl FlowSockets {
             redundancy,
             fec: Vec::new(),
             fec_outputs: Vec::new(),
+            rist: Vec::new(),
         }
     }
 
@@ -177,6 +212,12 @@ impl FlowSockets {
             fec_outputs,
             ..self
         }
+    }
+
+    /// With RIST on the legs and outputs these sockets name (one naming
+    /// none is ignored by the worker).
+    pub fn with_rist(self, rist: Vec<RistSocket>) -> Self {
+        Self { rist, ..self }
     }
 
     /// With stream-health settings other than the default (`udp`).
