@@ -10,6 +10,7 @@
 #   experiments/srt-cost/run.sh                      # release build, then measure
 #   experiments/srt-cost/run.sh --bin target/release --rate 2000 --seconds 10 --reps 3
 #   /work/shared/tools/quiet -- experiments/srt-cost/run.sh --bin target/release
+#   experiments/srt-cost/run.sh --ceiling "5000 10000 20000"   # rates of the ceiling run
 #
 # Needs root, srt-live-transmit and python3. Every packet stays inside the
 # three namespaces it creates (mcsrt-PID-{a,r,b}) and removes on exit; the
@@ -17,7 +18,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-bin="" rate=2000 seconds=10 reps=3 counts="1 10 50"
+bin="" rate=2000 seconds=10 reps=3 counts="1 10 50" ceiling="5000 10000 20000 40000 80000"
 while (($#)); do
     case $1 in
         --bin) bin=$2; shift 2 ;;
@@ -25,7 +26,8 @@ while (($#)); do
         --seconds) seconds=$2; shift 2 ;;
         --reps) reps=$2; shift 2 ;;
         --counts) counts=$2; shift 2 ;;
-        -h | --help) sed -n '2,17p' "$0"; exit 0 ;;
+        --ceiling) ceiling=$2; shift 2 ;;
+        -h | --help) sed -n '2,18p' "$0"; exit 0 ;;
         *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -34,7 +36,7 @@ for tool in ip python3 srt-live-transmit iptables; do
     command -v "$tool" >/dev/null || { echo "run.sh: $tool is missing" >&2; exit 2; }
 done
 if [[ -z $bin ]]; then
-    (cd "$root" && cargo build --release -p mcrelayd -p mcrelayctl -p mcrelay-loadgen)
+    (cd "$root" && cargo build --release -p mcrelayd -p mcrelay-helper -p mcrelayctl -p mcrelay-loadgen)
     bin=$root/target/release
 fi
 bin=$(cd "$bin" && pwd)
@@ -144,7 +146,7 @@ hz = os.sysconf('SC_CLK_TCK')
 cpu = ($c1 - $c0) / hz
 d = $d1 - $d0
 sent = $rate * $seconds * $n
-print(f'$kind n=$n cpu_s={cpu:.2f} delivered={d} of {sent} us_per_datagram={cpu / max(d, 1) * 1e6:.2f}')"
+print(f'$kind n=$n rate=$rate cpu_s={cpu:.2f} delivered={d} of {sent} ({100 * d / max(sent, 1):.2f} %) us_per_datagram={cpu / max(d, 1) * 1e6:.2f}')"
 }
 
 echo "srt-cost: rate=$rate/s seconds=$seconds reps=$reps counts=[$counts] bin=$bin"
@@ -154,4 +156,13 @@ for ((k = 0; k < reps; k++)); do
             measure "$kind" "$n"
         done
     done
+done
+
+# The throughput ceiling with 10 SRT callers: the same measurement at
+# rising input rates, 3 s each; the ceiling is the highest rate at which
+# (nearly) every datagram reached every caller.
+echo "srt-cost: ceiling with 10 callers, rates [$ceiling]"
+for rate in $ceiling; do
+    seconds=3
+    measure srt 10
 done

@@ -118,6 +118,11 @@ pub struct Input {
     pub receive_buffer_bytes: u32,
     /// Forward error correction received beside the stream (`fec`).
     pub fec: Option<InputFec>,
+    /// `protocol = "srt"`: the SRT settings; `None` for a UDP input. An
+    /// SRT input has no `interface` (empty here): a listener binds
+    /// `address:port`, a caller connects to it; the daemon opens it
+    /// itself, never the helper.
+    pub srt: Option<SrtInput>,
     /// `protocol = "rist"`: RIST simple profile (NACKs to the sender from
     /// port + 1); `None` for plain RTP/UDP.
     pub rist: Option<Rist>,
@@ -231,6 +236,51 @@ impl fmt::Debug for SrtOutput {
             .field("max_callers", &self.max_callers)
             .field("stream_id", &self.stream_id)
             .finish()
+    }
+}
+
+/// An input's SRT settings (`protocol = "srt"` on `input` or a leg of
+/// `inputs`): one SRT connection whose datagrams feed the flow.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct SrtInput {
+    /// Listener: waits for one caller at a time (a second one is refused);
+    /// caller: connects out, reconnecting with back-off.
+    pub mode: SrtMode,
+    /// TSBPD latency in milliseconds (`SRTO_LATENCY`).
+    pub latency_ms: u32,
+    /// AES passphrase (10 to 79 characters); a peer without it is refused.
+    pub passphrase: Option<String>,
+    /// AES key length in bytes: 16, 24 or 32 (only with a passphrase).
+    pub key_length: u8,
+    /// The stream ID a caller must present (listener), or sends (caller).
+    pub stream_id: Option<String>,
+}
+
+impl fmt::Debug for SrtInput {
+    /// Never prints the passphrase.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SrtInput")
+            .field("mode", &self.mode)
+            .field("latency_ms", &self.latency_ms)
+            .field("passphrase", &self.passphrase.as_ref().map(|_| "<set>"))
+            .field("key_length", &self.key_length)
+            .field("stream_id", &self.stream_id)
+            .finish()
+    }
+}
+
+impl SrtInput {
+    /// The same settings as an SRT output's, serving one peer: what the
+    /// SRT thread applies to a socket.
+    pub fn as_output(&self) -> SrtOutput {
+        SrtOutput {
+            mode: self.mode,
+            latency_ms: self.latency_ms,
+            passphrase: self.passphrase.clone(),
+            key_length: self.key_length,
+            max_callers: 1,
+            stream_id: self.stream_id.clone(),
+        }
     }
 }
 
@@ -410,12 +460,19 @@ impl Flow {
         &self.inputs[0]
     }
 
-    /// Every socket the flow receives on: its legs in order, then for
-    /// each leg with `fec = "2022-1"` (in leg order) its column and row
-    /// FEC ports (port + 2 and + 4, same address, interface and source),
-    /// then for each RIST leg (in leg order) its RTCP port (port + 1).
+    /// The legs the helper opens (UDP and packet ingress), in config
+    /// order; SRT legs are the daemon's own.
+    pub fn udp_inputs(&self) -> impl Iterator<Item = &Input> {
+        self.inputs.iter().filter(|i| i.srt.is_none())
+    }
+
+    /// Every socket the helper opens for the flow to receive on: its UDP
+    /// legs (not SRT ones, the daemon's own) in order, then for each leg
+    /// with `fec = "2022-1"` (in leg order) its column and row FEC ports
+    /// (port + 2 and + 4, same address, interface and source), then for
+    /// each RIST leg (in leg order) its RTCP port (port + 1).
     pub fn receive_inputs(&self) -> Vec<Input> {
-        let mut all = self.inputs.clone();
+        let mut all: Vec<Input> = self.udp_inputs().cloned().collect();
         for input in &self.inputs {
             if input.fec == Some(InputFec::Smpte2022_1) {
                 for offset in [2, 4] {
@@ -476,13 +533,12 @@ impl Flow {
         all
     }
 
-    /// The interfaces the flow needs up: every leg's and every output's,
-    /// in that order (with repeats).
+    /// The interfaces the flow needs up: every UDP leg's and every UDP
+    /// output's, in that order (with repeats); SRT ones name none.
     pub fn interfaces(&self) -> impl Iterator<Item = &str> {
-        self.inputs
-            .iter()
+        self.udp_inputs()
             .map(|i| i.interface.as_str())
-            .chain(self.outputs.iter().map(|o| o.interface.as_str()))
+            .chain(self.udp_outputs().map(|o| o.interface.as_str()))
     }
 }
 
@@ -499,8 +555,20 @@ impl Input {
 }
 
 impl fmt::Display for Input {
-    /// `eth0 239.1.1.1:5000`, with ` from 10.1.1.1` for SSM inputs.
+    /// `eth0 239.1.1.1:5000`, with ` from 10.1.1.1` for SSM inputs, or
+    /// `srt listener 0.0.0.0:9000 stream_id "a"`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(s) = &self.srt {
+            let mode = match s.mode {
+                SrtMode::Listener => "listener",
+                SrtMode::Caller => "caller",
+            };
+            write!(f, "srt {mode} {}", self.socket_addr())?;
+            if let Some(id) = &s.stream_id {
+                write!(f, " stream_id {id:?}")?;
+            }
+            return Ok(());
+        }
         write!(f, "{} {}", self.interface, self.socket_addr())?;
         if let Some(source) = self.source {
             write!(f, " from {source}")?;
@@ -940,6 +1008,7 @@ mod tests {
                 ingress: IngressKind::Socket,
                 receive_buffer_bytes: DEFAULT_RECEIVE_BUFFER_BYTES,
                 fec: None,
+                srt: None,
                 rist: None,
             }],
             redundancy: Redundancy::Single,

@@ -65,6 +65,11 @@ const INPUT_KEYS: &[&str] = &[
     "fec",
     "protocol",
     "buffer_ms",
+    "mode",
+    "latency_ms",
+    "passphrase",
+    "key_length",
+    "stream_id",
 ];
 const OUTPUT_KEYS: &[&str] = &[
     "interface",
@@ -757,7 +762,18 @@ impl<'t> Walker<'t> {
         // `input` (one leg) or `inputs` (2 to 4): see `legs`.
         let inputs = self.legs(t, &span, p);
         if let Some(legs) = &inputs {
-            parts.inputs.clone_from(legs);
+            // An SRT listener input is checked with the SRT listeners (a
+            // port may carry several flows by stream ID); an SRT caller
+            // input calls someone else's listener.
+            for (leg, at) in legs {
+                match &leg.srt {
+                    None => parts.inputs.push((leg.clone(), *at)),
+                    Some(s) if s.mode == SrtMode::Listener => parts
+                        .srt_listeners
+                        .push(((leg.address, leg.port, s.stream_id.clone()), *at)),
+                    Some(_) => {}
+                }
+            }
         }
 
         let mut outputs = Vec::new();
@@ -885,6 +901,12 @@ impl<'t> Walker<'t> {
             self.err(&at, format!("{p}spread can't be used with an SRT output (its callers are served by one SRT thread); remove spread or the SRT output"));
             ok = false;
         }
+        let srt_input = inputs.iter().flatten().any(|(i, _)| i.srt.is_some());
+        if spread.is_some_and(|n| n > 1) && srt_input {
+            let at = t.get("spread").map_or(span.clone(), Spanned::span);
+            self.err(&at, format!("{p}spread can't be used with an SRT input (one SRT connection feeds one worker); remove spread or the SRT input"));
+            ok = false;
+        }
         let health = self.health(t, p);
         ok &= health.is_some();
         let redundancy = self.redundancy(
@@ -949,7 +971,10 @@ impl<'t> Walker<'t> {
         let t = self.table(v, p, path)?;
         self.check_keys(t, INPUT_KEYS, p, Inside(path));
         let span = v.span();
-        let mut ok = true;
+        if self.is_srt(t, p, path)? {
+            return self.srt_input(t, &span, p, path);
+        }
+        let mut ok = self.no_srt_keys(t, p, path, "input");
         let interface = match t.get("interface") {
             Some(v) => self.interface(v, p, Dotted(path, "interface")),
             None => {
@@ -1102,6 +1127,7 @@ impl<'t> Walker<'t> {
             ingress,
             receive_buffer_bytes,
             fec,
+            srt: None,
             rist,
         })
     }
@@ -1111,10 +1137,10 @@ impl<'t> Walker<'t> {
         let t = self.table(v, p, Indexed("outputs", i))?;
         self.check_keys(t, OUTPUT_KEYS, p, Inside(Indexed("outputs", i)));
         let span = v.span();
-        if self.is_srt(t, p, i)? {
+        if self.is_srt(t, p, Indexed("outputs", i))? {
             return self.srt_output(t, &span, p, i);
         }
-        let mut ok = self.no_srt_keys(t, p, i);
+        let mut ok = self.no_srt_keys(t, p, Indexed("outputs", i), "output");
         let interface = match t.get("interface") {
             Some(v) => self.interface(v, p, path("interface")),
             None => {
@@ -1625,11 +1651,11 @@ spread = 2"#;
         ));
         assert!(e.contains("needs ingress = \"socket\""), "{e}");
         let e = error(&flow(
-            r#"{ interface = "eth0", address = "239.1.1.1", port = 5000, protocol = "srt" }"#,
+            r#"{ interface = "eth0", address = "239.1.1.1", port = 5000, protocol = "rtp" }"#,
             OUT,
         ));
         assert!(
-            e.contains("input.protocol \"srt\" is not known; use \"udp\" or \"rist\""),
+            e.contains("input.protocol \"rtp\" is not known; use \"udp\", \"rist\" or \"srt\""),
             "{e}"
         );
         let e = error(&flow(
@@ -1782,6 +1808,7 @@ outputs = [{ interface = "eth1", address = "239.2.2.2", port = 6000, ttl = 255, 
                 ingress: IngressKind::Packet,
                 receive_buffer_bytes: 1024,
                 fec: None,
+                srt: None,
                 rist: None,
             }
         );
@@ -1855,7 +1882,7 @@ outputs = [{ interface = "eth1", address = "239.2.2.2", port = 6000, ttl = 255, 
             [
                 "t.toml:3:9: flow \"x\": input.address is missing; add address = \"239.1.1.1\"",
                 "t.toml:3:31: flow \"x\": unknown key \"adress\" in input (expected one of: \
-                 interface, address, port, source, ingress, receive_buffer_bytes, fec, protocol, buffer_ms)",
+                 interface, address, port, source, ingress, receive_buffer_bytes, fec, protocol, buffer_ms, mode, latency_ms, passphrase, key_length, stream_id)",
             ]
         );
     }

@@ -135,6 +135,7 @@ fn emit_all(mut m: Exposition, s: &Snapshot) -> Exposition {
     rist_families(&mut m, s);
     output_families(&mut m, s);
     srt_families(&mut m, s);
+    srt_input_families(&mut m, s);
     worker_families(&mut m, s);
     m
 }
@@ -855,6 +856,116 @@ fn srt_families(m: &mut Exposition, s: &Snapshot) {
     }
 }
 
+/// SRT inputs: per input (one series each, labelled by flow, input and
+/// mode), whether its peer is connected, what it received and handed the
+/// worker, what was dropped on the way (by reason), libsrt's receive
+/// losses, refusals and reconnections, and the RTT.
+fn srt_input_families(m: &mut Exposition, s: &Snapshot) {
+    use crate::snapshot::SrtInputSnapshot;
+    let inputs = || {
+        s.flows
+            .iter()
+            .flat_map(|f| f.srt_inputs.iter().map(move |i| (f, i)))
+    };
+    let mode = |i: &SrtInputSnapshot| if i.listener { "listener" } else { "caller" };
+    type InputValue = fn(&SrtInputSnapshot) -> u64;
+    let families: [(&str, Kind, &str, InputValue); 8] = [
+        (
+            "mcrelay_srt_input_connected",
+            Kind::Gauge,
+            "1 while the SRT input's peer is connected (a listener: its caller; a caller: its connection).",
+            |i| u64::from(i.peer.is_some()),
+        ),
+        (
+            "mcrelay_srt_input_received_packets_total",
+            Kind::Counter,
+            "Datagrams the SRT input received from its peer.",
+            |i| i.datagrams,
+        ),
+        (
+            "mcrelay_srt_input_delivered_packets_total",
+            Kind::Counter,
+            "Datagrams of the SRT input handed to the flow's worker.",
+            |i| i.delivered,
+        ),
+        (
+            "mcrelay_srt_input_lost_packets_total",
+            Kind::Counter,
+            "Packets libsrt found missing on the SRT input (before retransmission), over its current connection.",
+            |i| i.peer.as_ref().map_or(0, |p| p.lost),
+        ),
+        (
+            "mcrelay_srt_input_too_late_packets_total",
+            Kind::Counter,
+            "Packets libsrt dropped on the SRT input as too late for its latency (residual loss), over its current connection.",
+            |i| i.peer.as_ref().map_or(0, |p| p.too_late),
+        ),
+        (
+            "mcrelay_srt_input_refused_total",
+            Kind::Counter,
+            "Callers the SRT input refused: a second caller while one is connected, unknown stream ID, wrong or missing passphrase.",
+            |i| i.refused,
+        ),
+        (
+            "mcrelay_srt_input_disconnects_total",
+            Kind::Counter,
+            "Connections of the SRT input that ended.",
+            |i| i.disconnects,
+        ),
+        (
+            "mcrelay_srt_input_connect_failures_total",
+            Kind::Counter,
+            "Failed connection attempts of an SRT caller input.",
+            |i| i.connect_failures,
+        ),
+    ];
+    for (name, kind, help, value) in families {
+        m.family(name, kind, help);
+        for (f, i) in inputs() {
+            m.sample(
+                name,
+                &[("flow", &f.name), ("input", &i.label), ("mode", mode(i))],
+                value(i),
+            );
+        }
+    }
+    let name = "mcrelay_srt_input_dropped_packets_total";
+    m.family(
+        name,
+        Kind::Counter,
+        "Datagrams of the SRT input dropped before its worker, by reason: queue_full (the worker's queue was full), flow_gone (the flow was being removed).",
+    );
+    for (f, i) in inputs() {
+        for (reason, v) in [
+            ("queue_full", i.drop_queue_full),
+            ("flow_gone", i.drop_flow_gone),
+        ] {
+            m.sample(
+                name,
+                &[("flow", &f.name), ("input", &i.label), ("reason", reason)],
+                v,
+            );
+        }
+    }
+    let name = "mcrelay_srt_input_rtt_seconds";
+    m.family(
+        name,
+        Kind::Gauge,
+        "Smoothed round-trip time to the SRT input's peer.",
+    );
+    for (f, i) in inputs() {
+        if let Some(p) = &i.peer {
+            #[allow(clippy::cast_precision_loss)]
+            let rtt = p.rtt_us as f64 / 1e6;
+            m.sample(
+                name,
+                &[("flow", &f.name), ("input", &i.label), ("mode", mode(i))],
+                Float(rtt),
+            );
+        }
+    }
+}
+
 fn worker_families(m: &mut Exposition, s: &Snapshot) {
     type PoolValue = fn(&PoolClassSnapshot) -> u64;
     let pools: [(&str, Kind, &str, PoolValue); 5] = [
@@ -1102,7 +1213,8 @@ fn text_capacity(s: &Snapshot) -> usize {
         .flat_map(|f| &f.outputs)
         .filter_map(|o| o.srt.as_ref())
         .map(|r| 6 + 7 * r.callers.len())
-        .sum();
+        .sum::<usize>()
+        + 11 * s.flows.iter().map(|f| f.srt_inputs.len()).sum::<usize>();
     // A RIST flow: 8 samples.
     let rist = 8 * s.flows.iter().filter(|f| f.rist.is_some()).count();
     let samples = 7 * s.flows.len() + 7 * outputs + 5 * pools + 3 * s.workers.len() + srt + rist;
@@ -1118,8 +1230,9 @@ fn text_capacity(s: &Snapshot) -> usize {
             .filter(|(_, h, _)| !h.payload.is_empty())
             .count()
         + legs;
-    // The SRT families' HELP and TYPE lines: 3 KiB; RIST's: 2 KiB.
-    4096 + 128 * samples + 160 * health + 2048 + 3072 + 2048
+    // The SRT output families' HELP and TYPE lines: 3 KiB; the SRT input
+    // families': 3 KiB; RIST's: 2 KiB.
+    4096 + 128 * samples + 160 * health + 2048 + 3072 + 3072 + 2048
 }
 
 /// OpenMetrics through the Prometheus project's client library.
@@ -1823,6 +1936,82 @@ mod tests {
         assert!(parse_sample("ok{__a=\"x\"} 1").is_err());
         assert!(parse_sample("ok 1x").is_err());
         assert!(parse_sample("ok{a=\"x\",b=\"y\"} 2").is_ok());
+    }
+
+    #[test]
+    fn srt_input_families() {
+        use crate::snapshot::{SrtInputSnapshot, SrtPeerSnapshot};
+        let mut s = sample();
+        s.flows[0].srt_inputs = vec![
+            SrtInputSnapshot {
+                leg: 0,
+                label: "srt://0.0.0.0:9000".into(),
+                listener: true,
+                peer: Some(SrtPeerSnapshot {
+                    peer: "10.0.0.9:40000".into(),
+                    received: 900,
+                    lost: 41,
+                    too_late: 2,
+                    rtt_us: 40_000,
+                    ..SrtPeerSnapshot::default()
+                }),
+                datagrams: 900,
+                delivered: 897,
+                drop_queue_full: 3,
+                refused: 5,
+                ..SrtInputSnapshot::default()
+            },
+            SrtInputSnapshot {
+                leg: 1,
+                label: "srt://192.0.2.1:9000?mode=caller".into(),
+                connect_failures: 4,
+                ..SrtInputSnapshot::default()
+            },
+        ];
+        let text = render_metrics(&s);
+        assert!(text.len() <= text_capacity(&s));
+        let (samples, _) = check(&text);
+        let v = |name, labels: &[(&str, &str)]| find(&samples, name, labels).value;
+        let name = s.flows[0].name.as_str();
+        let listener = [
+            ("flow", name),
+            ("input", "srt://0.0.0.0:9000"),
+            ("mode", "listener"),
+        ];
+        let caller = [
+            ("flow", name),
+            ("input", "srt://192.0.2.1:9000?mode=caller"),
+            ("mode", "caller"),
+        ];
+        assert_eq!(v("mcrelay_srt_input_connected", &listener), 1.0);
+        assert_eq!(v("mcrelay_srt_input_connected", &caller), 0.0);
+        assert_eq!(
+            v("mcrelay_srt_input_received_packets_total", &listener),
+            900.0
+        );
+        assert_eq!(
+            v("mcrelay_srt_input_delivered_packets_total", &listener),
+            897.0
+        );
+        assert_eq!(v("mcrelay_srt_input_lost_packets_total", &listener), 41.0);
+        assert_eq!(
+            v("mcrelay_srt_input_too_late_packets_total", &listener),
+            2.0
+        );
+        assert_eq!(v("mcrelay_srt_input_refused_total", &listener), 5.0);
+        assert_eq!(v("mcrelay_srt_input_connect_failures_total", &caller), 4.0);
+        assert_eq!(v("mcrelay_srt_input_rtt_seconds", &listener), 0.04);
+        assert_eq!(
+            v(
+                "mcrelay_srt_input_dropped_packets_total",
+                &[
+                    ("flow", name),
+                    ("input", "srt://0.0.0.0:9000"),
+                    ("reason", "queue_full")
+                ]
+            ),
+            3.0
+        );
     }
 
     #[test]

@@ -230,6 +230,35 @@ pub fn render_flows(s: &Snapshot, rates: Option<&Rates>) -> String {
                 health_text(&leg.health),
             ]);
         }
+        // An SRT input, one row each: its peer, what reached the worker.
+        for si in &flow.srt_inputs {
+            let dropped = si.drop_queue_full + si.drop_flow_gone;
+            table.row(vec![
+                String::new(),
+                String::new(),
+                match &si.peer {
+                    Some(p) => format!("<= {} from {}", si.label, p.peer),
+                    None => format!("<= {}", si.label),
+                },
+                String::new(),
+                human_count(si.delivered),
+                String::new(),
+                String::new(),
+                si.peer
+                    .as_ref()
+                    .map(|p| human_bits_per_second(p.receive_bps as f64))
+                    .unwrap_or_default(),
+                if dropped > 0 {
+                    format!(
+                        "queue_full={} flow_gone={}",
+                        si.drop_queue_full, si.drop_flow_gone
+                    )
+                } else {
+                    "none".to_owned()
+                },
+                srt_input_text(si),
+            ]);
+        }
         for output in &flow.outputs {
             let or = fr.and_then(|r| r.output(&output.label));
             table.row(vec![
@@ -414,6 +443,31 @@ fn redundancy_text(r: &crate::snapshot::RedundancySnapshot) -> String {
             text
         }
     }
+}
+
+/// An SRT input's HEALTH cell: `srt input listener: connected, rtt 40.1
+/// ms, lost 12, too late 0`.
+pub fn srt_input_text(s: &crate::snapshot::SrtInputSnapshot) -> String {
+    let mode = if s.listener { "listener" } else { "caller" };
+    let mut t = match &s.peer {
+        Some(p) => format!(
+            "srt input {mode}: connected, rtt {:.1} ms, lost {}, too late {}",
+            p.rtt_us as f64 / 1000.0,
+            human_count(p.lost),
+            human_count(p.too_late)
+        ),
+        None => format!("srt input {mode}: not connected"),
+    };
+    if s.refused > 0 {
+        let _ = write!(t, ", {} refused", human_count(s.refused));
+    }
+    if s.connect_failures > 0 {
+        let _ = write!(t, ", {} failed connects", human_count(s.connect_failures));
+    }
+    if let Some(e) = &s.error {
+        let _ = write!(t, " ({e})");
+    }
+    t
 }
 
 /// An SRT output's HEALTH cell: `listener: 3/16 callers, 2 refused`.

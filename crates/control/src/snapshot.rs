@@ -159,6 +159,10 @@ pub struct FlowSnapshot {
     /// summed over its legs. Absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fec: Option<FecSnapshot>,
+    /// The flow's SRT inputs (legs with `protocol = "srt"`), in leg
+    /// order. Absent for a flow without one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub srt_inputs: Vec<SrtInputSnapshot>,
     /// A flow with a RIST input or output: NACKs, retransmissions and the
     /// RTT, summed over them. Absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -191,6 +195,62 @@ pub struct RistSnapshot {
     /// Output: RTT to the receivers from their reports, in microseconds
     /// (0: no sample yet).
     pub output_rtt_us: u64,
+}
+
+/// One SRT input: its connection (the caller connected to it, or its own
+/// connection out) and what the SRT thread handed the worker.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SrtInputSnapshot {
+    /// Its leg in the flow (0 for `input`).
+    pub leg: usize,
+    /// `srt://0.0.0.0:9000`, `?mode=caller`, `&streamid=...`.
+    pub label: String,
+    /// Waits for a caller (one at a time) rather than calling out.
+    pub listener: bool,
+    /// The connected peer, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer: Option<SrtPeerSnapshot>,
+    /// Datagrams received from the peer.
+    pub datagrams: u64,
+    /// Of those, handed to the worker.
+    pub delivered: u64,
+    /// Dropped: the worker's queue (the socket pair) was full.
+    pub drop_queue_full: u64,
+    /// Dropped: the flow had stopped reading (it was being removed).
+    pub drop_flow_gone: u64,
+    /// Callers accepted, or connections made.
+    pub connects: u64,
+    /// Callers refused: a second caller while one is connected, unknown
+    /// stream ID, wrong or missing passphrase.
+    pub refused: u64,
+    /// Connections ended.
+    pub disconnects: u64,
+    /// Failed connection attempts (caller mode).
+    pub connect_failures: u64,
+    /// The listener couldn't open, or the last connect error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// The peer of an SRT input.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SrtPeerSnapshot {
+    /// `address:port` of the peer.
+    pub peer: String,
+    pub stream_id: String,
+    /// Unix time (s) it connected.
+    pub connected_since: u64,
+    /// Datagrams received from it.
+    pub received: u64,
+    /// libsrt: packets found missing on receipt (before retransmission).
+    pub lost: u64,
+    /// libsrt: packets dropped as too late for the latency (residual
+    /// loss: never delivered).
+    pub too_late: u64,
+    /// Smoothed round-trip time, microseconds.
+    pub rtt_us: u64,
+    /// Receive rate over the last interval, bits per second.
+    pub receive_bps: u64,
 }
 
 /// SMPTE 2022-1 FEC decoding on a flow's inputs. Repaired packets are
@@ -761,6 +821,7 @@ pub(crate) fn sample() -> Snapshot {
             redundancy: None,
             standby_discarded: 9,
             fec: None,
+            srt_inputs: Vec::new(),
             rist: None,
         }],
         mode: crate::Mode::Active,

@@ -121,12 +121,8 @@ fn on_this_host(config: &Config, found: &mut Findings, local: &dyn Fn(IpAddr) ->
     }
     let mut missing: Vec<&str> = Vec::new();
     for f in config.flows.iter() {
-        let names = f
-            .inputs
-            .iter()
-            .map(|i| i.interface.as_str())
-            .chain(f.outputs.iter().map(|o| o.interface.as_str()));
-        for name in names {
+        // SRT inputs and outputs name no interface.
+        for name in f.interfaces() {
             if !missing.contains(&name) && mcrelay_sys::net::interface_index(name).is_err() {
                 missing.push(name);
                 found.warnings.push(format!(

@@ -154,7 +154,7 @@ pub fn capped_receive_buffers(config: &Config, sysctls: &Sysctls) -> Option<(usi
     let (n, largest) = config
         .flows
         .iter()
-        .flat_map(|f| &f.inputs)
+        .flat_map(|f| f.udp_inputs())
         .map(|i| u64::from(i.receive_buffer_bytes))
         .filter(|&b| b > max)
         .fold((0usize, 0u64), |(n, l), b| (n + 1, l.max(b)));

@@ -10,13 +10,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use mcrelay_config::{Flow, IngressKind, Output};
+use mcrelay_config::{Flow, IngressKind, Input, Output};
 use mcrelay_relay::fec::{Direction, FecLayout};
 use mcrelay_relay::{LegId, Redundancy};
 use mcrelay_sockets::packet::flow_match;
 use mcrelay_sockets::{
-    EGRESS_SEND_BUFFER_BYTES, HelperClient, HelperError, OpenFlowError, OpenedFlow, Zygote,
-    ZygoteError, hung_up, open_flow, watch_hangup,
+    EGRESS_SEND_BUFFER_BYTES, HelperClient, HelperError, OpenFlowError, OpenedFlow, OpenedLeg,
+    Zygote, ZygoteError, hung_up, open_flow, watch_hangup,
 };
 use mcrelay_uring::{
     FecOutput, FecSocket, FlowSockets, IngressSocket, OutputSocket, RistEnd, RistSocket,
@@ -274,8 +274,9 @@ impl Opener {
             .into_iter()
             .filter(|&(i, _)| i < udp_outputs)
             .collect();
-        // After the legs, each FEC leg's column then row socket.
-        let mut fec_sockets = legs.split_off(flow.inputs.len());
+        // After the UDP legs (an SRT leg is the daemon's own), each FEC
+        // leg's column then row socket.
+        let mut fec_sockets = legs.split_off(flow.udp_inputs().count());
         let fec_legs_count = flow.inputs.iter().filter(|i| i.fec.is_some()).count();
         let rist_leg_sockets = fec_sockets.split_off((2 * fec_legs_count).min(fec_sockets.len()));
         let rist = rist_sockets(flow, rist_leg_sockets, rist_output_sockets);
@@ -299,31 +300,29 @@ impl Opener {
                 source,
             })?;
         let pending = crate::outputs::pending(flow, &outputs, &unconnected)?;
-        let legs = flow
-            .inputs
-            .iter()
-            .zip(legs)
-            .map(|(input, leg)| {
-                let requested = usize::try_from(input.receive_buffer_bytes).unwrap_or(usize::MAX);
-                if leg.receive_buffer_bytes < requested {
-                    tracing::warn!(
-                        flow = %flow.name,
-                        input = %input,
-                        requested,
-                        granted = leg.receive_buffer_bytes,
-                        "receive buffer clamped by net.core.rmem_max; raise it (sysctl -w net.core.rmem_max={requested}) to absorb bursts"
-                    );
+        // The helper opened the UDP legs; an SRT leg is a socket pair's
+        // end, fed by the SRT thread.
+        let mut srt_legs = crate::srt::srt_inputs(flow)
+            .map_err(|source| OpenError::Srt {
+                flow: flow.name.clone(),
+                source,
+            })?
+            .into_iter()
+            .peekable();
+        let mut udp_legs = legs.into_iter();
+        let mut legs = Vec::with_capacity(flow.inputs.len());
+        for (i, input) in flow.inputs.iter().enumerate() {
+            if srt_legs.peek().is_some_and(|(leg, _)| *leg == i) {
+                if let Some((_, s)) = srt_legs.next() {
+                    legs.push(IngressSocket::Udp(s));
                 }
-                match input.ingress {
-                    IngressKind::Socket => IngressSocket::Udp(leg.socket.into()),
-                    IngressKind::Packet => IngressSocket::Packet {
-                        socket: leg.socket,
-                        filter: flow_match(input),
-                        membership: leg.membership,
-                    },
-                }
-            })
-            .collect();
+                continue;
+            }
+            let Some(leg) = udp_legs.next() else {
+                break;
+            };
+            legs.push(udp_leg(flow, input, leg));
+        }
         let outputs = flow
             .outputs
             .iter()
@@ -357,6 +356,29 @@ impl Opener {
                 .with_rist(rist),
             pending,
         ))
+    }
+}
+
+/// A UDP or packet leg as the worker takes it (the receive buffer the
+/// kernel granted is checked here, once).
+fn udp_leg(flow: &Flow, input: &Input, leg: OpenedLeg) -> IngressSocket {
+    let requested = usize::try_from(input.receive_buffer_bytes).unwrap_or(usize::MAX);
+    if leg.receive_buffer_bytes < requested {
+        tracing::warn!(
+            flow = %flow.name,
+            input = %input,
+            requested,
+            granted = leg.receive_buffer_bytes,
+            "receive buffer clamped by net.core.rmem_max; raise it (sysctl -w net.core.rmem_max={requested}) to absorb bursts"
+        );
+    }
+    match input.ingress {
+        IngressKind::Socket => IngressSocket::Udp(leg.socket.into()),
+        IngressKind::Packet => IngressSocket::Packet {
+            socket: leg.socket,
+            filter: flow_match(input),
+            membership: leg.membership,
+        },
     }
 }
 

@@ -1,9 +1,11 @@
-//! The daemon's SRT outputs (`protocol = "srt"`): one SRT thread for the
-//! process ([`mcrelay_srt::SrtService`]), started by the first flow that
-//! has one. For each SRT output a flow opens, the daemon makes a socket
-//! pair: the worker gets one end as that output's socket (it sends to it
-//! like to any output, bounded by its `queue_depth`), the SRT thread reads
-//! the other and serves the callers. SRT sockets need no privilege: the
+//! The daemon's SRT outputs and inputs (`protocol = "srt"`): one SRT
+//! thread for the process ([`mcrelay_srt::SrtService`]), started by the
+//! first flow that has one. For each SRT output a flow opens, the daemon
+//! makes a socket pair: the worker gets one end as that output's socket
+//! (it sends to it like to any output, bounded by its `queue_depth`), the
+//! SRT thread reads the other and serves the callers. An SRT input is the
+//! same the other way: the SRT thread writes what its peer sends into a
+//! pair whose other end is the leg's socket the worker receives on. SRT sockets need no privilege: the
 //! daemon opens them itself, after the privilege drop (docs/security.md).
 
 use std::net::{SocketAddr, UdpSocket};
@@ -12,17 +14,20 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use mcrelay_config::{Flow, SrtMode, SrtOutput};
-use mcrelay_srt::{OutputSpec, RouteView, SrtService, feed_pair};
+use mcrelay_srt::{OutputSpec, RouteView, SrtService, feed_pair, input_pair};
 
 /// The SRT thread, or the outputs waiting for it. It starts only after
 /// the privilege drop ([`privileges_dropped`]): a thread (libsrt's own
 /// included) created before it would keep the capabilities, which are
 /// per thread.
 enum State {
-    Waiting(Vec<(OutputSpec, OwnedFd)>),
+    Waiting(Vec<Waiting>),
     Running(SrtService),
     Failed(String),
 }
+
+/// An SRT output, or an SRT input (its leg), waiting for the thread.
+type Waiting = (OutputSpec, OwnedFd, Option<usize>);
 
 static STATE: Mutex<State> = Mutex::new(State::Waiting(Vec::new()));
 static DROPPED: AtomicBool = AtomicBool::new(false);
@@ -36,8 +41,11 @@ fn start(st: &mut State) {
         let waiting = std::mem::take(waiting);
         *st = match SrtService::start() {
             Ok(svc) => {
-                for (spec, feed) in waiting {
-                    svc.add(spec, feed);
+                for (spec, feed, leg) in waiting {
+                    match leg {
+                        None => svc.add(spec, feed),
+                        Some(leg) => svc.add_input(spec, leg, feed),
+                    }
                 }
                 State::Running(svc)
             }
@@ -59,14 +67,18 @@ pub fn privileges_dropped() {
     }
 }
 
-fn add(spec: OutputSpec, feed: OwnedFd) -> std::io::Result<()> {
+/// Hands an SRT output (`leg` `None`) or input to the SRT thread.
+fn add(spec: OutputSpec, feed: OwnedFd, leg: Option<usize>) -> std::io::Result<()> {
     let mut st = state();
     if matches!(&*st, State::Waiting(_)) && DROPPED.load(Ordering::SeqCst) {
         start(&mut st);
     }
     match &mut *st {
-        State::Waiting(w) => w.push((spec, feed)),
-        State::Running(svc) => svc.add(spec, feed),
+        State::Waiting(w) => w.push((spec, feed, leg)),
+        State::Running(svc) => match leg {
+            None => svc.add(spec, feed),
+            Some(leg) => svc.add_input(spec, leg, feed),
+        },
         State::Failed(e) => return Err(std::io::Error::other(format!("SRT thread: {e}"))),
     }
     Ok(())
@@ -184,11 +196,44 @@ pub fn with_srt_outputs(
     }
     // Only once every socket exists: an error above leaves no route behind.
     for (spec, feed) in feeds {
-        add(spec, feed)?;
+        add(spec, feed, None)?;
     }
     let unconnected = unconnected
         .into_iter()
         .filter_map(|(k, errno)| udp_index.get(k).map(|&i| (i, errno)))
         .collect();
     Ok((all, unconnected))
+}
+
+/// The worker's end of each SRT leg of `flow` (leg index, socket), whose
+/// other end goes to the SRT thread: the SRT connection's datagrams
+/// arrive on it like on a UDP leg's socket (one datagram per message,
+/// bounded by the pair's buffer; drops counted by the SRT thread). Empty
+/// for a flow without SRT inputs.
+pub fn srt_inputs(flow: &Flow) -> std::io::Result<Vec<(usize, UdpSocket)>> {
+    let mut legs = Vec::new();
+    let mut feeds = Vec::new();
+    for (i, input) in flow.inputs.iter().enumerate() {
+        let Some(s) = &input.srt else { continue };
+        let (worker, feed) = input_pair()?;
+        // A datagram socket type for the worker, which only receives on
+        // it (io_uring RECV works on any socket).
+        legs.push((i, UdpSocket::from(worker)));
+        let srt = s.as_output();
+        feeds.push((
+            OutputSpec {
+                flow: flow.name.clone(),
+                label: label(input.socket_addr(), &srt),
+                address: input.socket_addr(),
+                srt,
+            },
+            feed,
+            i,
+        ));
+    }
+    // Only once every pair exists: an error above leaves no route behind.
+    for (spec, feed, leg) in feeds {
+        add(spec, feed, Some(leg))?;
+    }
+    Ok(legs)
 }

@@ -69,10 +69,16 @@ pub fn open_flow(flow: &Flow) -> Result<OpenedFlow, OpenFlowError> {
             source,
         })
     };
-    let leg_field = |i: usize| {
-        if i >= flow.inputs.len() {
-            "fec input".to_owned()
-        } else if flow.inputs.len() == 1 {
+    // The helper's legs are the UDP ones (`Flow::receive_inputs`); an
+    // SRT leg is the daemon's own.
+    let udp_legs: Vec<usize> = (0..flow.inputs.len())
+        .filter(|&i| flow.inputs.get(i).is_some_and(|l| l.srt.is_none()))
+        .collect();
+    let leg_field = |k: usize| {
+        let Some(&i) = udp_legs.get(k) else {
+            return "fec input".to_owned();
+        };
+        if flow.inputs.len() == 1 {
             "input".to_owned()
         } else {
             format!("inputs[{i}]")

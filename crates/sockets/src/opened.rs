@@ -71,9 +71,8 @@ impl OpenedFlow {
         fds: Vec<OwnedFd>,
         unconnected: Vec<(usize, i32)>,
     ) -> Result<Self, String> {
-        if legs.is_empty() {
-            return Err("a flow with no ingress socket".into());
-        }
+        // No leg is fine: a flow whose inputs are all SRT (the daemon's
+        // own); the daemon checks the count against its configuration.
         let leg_fds: usize = legs.iter().map(LegHeader::fds).sum();
         if fds.len() < leg_fds {
             return Err(format!(
@@ -193,7 +192,9 @@ mod tests {
             membership,
         };
         let fds = |n: usize| (0..n).map(|_| OwnedFd::from(udp())).collect::<Vec<_>>();
-        assert!(OpenedFlow::from_reply(&[], fds(2), vec![]).is_err());
+        // No leg (a flow whose inputs are all SRT): its outputs only.
+        let srt_only = OpenedFlow::from_reply(&[], fds(2), vec![]).expect("no leg");
+        assert_eq!((srt_only.legs.len(), srt_only.outputs.len()), (0, 2));
         assert!(OpenedFlow::from_reply(&[leg(true), leg(false)], fds(2), vec![]).is_err());
         assert!(OpenedFlow::from_reply(&[leg(false)], fds(2), vec![(1, 5)]).is_err());
         let ok = OpenedFlow::from_reply(&[leg(false)], fds(2), vec![(0, 5)]).expect("ok");

@@ -132,6 +132,7 @@ mod tests {
             ingress: mcrelay_config::IngressKind::Packet,
             receive_buffer_bytes: 1 << 20,
             fec: None,
+            srt: None,
             rist: None,
         }
     }

@@ -207,7 +207,15 @@ fn number(s: &str) -> Result<usize, ProtocolError> {
 }
 
 /// `bytes[+m],...` of a `SOCKETS` reply: 1 to `MAX_LEGS` legs.
+/// The leg list of a `SOCKETS` reply with no leg.
+const NO_LEGS: &str = "-";
+
 fn leg_list(list: &str) -> Result<Vec<LegHeader>, ProtocolError> {
+    // No leg the helper opens: a flow whose inputs are all SRT (the
+    // daemon's own).
+    if list == NO_LEGS {
+        return Ok(Vec::new());
+    }
     let legs = list
         .split(',')
         .take(mcrelay_config::MAX_LEGS + 1)
@@ -340,6 +348,9 @@ impl Reply {
                 unconnected,
             } => {
                 let mut text = SOCKETS.to_owned();
+                if legs.is_empty() {
+                    text.push_str(NO_LEGS);
+                }
                 for (i, leg) in legs.iter().enumerate() {
                     if i > 0 {
                         text.push(',');
@@ -463,6 +474,14 @@ mod tests {
             ),
             (
                 Reply::Sockets {
+                    legs: vec![],
+                    count: 1,
+                    unconnected: vec![],
+                },
+                "SOCKETS - 1",
+            ),
+            (
+                Reply::Sockets {
                     legs: vec![leg(4096, false)],
                     count: 4,
                     unconnected: vec![(1, 101), (2, 99)],
@@ -569,7 +588,7 @@ mod tests {
             Just(Reply::Pong),
             any::<usize>().prop_map(|flows| Reply::Reloaded { flows }),
             (
-                proptest::collection::vec((any::<usize>(), any::<bool>()), 1..=4),
+                proptest::collection::vec((any::<usize>(), any::<bool>()), 0..=4),
                 any::<usize>(),
                 proptest::collection::vec((any::<usize>(), 0..i32::MAX), 0..8)
             )

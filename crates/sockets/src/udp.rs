@@ -239,6 +239,7 @@ mod tests {
             ingress: mcrelay_config::IngressKind::Socket,
             receive_buffer_bytes,
             fec: None,
+            srt: None,
             rist: None,
         }
     }

@@ -33,6 +33,7 @@ pub enum Opt {
     TransType = 50,
     EnforcedEncryption = 53,
     PeerIdleTimeo = 55,
+    RetransmitAlgo = 61,
 }
 
 /// `SRT_SOCKSTATUS`.

@@ -49,6 +49,9 @@ const STALL_TICKS: u32 = 3;
 /// How long a handshake accepted by the hook may take before it counts as
 /// refused by libsrt (wrong passphrase, version).
 const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(3);
+/// The send buffer asked for an SRT input's feed: about 1600 datagrams
+/// of 1316 bytes (each costs its size plus ~1 KiB of kernel overhead).
+const INPUT_QUEUE_BYTES: usize = 4 << 20;
 const BACKOFF_MIN: Duration = Duration::from_secs(1);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
 
@@ -74,7 +77,8 @@ pub fn feed_pair() -> std::io::Result<(OwnedFd, OwnedFd)> {
     Ok((a.into(), b.into()))
 }
 
-/// What readers see of one caller.
+/// What readers see of one caller (of an output), or of the one peer of
+/// an SRT input.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct CallerView {
     pub peer: Option<SocketAddr>,
@@ -83,6 +87,8 @@ pub struct CallerView {
     pub connected_since: u64,
     /// Datagrams handed to libsrt for it.
     pub sent: u64,
+    /// Datagrams received from it (an SRT input).
+    pub received: u64,
     /// Datagrams not handed over because its send buffer was full.
     pub dropped: u64,
     /// libsrt's view: retransmitted, reported lost, dropped as too late,
@@ -90,18 +96,31 @@ pub struct CallerView {
     pub srt: ConnStats,
 }
 
-/// What readers see of one SRT output.
+/// What readers see of one SRT output, or of one SRT input (`input`).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RouteView {
     pub flow: String,
     pub label: String,
+    /// An SRT input (its peer's datagrams feed the flow), not an output.
+    pub input: bool,
+    /// The input's leg in its flow (0 for an output).
+    pub leg: usize,
     pub listener: bool,
     pub address: Option<SocketAddr>,
     pub stream_id: Option<String>,
     pub max_callers: u32,
     pub callers: Vec<CallerView>,
-    /// Datagrams read from the worker.
+    /// Datagrams read from the worker (an output), or received from the
+    /// peer (an input).
     pub datagrams: u64,
+    /// An input's datagrams handed to its worker.
+    pub delivered: u64,
+    /// An input's datagrams dropped because the worker's queue (the socket
+    /// pair) was full.
+    pub drop_queue_full: u64,
+    /// An input's datagrams dropped because its flow had stopped reading
+    /// (the worker closed its end; the route ends next).
+    pub drop_flow_gone: u64,
     /// Datagrams read while no caller was connected.
     pub no_caller: u64,
     /// Datagrams larger than an SRT live payload (1456 B), not sent.
@@ -119,10 +138,22 @@ pub struct RouteView {
     pub error: Option<String>,
 }
 
+/// One SRT output or input to serve, and its end of the socket pair.
+type Registration = (OutputSpec, OwnedFd, Direction);
+
+/// Which way a route's datagrams go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Direction {
+    /// From the worker to the callers (an SRT output).
+    Out,
+    /// From the one peer to the worker (an SRT input, leg `usize`).
+    In(usize),
+}
+
 /// Handle to the SRT thread.
 #[derive(Debug)]
 pub struct SrtService {
-    tx: Sender<(OutputSpec, OwnedFd)>,
+    tx: Sender<Registration>,
     published: Arc<Mutex<Vec<RouteView>>>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
@@ -143,6 +174,7 @@ impl SrtService {
             stop: Arc::clone(&stop),
             listeners: HashMap::new(),
             routes: Vec::new(),
+            retired: Vec::new(),
             last_tick: Instant::now(),
         };
         let thread = std::thread::Builder::new()
@@ -161,7 +193,16 @@ impl SrtService {
     pub fn add(&self, spec: OutputSpec, feed: OwnedFd) {
         // The thread outlives every sender but `stop`; a send after it
         // ended only drops the feed, which the worker sees as a closed peer.
-        let _ = self.tx.send((spec, feed));
+        let _ = self.tx.send((spec, feed, Direction::Out));
+    }
+
+    /// Serves `spec` as an SRT input (leg `leg` of its flow: `srt` with
+    /// `max_callers` 1, see `SrtInput::as_output`): what its one peer
+    /// sends is written to `feed`, whose other end the worker receives on
+    /// like any leg's socket (see [`input_pair`]). A datagram the pair
+    /// can't take is dropped and counted (`drop_queue_full`).
+    pub fn add_input(&self, spec: OutputSpec, leg: usize, feed: OwnedFd) {
+        let _ = self.tx.send((spec, feed, Direction::In(leg)));
     }
 
     /// Every SRT output, as of the last second.
@@ -228,6 +269,9 @@ struct Listener {
 
 struct Caller {
     socket: Socket,
+    /// In the epoll set (accepted callers are; an input's outgoing
+    /// connection is added once connected, to read it).
+    watched: bool,
     view: CallerView,
     /// `dropped` at the last tick, and ticks in a row with new drops.
     dropped_at_tick: u64,
@@ -250,6 +294,7 @@ enum Calling {
 struct Route {
     spec: OutputSpec,
     key: RouteKey,
+    direction: Direction,
     feed: UnixDatagram,
     /// Feeds of the flow this route's flow replaced, read until they end.
     old_feeds: Vec<UnixDatagram>,
@@ -262,11 +307,15 @@ struct Route {
 
 struct Thread {
     poll: Poll,
-    rx: Receiver<(OutputSpec, OwnedFd)>,
+    rx: Receiver<Registration>,
     published: Arc<Mutex<Vec<RouteView>>>,
     stop: Arc<AtomicBool>,
     listeners: HashMap<SocketAddr, Listener>,
     routes: Vec<Route>,
+    /// Feeds of SRT inputs whose route ended while their worker may still
+    /// read the other end: kept open (an end of file would make the
+    /// worker's receive spin) until the worker closes its end.
+    retired: Vec<UnixDatagram>,
     last_tick: Instant,
 }
 
@@ -280,8 +329,8 @@ impl Thread {
     fn run(&mut self) {
         let mut buf = [0u8; 65_536];
         while !self.stop.load(Ordering::Relaxed) {
-            while let Ok((spec, feed)) = self.rx.try_recv() {
-                self.add(spec, feed);
+            while let Ok((spec, feed, direction)) = self.rx.try_recv() {
+                self.add(spec, feed, direction);
             }
             let (srt_ready, sys_ready) = match self.poll.wait(100) {
                 Ok((s, f)) => (s.to_vec(), f.to_vec()),
@@ -294,10 +343,17 @@ impl Thread {
             // A flow replaced by a reload registers its new feed before its
             // old one ends: take registrations first, so an old feed's end
             // finds its successor.
-            while let Ok((spec, feed)) = self.rx.try_recv() {
-                self.add(spec, feed);
+            while let Ok((spec, feed, direction)) = self.rx.try_recv() {
+                self.add(spec, feed, direction);
             }
             for fd in sys_ready {
+                if let Some(k) = self.retired.iter().position(|f| f.as_raw_fd() == fd) {
+                    if self.retired.get(k).is_some_and(drain_closed) {
+                        self.poll.remove_fd(fd);
+                        self.retired.swap_remove(k);
+                    }
+                    continue;
+                }
                 let owner = self.routes.iter().position(|r| {
                     r.feed.as_raw_fd() == fd || r.old_feeds.iter().any(|o| o.as_raw_fd() == fd)
                 });
@@ -306,7 +362,7 @@ impl Thread {
                 }
             }
             for id in srt_ready {
-                self.ready(id);
+                self.ready(id, &mut buf);
             }
             self.sweep();
             if self.last_tick.elapsed() >= Duration::from_secs(1) {
@@ -317,11 +373,17 @@ impl Thread {
         // Close everything: callers, listeners, feeds.
         self.routes.clear();
         self.listeners.clear();
+        self.retired.clear();
         self.publish();
     }
 
-    fn add(&mut self, spec: OutputSpec, feed: OwnedFd) {
-        let key = (spec.flow.clone(), spec.label.clone());
+    fn add(&mut self, spec: OutputSpec, feed: OwnedFd, direction: Direction) {
+        // An input's key is apart from the outputs' (a flow may send to
+        // and receive from one listener, by stream ID).
+        let key = match direction {
+            Direction::Out => (spec.flow.clone(), spec.label.clone()),
+            Direction::In(_) => (spec.flow.clone(), format!("input {}", spec.label)),
+        };
         let feed = UnixDatagram::from(feed);
         if let Err(e) = self.poll.add_fd(feed.as_raw_fd()) {
             tracing::error!(flow = %spec.flow, output = %spec.label, error = %e, "SRT output: can't watch its feed");
@@ -331,7 +393,10 @@ impl Thread {
         // callers over; the old feed is closed (the old flow's sends to it
         // fail from then on, which only its draining sees).
         if let Some(old) = self.routes.iter_mut().find(|r| r.key == key && !r.gone) {
-            if old.spec.srt == spec.srt && old.spec.address == spec.address {
+            if old.spec.srt == spec.srt
+                && old.spec.address == spec.address
+                && old.direction == direction
+            {
                 // The old feed is read until it ends (what the old flow
                 // still sends comes first).
                 let previous = std::mem::replace(&mut old.feed, feed);
@@ -346,6 +411,11 @@ impl Thread {
         let mut view = RouteView {
             flow: spec.flow.clone(),
             label: spec.label.clone(),
+            input: matches!(direction, Direction::In(_)),
+            leg: match direction {
+                Direction::In(leg) => leg,
+                Direction::Out => 0,
+            },
             listener: spec.srt.mode == SrtMode::Listener,
             address: Some(spec.address),
             stream_id: spec.srt.stream_id.clone(),
@@ -368,10 +438,18 @@ impl Thread {
                 None
             }
         };
-        tracing::info!(flow = %spec.flow, output = %spec.label, "SRT output added");
+        match direction {
+            Direction::Out => {
+                tracing::info!(flow = %spec.flow, output = %spec.label, "SRT output added");
+            }
+            Direction::In(leg) => {
+                tracing::info!(flow = %spec.flow, input = %spec.label, leg, "SRT input added");
+            }
+        }
         self.routes.push(Route {
             spec,
             key,
+            direction,
             feed,
             old_feeds: Vec::new(),
             callers: Vec::new(),
@@ -422,6 +500,24 @@ impl Thread {
         };
         // The replaced flow's feed, until it ends, or the route's own.
         let old = route.old_feeds.iter().position(|o| o.as_raw_fd() == fd);
+        if matches!(route.direction, Direction::In(_)) {
+            // An input's feed is only written; readable means its worker
+            // closed its end (the flow stopped), or (never) stray bytes.
+            let feed = match old.and_then(|k| route.old_feeds.get(k)) {
+                Some(f) => f,
+                None => &route.feed,
+            };
+            if drain_closed(feed) {
+                match old {
+                    Some(k) => {
+                        self.poll.remove_fd(fd);
+                        route.old_feeds.swap_remove(k);
+                    }
+                    None => route.gone = true,
+                }
+            }
+            return;
+        }
         for _ in 0..FEED_BATCH {
             let feed = match old.and_then(|k| route.old_feeds.get(k)) {
                 Some(f) => f,
@@ -466,15 +562,22 @@ impl Thread {
         }
     }
 
-    /// An SRT socket is readable: a listener has callers to accept, or a
-    /// caller's connection broke (callers send nothing to an output).
-    fn ready(&mut self, id: i32) {
+    /// An SRT socket is readable: a listener has callers to accept, an
+    /// input's peer sent datagrams, or a caller's connection broke
+    /// (callers send nothing to an output).
+    fn ready(&mut self, id: i32, buf: &mut [u8]) {
         if let Some((addr, _)) = self.listeners.iter().find(|(_, l)| l.socket.id() == id) {
             let addr = *addr;
             self.accept_one(addr);
             return;
         }
         for r in &mut self.routes {
+            if matches!(r.direction, Direction::In(_)) {
+                if let Some(c) = r.callers.iter_mut().find(|c| c.socket.id() == id) {
+                    receive(&r.feed, c, &mut r.view, buf);
+                    return;
+                }
+            }
             for c in &mut r.callers {
                 if c.socket.id() == id && c.socket.as_ref().state().is_gone() {
                     c.gone = true;
@@ -527,6 +630,7 @@ impl Thread {
             route.view.connects += 1;
             route.callers.push(Caller {
                 socket,
+                watched: true,
                 view: CallerView {
                     peer,
                     stream_id: p.stream_id,
@@ -566,14 +670,25 @@ impl Thread {
             if r.spec.srt.mode == SrtMode::Caller && !r.gone {
                 changed |= step_caller(r);
             }
+            // An input's outgoing connection is read once it is up.
+            if matches!(r.direction, Direction::In(_)) {
+                for c in r.callers.iter_mut().filter(|c| !c.watched && !c.gone) {
+                    match self.poll.add(c.socket.as_ref()) {
+                        Ok(()) => c.watched = true,
+                        Err(e) => {
+                            tracing::warn!(flow = %r.spec.flow, input = %r.spec.label, error = %e, "SRT input's connection can't be watched; closed");
+                            c.gone = true;
+                        }
+                    }
+                }
+            }
         }
         if self.routes.iter().any(|r| r.gone) {
-            for r in self.routes.iter().filter(|r| r.gone) {
-                tracing::info!(flow = %r.spec.flow, output = %r.spec.label, callers = r.callers.len(), "SRT output removed");
-                self.poll.remove_fd(r.feed.as_raw_fd());
-                for o in &r.old_feeds {
-                    self.poll.remove_fd(o.as_raw_fd());
-                }
+            let (ended, kept): (Vec<Route>, Vec<Route>) = std::mem::take(&mut self.routes)
+                .into_iter()
+                .partition(|r| r.gone);
+            self.routes = kept;
+            for r in ended {
                 for c in &r.callers {
                     self.poll.remove(c.socket.as_ref());
                 }
@@ -584,8 +699,19 @@ impl Thread {
                         .unwrap_or_else(PoisonError::into_inner)
                         .retain(|a| a.key != r.key || !Arc::ptr_eq(&a.taken, &r.taken));
                 }
+                if matches!(r.direction, Direction::In(_)) {
+                    tracing::info!(flow = %r.spec.flow, input = %r.spec.label, "SRT input removed");
+                    // Watched still: dropped once the worker closed its end.
+                    self.retired.push(r.feed);
+                    self.retired.extend(r.old_feeds);
+                    continue;
+                }
+                tracing::info!(flow = %r.spec.flow, output = %r.spec.label, callers = r.callers.len(), "SRT output removed");
+                self.poll.remove_fd(r.feed.as_raw_fd());
+                for o in &r.old_feeds {
+                    self.poll.remove_fd(o.as_raw_fd());
+                }
             }
-            self.routes.retain(|r| !r.gone);
             // A listener with no route left closes (its port is freed).
             let routes = &self.routes;
             self.listeners.retain(|addr, _| {
@@ -683,6 +809,61 @@ impl Thread {
     }
 }
 
+/// Reads what an input's feed holds (nothing is ever sent to it) and
+/// says whether the worker closed its end.
+fn drain_closed(feed: &UnixDatagram) -> bool {
+    let mut scrap = [0u8; 64];
+    loop {
+        match feed.recv(&mut scrap) {
+            Ok(0) if feed_closed(feed) => return true,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return false,
+            Err(_) => return true,
+        }
+    }
+}
+
+/// An SRT input's peer is readable: hands what it sent, a batch at most,
+/// to the worker through `feed`. The input side's packet path: one stack
+/// buffer, no allocation, no lock, no log; a datagram the socket pair
+/// can't take is dropped and counted, never retried (nothing reorders).
+fn receive(feed: &UnixDatagram, c: &mut Caller, view: &mut RouteView, buf: &mut [u8]) {
+    for _ in 0..FEED_BATCH {
+        match c.socket.recv(buf) {
+            Ok(Some(n)) => {
+                view.datagrams += 1;
+                c.view.received += 1;
+                let data = buf.get(..n).unwrap_or(&[]);
+                match feed.send(data) {
+                    Ok(_) => view.delivered += 1,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        view.drop_queue_full += 1;
+                    }
+                    Err(_) => view.drop_flow_gone += 1,
+                }
+            }
+            Ok(None) => return,
+            Err(_) => {
+                c.gone = true;
+                return;
+            }
+        }
+    }
+}
+
+/// The pair of an SRT input: the worker's end (non-blocking, received on
+/// like any leg's socket) and the feed the SRT thread writes. The queue
+/// between them is the feed's send buffer (a connected pair's bound; the
+/// receive queue length limit does not apply to it), asked large so a
+/// burst TSBPD releases at once queues rather than drops.
+pub fn input_pair() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let (worker, feed) = feed_pair()?;
+    let s = socket2::SockRef::from(&feed);
+    // Best effort: clamped by net.core.wmem_max.
+    let _ = s.set_send_buffer_size(INPUT_QUEUE_BYTES);
+    Ok((worker, feed))
+}
+
 /// Whether a feed that read 0 bytes has ended (the worker closed its end)
 /// rather than carried an empty datagram.
 fn feed_closed(feed: &UnixDatagram) -> bool {
@@ -745,6 +926,7 @@ fn step_caller(r: &mut Route) -> bool {
                 let peer = socket.peer().or(Some(r.spec.address));
                 r.callers.push(Caller {
                     socket,
+                    watched: false,
                     view: CallerView {
                         peer,
                         stream_id: r.spec.srt.stream_id.clone().unwrap_or_default(),
@@ -794,6 +976,11 @@ fn apply(s: SocketRef, srt: &SrtOutput) -> Result<(), ffi::SrtError> {
         s.set_i32(Opt::PbKeyLen, i32::from(srt.key_length))?;
     }
     s.set_bool(Opt::EnforcedEncryption, true)?;
+    // Retransmit on every loss report (libsrt 1.5's default, 1, skips a
+    // report that comes within an RTT of the last retransmission): a
+    // little more overhead, and the loss test (5 % both ways, 40 ms RTT,
+    // latency 200 ms) showed residual loss with the default.
+    s.set_i32(Opt::RetransmitAlgo, 0)?;
     Ok(())
 }
 

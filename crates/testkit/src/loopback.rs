@@ -38,6 +38,7 @@ pub fn flow(name: &str, receivers: &[&UdpSocket]) -> (FlowSockets, SocketAddr) {
         ingress: IngressKind::Socket,
         receive_buffer_bytes: 4 << 20,
         fec: None,
+        srt: None,
         rist: None,
     };
     let outputs = receivers

@@ -280,9 +280,15 @@ impl Walker<'_> {
     }
 }
 
-/// Whether two legs would receive the same datagrams.
+/// Whether two legs would receive the same datagrams (two SRT legs on
+/// one address and port differ by their stream ID).
 fn same_input(a: &Input, b: &Input) -> bool {
-    a.interface == b.interface && a.address == b.address && a.port == b.port && a.source == b.source
+    let stream_id = |i: &Input| i.srt.as_ref().map(|s| s.stream_id.clone());
+    a.interface == b.interface
+        && a.address == b.address
+        && a.port == b.port
+        && a.source == b.source
+        && stream_id(a) == stream_id(b)
 }
 
 #[cfg(test)]
@@ -448,7 +454,7 @@ mod tests {
             [
                 "t.toml:3:103: flow \"x\": inputs[1].address 239.1.1.300 is not an IP address",
                 "t.toml:3:125: flow \"x\": inputs[1].port 0 is not allowed; use 1-65535",
-                "t.toml:3:128: flow \"x\": unknown key \"colour\" in inputs[1] (expected one of: interface, address, port, source, ingress, receive_buffer_bytes, fec, protocol, buffer_ms)",
+                "t.toml:3:128: flow \"x\": unknown key \"colour\" in inputs[1] (expected one of: interface, address, port, source, ingress, receive_buffer_bytes, fec, protocol, buffer_ms, mode, latency_ms, passphrase, key_length, stream_id)",
             ]
         );
         let ssm =

@@ -1,8 +1,11 @@
 //! An output with `protocol = "srt"`: an SRT listener that many callers
 //! connect to, or an SRT caller that connects out (see
-//! [`crate::model::SrtOutput`]). The daemon opens SRT sockets without
+//! [`crate::model::SrtOutput`]); an input with it: one SRT connection,
+//! as listener (one caller at a time) or caller, whose datagrams feed the
+//! flow (see [`crate::model::SrtInput`]). The daemon opens SRT sockets without
 //! privileges, so a listener's port must be 1024 or above.
 
+use std::fmt::Display;
 use std::ops::Range;
 
 use toml::de::DeTable;
@@ -19,6 +22,15 @@ pub(super) const SRT_ONLY_KEYS: &[&str] = &[
     "max_callers",
     "stream_id",
 ];
+/// Keys only a UDP input takes.
+const UDP_ONLY_INPUT_KEYS: &[&str] = &[
+    "interface",
+    "source",
+    "ingress",
+    "receive_buffer_bytes",
+    "fec",
+    "buffer_ms",
+];
 /// Keys only a UDP output takes.
 const UDP_ONLY_KEYS: &[&str] = &[
     "interface",
@@ -31,20 +43,26 @@ const UDP_ONLY_KEYS: &[&str] = &[
 const MAX_STREAM_ID: usize = 512;
 
 impl Walker<'_> {
-    /// The output's `protocol`: `Some(true)` for `"srt"`, `Some(false)` for
-    /// `"udp"` or absent, `None` (with an error) otherwise.
-    pub(super) fn is_srt(&mut self, t: &DeTable<'_>, p: &str, i: usize) -> Option<bool> {
+    /// The `protocol` of the output or input at `at`: `Some(true)` for
+    /// `"srt"`, `Some(false)` for `"udp"` or absent, `None` (with an
+    /// error) otherwise.
+    pub(super) fn is_srt(
+        &mut self,
+        t: &DeTable<'_>,
+        p: &str,
+        at: impl Display + Copy,
+    ) -> Option<bool> {
         let Some(v) = t.get("protocol") else {
             return Some(false);
         };
-        match self.string(v, p, Dotted(Indexed("outputs", i), "protocol"))? {
+        match self.string(v, p, Dotted(at, "protocol"))? {
             "udp" | "rist" => Some(false),
             "srt" => Some(true),
             other => {
                 self.err(
                     &v.span(),
                     format!(
-                        "{p}outputs[{i}].protocol {other:?} is not known; use \"udp\", \"rist\" or \"srt\""
+                        "{p}{at}.protocol {other:?} is not known; use \"udp\", \"rist\" or \"srt\""
                     ),
                 );
                 None
@@ -52,20 +70,69 @@ impl Walker<'_> {
         }
     }
 
-    /// Refuses the SRT keys on a UDP output.
-    pub(super) fn no_srt_keys(&mut self, t: &DeTable<'_>, p: &str, i: usize) -> bool {
+    /// Refuses the SRT keys on a UDP output or input (`what`) at `at`.
+    pub(super) fn no_srt_keys(
+        &mut self,
+        t: &DeTable<'_>,
+        p: &str,
+        at: impl Display + Copy,
+        what: &str,
+    ) -> bool {
         let mut ok = true;
         for (k, _) in t.iter() {
             let k_str: &str = k.get_ref().as_ref();
             if SRT_ONLY_KEYS.contains(&k_str) {
                 self.err(
                     &k.span(),
-                    format!("{p}outputs[{i}].{k_str} is only for an SRT output; add protocol = \"srt\" or remove it"),
+                    format!("{p}{at}.{k_str} is only for an SRT {what}; add protocol = \"srt\" or remove it"),
                 );
                 ok = false;
             }
         }
         ok
+    }
+
+    /// An SRT input (`input` or a leg of `inputs`, at `at`; its table
+    /// `t`, written at `span`): one SRT connection feeding the flow.
+    pub(super) fn srt_input(
+        &mut self,
+        t: &DeTable<'_>,
+        span: &Range<usize>,
+        p: &str,
+        at: &str,
+    ) -> Option<Input> {
+        let mut ok = true;
+        for (k, _) in t.iter() {
+            let k_str: &str = k.get_ref().as_ref();
+            if UDP_ONLY_INPUT_KEYS.contains(&k_str) {
+                self.err(
+                    &k.span(),
+                    format!("{p}{at}.{k_str} does not apply to an SRT input (it binds or calls address:port); remove it"),
+                );
+                ok = false;
+            }
+        }
+        let link = self.srt_link(t, span, p, at, "input");
+        let (Some(l), true) = (link, ok) else {
+            return None;
+        };
+        Some(Input {
+            interface: String::new(),
+            address: l.address,
+            port: l.port,
+            source: None,
+            ingress: IngressKind::Socket,
+            receive_buffer_bytes: DEFAULT_RECEIVE_BUFFER_BYTES,
+            fec: None,
+            rist: None,
+            srt: Some(SrtInput {
+                mode: l.mode,
+                latency_ms: l.latency_ms,
+                passphrase: l.passphrase,
+                key_length: l.key_length,
+                stream_id: l.stream_id,
+            }),
+        })
     }
 
     /// An SRT output (its table `t`, written at `span`).
@@ -76,7 +143,8 @@ impl Walker<'_> {
         p: &str,
         i: usize,
     ) -> Option<Output> {
-        let path = |key: &'static str| Dotted(Indexed("outputs", i), key);
+        let at = Indexed("outputs", i);
+        let path = |key: &'static str| Dotted(at, key);
         let mut ok = true;
         for (k, _) in t.iter() {
             let k_str: &str = k.get_ref().as_ref();
@@ -88,6 +156,69 @@ impl Walker<'_> {
                 ok = false;
             }
         }
+        let link = self.srt_link(t, span, p, at, "output");
+        let mode = link.as_ref().map_or(SrtMode::Listener, |l| l.mode);
+        let mut max_callers = DEFAULT_SRT_MAX_CALLERS;
+        if let Some(v) = t.get("max_callers") {
+            if mode == SrtMode::Caller {
+                self.err(
+                    &v.span(),
+                    format!(
+                        "{p}{} is only for mode = \"listener\"; remove it",
+                        path("max_callers")
+                    ),
+                );
+                ok = false;
+            } else {
+                match self.ranged(
+                    v,
+                    p,
+                    path("max_callers"),
+                    1,
+                    i128::from(MAX_SRT_MAX_CALLERS),
+                ) {
+                    Some(n) => max_callers = u32::try_from(n).unwrap_or(DEFAULT_SRT_MAX_CALLERS),
+                    None => ok = false,
+                }
+            }
+        }
+        let (Some(l), true) = (link, ok) else {
+            return None;
+        };
+        Some(Output {
+            interface: String::new(),
+            address: l.address,
+            port: l.port,
+            ttl: DEFAULT_UNICAST_TTL,
+            source_address: None,
+            queue_depth: DEFAULT_OUTPUT_QUEUE_DEPTH,
+            fec: None,
+            rist: None,
+            srt: Some(SrtOutput {
+                mode: l.mode,
+                latency_ms: l.latency_ms,
+                passphrase: l.passphrase,
+                key_length: l.key_length,
+                max_callers,
+                stream_id: l.stream_id,
+            }),
+        })
+    }
+
+    /// What an SRT output and an SRT input share: `mode`, `address`,
+    /// `port`, `latency_ms`, `passphrase`, `key_length`, `stream_id` of
+    /// the table `t` at `at` (an `output` or an `input`, for messages).
+    /// `None` after reporting any error.
+    pub(super) fn srt_link(
+        &mut self,
+        t: &DeTable<'_>,
+        span: &Range<usize>,
+        p: &str,
+        at: impl Display + Copy,
+        what: &str,
+    ) -> Option<SrtLink> {
+        let path = |key: &'static str| Dotted(at, key);
+        let mut ok = true;
         let mode = match t.get("mode") {
             None => SrtMode::Listener,
             Some(v) => match self.string(v, p, path("mode")) {
@@ -114,7 +245,7 @@ impl Walker<'_> {
             Some(v) => {
                 match self.ip(v, p, path("address")) {
                     Some(a) if a.is_multicast() => {
-                        self.err(&v.span(), format!("{p}{} {a} is a multicast group; an SRT output needs a unicast address", path("address")));
+                        self.err(&v.span(), format!("{p}{} {a} is a multicast group; an SRT {what} needs a unicast address", path("address")));
                         None
                     }
                     Some(a) if a.is_unspecified() && mode == SrtMode::Caller => {
@@ -207,30 +338,6 @@ impl Walker<'_> {
                 None => ok = false,
             }
         }
-        let mut max_callers = DEFAULT_SRT_MAX_CALLERS;
-        if let Some(v) = t.get("max_callers") {
-            if mode == SrtMode::Caller {
-                self.err(
-                    &v.span(),
-                    format!(
-                        "{p}{} is only for mode = \"listener\"; remove it",
-                        path("max_callers")
-                    ),
-                );
-                ok = false;
-            } else {
-                match self.ranged(
-                    v,
-                    p,
-                    path("max_callers"),
-                    1,
-                    i128::from(MAX_SRT_MAX_CALLERS),
-                ) {
-                    Some(n) => max_callers = u32::try_from(n).unwrap_or(DEFAULT_SRT_MAX_CALLERS),
-                    None => ok = false,
-                }
-            }
-        }
         let mut stream_id = None;
         if let Some(v) = t.get("stream_id") {
             match self.string(v, p, path("stream_id")) {
@@ -255,25 +362,27 @@ impl Walker<'_> {
         let (Some(address), Some(port), true) = (address, port, ok) else {
             return None;
         };
-        Some(Output {
-            interface: String::new(),
+        Some(SrtLink {
+            mode,
             address,
             port,
-            ttl: DEFAULT_UNICAST_TTL,
-            source_address: None,
-            queue_depth: DEFAULT_OUTPUT_QUEUE_DEPTH,
-            fec: None,
-            rist: None,
-            srt: Some(SrtOutput {
-                mode,
-                latency_ms,
-                passphrase,
-                key_length,
-                max_callers,
-                stream_id,
-            }),
+            latency_ms,
+            passphrase,
+            key_length,
+            stream_id,
         })
     }
+}
+
+/// The settings an SRT output and an SRT input share.
+pub(super) struct SrtLink {
+    pub mode: SrtMode,
+    pub address: std::net::IpAddr,
+    pub port: u16,
+    pub latency_ms: u32,
+    pub passphrase: Option<String>,
+    pub key_length: u8,
+    pub stream_id: Option<String>,
 }
 
 #[cfg(test)]
@@ -444,5 +553,131 @@ mod tests {
             )
         );
         assert!(error(&text).contains("spread can't be used with an SRT output"));
+    }
+
+    fn input_flow(input: &str) -> String {
+        format!(
+            "[[flow]]\nname = \"x\"\ninput = {input}\noutputs = [{{ interface = \"eth1\", address = \"239.2.2.2\", port = 6000 }}]\n"
+        )
+    }
+
+    #[test]
+    fn srt_input_listener_and_caller() {
+        let c = parse(
+            &input_flow(r#"{ protocol = "srt", address = "0.0.0.0", port = 9000 }"#),
+            "t.toml",
+        )
+        .expect("valid");
+        let f = c.flows.by_name("x").expect("x");
+        let i = &f.inputs[0];
+        assert_eq!(i.interface, "");
+        assert_eq!(
+            i.srt,
+            Some(SrtInput {
+                mode: SrtMode::Listener,
+                latency_ms: 120,
+                passphrase: None,
+                key_length: 16,
+                stream_id: None,
+            })
+        );
+        // The helper opens no socket for it.
+        assert!(f.receive_inputs().is_empty());
+        assert_eq!(f.interfaces().collect::<Vec<_>>(), ["eth1"]);
+        assert_eq!(i.to_string(), "srt listener 0.0.0.0:9000");
+        let c = parse(
+            &input_flow(
+                r#"{ protocol = "srt", mode = "caller", address = "192.0.2.1", port = 9000, latency_ms = 200, passphrase = "0123456789abc", key_length = 24, stream_id = "cam-1" }"#,
+            ),
+            "t.toml",
+        )
+        .expect("valid");
+        let i = &c.flows.by_name("x").expect("x").inputs[0];
+        let s = i.srt.clone().expect("srt");
+        assert_eq!(
+            (s.mode, s.latency_ms, s.key_length, s.stream_id.as_deref()),
+            (SrtMode::Caller, 200, 24, Some("cam-1"))
+        );
+        assert!(!format!("{s:?}").contains("0123456789abc"));
+        assert_eq!(s.as_output().max_callers, 1);
+    }
+
+    #[test]
+    fn srt_input_errors_name_the_field_and_the_fix() {
+        let cases = [
+            (
+                r#"{ protocol = "srt", interface = "eth0", address = "0.0.0.0", port = 9000 }"#,
+                "input.interface does not apply to an SRT input",
+            ),
+            (
+                r#"{ protocol = "srt", address = "0.0.0.0", port = 9000, fec = "2022-1" }"#,
+                "input.fec does not apply to an SRT input",
+            ),
+            (
+                r#"{ protocol = "srt", address = "0.0.0.0", port = 900 }"#,
+                "input.port 900 is a privileged port",
+            ),
+            (
+                r#"{ protocol = "srt", address = "239.1.1.1", port = 9000 }"#,
+                "an SRT input needs a unicast address",
+            ),
+            (
+                r#"{ protocol = "srt", mode = "caller", address = "0.0.0.0", port = 9000 }"#,
+                "input.address 0.0.0.0 is unspecified; a caller needs the listener's address",
+            ),
+            (
+                r#"{ protocol = "srt", address = "0.0.0.0", port = 9000, max_callers = 2 }"#,
+                "unknown key \"max_callers\" in input",
+            ),
+            (
+                r#"{ interface = "eth0", address = "239.1.1.1", port = 5000, latency_ms = 200 }"#,
+                "input.latency_ms is only for an SRT input; add protocol = \"srt\" or remove it",
+            ),
+            (
+                r#"{ protocol = "rtp", address = "0.0.0.0", port = 9000 }"#,
+                "input.protocol \"rtp\" is not known; use \"udp\", \"rist\" or \"srt\"",
+            ),
+        ];
+        for (input, want) in cases {
+            let e = error(&input_flow(input));
+            assert!(e.starts_with("t.toml:3:"), "{e}");
+            assert!(e.contains(want), "{input}: {e}");
+        }
+    }
+
+    #[test]
+    fn srt_leg_beside_a_multicast_leg() {
+        let text = "[[flow]]\nname = \"x\"\nredundancy = \"failover\"\n\
+             inputs = [{ protocol = \"srt\", address = \"0.0.0.0\", port = 9000 }, { interface = \"eth0\", address = \"239.1.1.1\", port = 5000 }]\n\
+             outputs = [{ interface = \"eth1\", address = \"239.2.2.2\", port = 6000 }]\n";
+        let c = parse(text, "t.toml").expect("valid");
+        let f = c.flows.by_name("x").expect("x");
+        assert!(f.inputs[0].srt.is_some() && f.inputs[1].srt.is_none());
+        // The helper opens the multicast leg only.
+        assert_eq!(f.receive_inputs(), vec![f.inputs[1].clone()]);
+        // Two SRT legs on one port differ by stream ID.
+        let two = |a: &str, b: &str| {
+            format!(
+                "[[flow]]\nname = \"x\"\nredundancy = \"failover\"\n\
+                 inputs = [{{ protocol = \"srt\", address = \"0.0.0.0\", port = 9000{a} }}, {{ protocol = \"srt\", address = \"0.0.0.0\", port = 9000{b} }}]\n\
+                 outputs = [{{ interface = \"eth1\", address = \"239.2.2.2\", port = 6000 }}]\n"
+            )
+        };
+        assert!(parse(&two(", stream_id = \"a\"", ", stream_id = \"b\""), "t.toml").is_ok());
+        assert!(error(&two("", "")).contains("inputs[1] is the same as inputs[0]"));
+        // spread needs one input per worker: refused with an SRT input.
+        let spread = "[[flow]]\nname = \"x\"\nspread = 2\n\
+             input = { protocol = \"srt\", address = \"0.0.0.0\", port = 9000 }\n\
+             outputs = [{ interface = \"eth1\", address = \"239.2.2.2\", port = 6000 }, { interface = \"eth1\", address = \"239.2.2.3\", port = 6000 }]\n";
+        assert!(error(spread).contains("spread can't be used with an SRT input"));
+        // Two flows can't listen for the same stream ID on one port.
+        let flows = "[[flow]]\nname = \"a\"\ninput = { protocol = \"srt\", address = \"0.0.0.0\", port = 9000 }\n\
+             outputs = [{ interface = \"eth1\", address = \"239.2.2.2\", port = 6000 }]\n\
+             [[flow]]\nname = \"b\"\ninput = { protocol = \"srt\", address = \"0.0.0.0\", port = 9000 }\n\
+             outputs = [{ interface = \"eth1\", address = \"239.2.2.3\", port = 6000 }]\n";
+        assert!(
+            error(flows)
+                .contains("SRT listener 0.0.0.0:9000 with no stream_id is also flow \"a\"'s")
+        );
     }
 }

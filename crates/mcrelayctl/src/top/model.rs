@@ -52,6 +52,10 @@ pub enum RowKind {
     Leg(usize),
     /// One of the flow's outputs, by index in `FlowSnapshot::outputs`.
     Output(usize),
+    /// One of the flow's SRT inputs, by index in `FlowSnapshot::srt_inputs`.
+    SrtInput(usize),
+    /// A caller of an SRT output: (output, caller) by index.
+    SrtCaller(usize, usize),
 }
 
 /// One line of the flow table.
@@ -407,9 +411,15 @@ impl Model {
             if self.is_folded(&flow.name) {
                 continue;
             }
+            // Legs, SRT inputs, then each output with its SRT callers.
             let children = (0..leg_count(flow))
                 .map(RowKind::Leg)
-                .chain((0..flow.outputs.len()).map(RowKind::Output));
+                .chain((0..flow.srt_inputs.len()).map(RowKind::SrtInput))
+                .chain(flow.outputs.iter().enumerate().flat_map(|(o, out)| {
+                    let callers = out.srt.as_ref().map_or(0, |r| r.callers.len());
+                    std::iter::once(RowKind::Output(o))
+                        .chain((0..callers).map(move |c| RowKind::SrtCaller(o, c)))
+                }));
             let first = self.rows.len();
             self.rows.extend(children.map(|kind| Row {
                 flow: i,

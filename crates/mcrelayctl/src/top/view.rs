@@ -322,6 +322,8 @@ fn row_cells(model: &Model, s: &Snapshot, row: &Row, cols: &[Col]) -> Vec<Cell<'
             let span = match row.kind {
                 RowKind::Flow => flow_cell(model, flow, col),
                 RowKind::Leg(i) => leg_cell(model, flow, i, col, tree),
+                RowKind::SrtInput(i) => srt_input_cell(flow, i, col, tree),
+                RowKind::SrtCaller(o, c) => srt_caller_cell(flow, o, c, col),
                 RowKind::Output(i) => {
                     let Some(o) = flow.outputs.get(i) else {
                         return Cell::default();
@@ -457,6 +459,105 @@ fn leg_cell(model: &Model, flow: &FlowSnapshot, i: usize, col: Col, tree: &str) 
             leg.health.silent || leg.health.errors() > 0,
         ),
         Col::Worker | Col::Rate | Col::Trend => Span::raw(""),
+    }
+}
+
+/// An SRT input: its peer (or that none is connected), what the SRT
+/// thread dropped on the way to the worker, and libsrt's view of the link.
+fn srt_input_cell(flow: &FlowSnapshot, i: usize, col: Col, tree: &str) -> Span<'static> {
+    let Some(s) = flow.srt_inputs.get(i) else {
+        return Span::raw("");
+    };
+    match col {
+        Col::Flow => Span::raw(format!(" {tree}")),
+        Col::State => match (&s.peer, s.listener) {
+            (Some(_), _) => Span::styled("connected", Color::Green),
+            (None, true) => Span::styled("no caller", Color::Yellow),
+            (None, false) => Span::styled("calling", Color::Yellow),
+        },
+        Col::Path => Span::raw(match &s.peer {
+            Some(p) => format!("⇐ {} from {}", s.label, p.peer),
+            None => format!("⇐ {}", s.label),
+        }),
+        Col::Drops => {
+            let dropped = s.drop_queue_full + s.drop_flow_gone;
+            alarm(
+                if dropped == 0 {
+                    "none".into()
+                } else {
+                    format!(
+                        "queue_full={} flow_gone={}",
+                        human_count(s.drop_queue_full),
+                        human_count(s.drop_flow_gone)
+                    )
+                },
+                dropped > 0,
+            )
+        }
+        Col::Rate => Span::raw(
+            s.peer
+                .as_ref()
+                .map(|p| human_bits_per_second(p.receive_bps as f64))
+                .unwrap_or_default(),
+        ),
+        Col::Health => {
+            let mut text = match &s.peer {
+                Some(p) => format!(
+                    "rtt {:.1} ms · lost {} · too late {}",
+                    p.rtt_us as f64 / 1000.0,
+                    human_count(p.lost),
+                    human_count(p.too_late)
+                ),
+                None => "not connected".to_owned(),
+            };
+            if s.refused > 0 {
+                text.push_str(&format!(" · {} refused", human_count(s.refused)));
+            }
+            let bad = s.peer.as_ref().is_none_or(|p| p.too_late > 0);
+            alarm(text, bad)
+        }
+        Col::Worker | Col::Pps | Col::Trend => Span::raw(""),
+    }
+}
+
+/// A caller of an SRT output, under its output.
+fn srt_caller_cell(flow: &FlowSnapshot, o: usize, c: usize, col: Col) -> Span<'static> {
+    let Some(c) = flow
+        .outputs
+        .get(o)
+        .and_then(|o| o.srt.as_ref())
+        .and_then(|r| r.callers.get(c))
+    else {
+        return Span::raw("");
+    };
+    match col {
+        Col::Flow => Span::raw(" │"),
+        Col::State => Span::styled("caller", Color::Green),
+        Col::Path => Span::raw(if c.stream_id.is_empty() {
+            format!("  ⇒ {}", c.peer)
+        } else {
+            format!("  ⇒ {} ({})", c.peer, c.stream_id)
+        }),
+        Col::Rate => Span::raw(human_bits_per_second(c.send_bps as f64)),
+        Col::Drops => alarm(
+            if c.dropped + c.too_late == 0 {
+                "none".into()
+            } else {
+                format!(
+                    "full={} too_late={}",
+                    human_count(c.dropped),
+                    human_count(c.too_late)
+                )
+            },
+            c.dropped + c.too_late > 0,
+        ),
+        Col::Health => Span::raw(format!(
+            "rtt {:.1} ms · lost {} · retransmitted {}",
+            c.rtt_us as f64 / 1000.0,
+            human_count(c.lost),
+            human_count(c.retransmitted)
+        )),
+        Col::Worker | Col::Pps | Col::Trend => Span::raw(""),
     }
 }
 

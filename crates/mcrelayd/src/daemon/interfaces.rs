@@ -26,10 +26,15 @@ pub(super) fn blocked(links: Option<&LinkTable>, flow: &Flow, running: bool) -> 
     if let Some(b) = links::blocked(links, outputs) {
         return Some(state(b));
     }
+    // An SRT leg names no interface: never blocked here (its connection
+    // comes and goes on its own).
     let legs: Vec<Option<Blocked>> = flow
         .inputs
         .iter()
-        .map(|i| links::blocked(links, [i.interface.as_str()]))
+        .map(|i| match i.srt {
+            Some(_) => None,
+            None => links::blocked(links, [i.interface.as_str()]),
+        })
         .collect();
     if legs.iter().all(Option::is_some) {
         return legs.into_iter().flatten().next().map(state);

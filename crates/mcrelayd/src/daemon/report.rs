@@ -10,7 +10,7 @@ use mcrelay_config::Flow;
 use mcrelay_control::{
     DaemonState, FecSnapshot, FlowSnapshot, FlowState, IngressDropsSnapshot, LegSnapshot,
     OutputSnapshot, PoolClassSnapshot, RedundancySnapshot, RistSnapshot, Snapshot,
-    SrtCallerSnapshot, SrtSnapshot, WorkerSnapshot,
+    SrtCallerSnapshot, SrtInputSnapshot, SrtPeerSnapshot, SrtSnapshot, WorkerSnapshot,
 };
 use mcrelay_relay::counters::{FlowCounters, FlowStats};
 use mcrelay_srt::RouteView;
@@ -188,7 +188,9 @@ fn worker_snapshot(w: &WorkerStats) -> WorkerSnapshot {
 /// The SRT thread's view of output `label` of `flow`, if it is an SRT
 /// output.
 fn srt_snapshot(srt: &[RouteView], flow: &str, label: &str) -> Option<SrtSnapshot> {
-    let r = srt.iter().find(|r| r.flow == flow && r.label == label)?;
+    let r = srt
+        .iter()
+        .find(|r| !r.input && r.flow == flow && r.label == label)?;
     Some(SrtSnapshot {
         listener: r.listener,
         max_callers: r.max_callers,
@@ -320,6 +322,7 @@ fn flow_snapshot(f: &FlowEntry, srt: &[RouteView]) -> FlowSnapshot {
             duplicates: c.fec.duplicates.get(),
             rejected: c.fec.rejected.get(),
         }),
+        srt_inputs: srt_inputs(srt, &f.stats.name),
         rist: f.rist.then(|| rist_snapshot(&c.rist)),
     }
 }
@@ -336,6 +339,40 @@ fn rist_snapshot(r: &mcrelay_relay::counters::RistCounters) -> RistSnapshot {
         unrecoverable: r.unrecoverable.get(),
         output_rtt_us: r.output_rtt_us.get(),
     }
+}
+
+/// The SRT thread's view of `flow`'s SRT inputs, in leg order.
+fn srt_inputs(srt: &[RouteView], flow: &str) -> Vec<SrtInputSnapshot> {
+    let mut all: Vec<SrtInputSnapshot> = srt
+        .iter()
+        .filter(|r| r.input && r.flow == flow)
+        .map(|r| SrtInputSnapshot {
+            leg: r.leg,
+            label: r.label.clone(),
+            listener: r.listener,
+            peer: r.callers.first().map(|c| SrtPeerSnapshot {
+                peer: c.peer.map(|p| p.to_string()).unwrap_or_default(),
+                stream_id: c.stream_id.clone(),
+                connected_since: c.connected_since,
+                received: c.received,
+                lost: c.srt.receive_lost,
+                too_late: c.srt.receive_dropped,
+                rtt_us: float_to_u64(c.srt.rtt_ms * 1000.0),
+                receive_bps: float_to_u64(c.srt.receive_mbps * 1e6),
+            }),
+            datagrams: r.datagrams,
+            delivered: r.delivered,
+            drop_queue_full: r.drop_queue_full,
+            drop_flow_gone: r.drop_flow_gone,
+            connects: r.connects,
+            refused: r.refused,
+            disconnects: r.disconnects,
+            connect_failures: r.connect_failures,
+            error: r.error.clone(),
+        })
+        .collect();
+    all.sort_by_key(|s| s.leg);
+    all
 }
 
 /// A flow with several inputs: each leg's counters and health, and what
@@ -408,8 +445,12 @@ pub(super) fn entry_mut<'a>(shared: &'a mut Shared, name: &str) -> Option<&'a mu
     shared.flows.iter_mut().find(|e| e.stats.name == name)
 }
 
-/// An input as readers see it: "239.1.1.1:5000 on eth0".
+/// An input as readers see it: "239.1.1.1:5000 on eth0", or its SRT
+/// label ("srt://0.0.0.0:9000").
 pub(super) fn input_text(input: &mcrelay_config::Input) -> String {
+    if let Some(s) = &input.srt {
+        return crate::srt::label(input.socket_addr(), &s.as_output());
+    }
     format!(
         "{} on {}",
         std::net::SocketAddr::new(input.address, input.port),
