@@ -100,7 +100,18 @@ pub enum IngressKind {
     Socket,
     /// AF_PACKET capture, bypassing the kernel's reverse-path filter.
     Packet,
+    /// An XDP program on the interface steering the flow's frames to an
+    /// AF_XDP socket, below the kernel's IP stack (IPv4, frames up to
+    /// [`MAX_XDP_FRAME`] bytes).
+    Xdp,
 }
+
+/// The largest frame (Ethernet header included) `ingress = "xdp"`
+/// receives: one 2048-byte UMEM frame less the kernel's 256 bytes of
+/// headroom. A larger frame (a jumbo MTU) is dropped by the kernel's XDP
+/// path, so the config refuses `ingress = "xdp"` on an interface whose
+/// MTU says it may carry one (checked when the sockets are opened).
+pub const MAX_XDP_FRAME: u32 = 1792;
 
 /// A flow's `input`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -362,6 +373,7 @@ impl fmt::Display for IngressKind {
         f.write_str(match self {
             IngressKind::Socket => "socket",
             IngressKind::Packet => "packet",
+            IngressKind::Xdp => "xdp",
         })
     }
 }

@@ -296,7 +296,7 @@ impl Opener {
             .zip(legs)
             .map(|(input, leg)| {
                 let requested = usize::try_from(input.receive_buffer_bytes).unwrap_or(usize::MAX);
-                if leg.receive_buffer_bytes < requested {
+                if leg.receive_buffer_bytes < requested && input.ingress != IngressKind::Xdp {
                     tracing::warn!(
                         flow = %flow.name,
                         input = %input,
@@ -311,6 +311,23 @@ impl Opener {
                         socket: leg.socket,
                         filter: flow_match(input),
                         membership: leg.membership,
+                    },
+                    IngressKind::Xdp => match leg.xdp {
+                        Some(xdp) => IngressSocket::Xdp {
+                            socket: leg.socket,
+                            filter: flow_match(input),
+                            umem: xdp.umem,
+                            link: xdp.link,
+                            membership: leg.membership,
+                        },
+                        // The helper sent an xdp leg without its UMEM and
+                        // link (never: `OpenedFlow::from_reply` pairs
+                        // them); the worker then finds no ring and logs.
+                        None => IngressSocket::Packet {
+                            socket: leg.socket,
+                            filter: flow_match(input),
+                            membership: leg.membership,
+                        },
                     },
                 }
             })

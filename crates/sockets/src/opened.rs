@@ -44,6 +44,7 @@ impl OpenedFlow {
                 .map(|l| LegHeader {
                     receive_buffer_bytes: l.receive_buffer_bytes,
                     membership: l.membership.is_some(),
+                    xdp: l.xdp.is_some(),
                 })
                 .collect(),
             count: self.fds().len(),
@@ -57,7 +58,13 @@ impl OpenedFlow {
         self.legs
             .iter()
             .flat_map(|l| {
-                std::iter::once(l.socket.as_fd()).chain(l.membership.iter().map(AsFd::as_fd))
+                std::iter::once(l.socket.as_fd())
+                    .chain(l.membership.iter().map(AsFd::as_fd))
+                    .chain(
+                        l.xdp
+                            .iter()
+                            .flat_map(|x| [x.umem.as_fd(), x.link.as_fd()]),
+                    )
             })
             .chain(self.outputs.iter().map(AsFd::as_fd))
             .collect()
@@ -91,10 +98,19 @@ impl OpenedFlow {
             else {
                 return Err("fewer fds than the legs need".into());
             };
+            let xdp = if leg.xdp {
+                let (Some(umem), Some(link)) = (fds.next(), fds.next()) else {
+                    return Err("fewer fds than the legs need".into());
+                };
+                Some(crate::xdp::XdpFds { umem, link })
+            } else {
+                None
+            };
             opened.push(OpenedLeg {
                 socket,
                 receive_buffer_bytes: leg.receive_buffer_bytes,
                 membership: membership.map(UdpSocket::from),
+                xdp,
             });
         }
         let outputs: Vec<UdpSocket> = fds.map(UdpSocket::from).collect();
@@ -136,11 +152,13 @@ mod tests {
                     socket: udp().into(),
                     receive_buffer_bytes: 100,
                     membership: None,
+                    xdp: None,
                 },
                 OpenedLeg {
                     socket: udp().into(),
                     receive_buffer_bytes: 200,
                     membership: Some(udp()),
+                    xdp: None,
                 },
             ],
             outputs: vec![udp(), udp()],

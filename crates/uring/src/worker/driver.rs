@@ -398,7 +398,7 @@ impl Worker {
                 return;
             }
             for leg in legs.clone() {
-                if self.leg(f, leg).is_some_and(|l| l.packet_ring.is_some()) {
+                if self.leg(f, leg).is_some_and(|l| l.has_ring()) {
                     // Blocks filled meanwhile wake nobody: walk them.
                     self.service_ring(f, leg);
                 }
@@ -467,7 +467,7 @@ impl Worker {
         let leg_needs = |l: &Leg| {
             l.ring_pending
                 || l.walks_by_interval()
-                || (!l.armed && (l.packet.is_none() || l.packet_ring.is_some()))
+                || (!l.armed && (l.packet.is_none() || l.has_ring()))
         };
         if self.core.is_paused(f) || flow.legs.iter().any(leg_needs) {
             self.attention.notice(f);

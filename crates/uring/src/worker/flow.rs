@@ -36,6 +36,10 @@ pub(super) struct Leg {
     /// it could not be set up: then the leg receives nothing, logged).
     /// Unmapped before the socket closes (field order).
     pub(super) packet_ring: Option<PacketRing>,
+    /// XDP ingress: the AF_XDP socket's mapped fill and RX rings and UMEM
+    /// (`None` only if they could not be mapped: logged, and the leg
+    /// receives nothing). Unmapped before the socket closes.
+    pub(super) xsk: Option<mcrelay_sys::xdp::XskRings>,
     /// Closed when the flow goes (which leaves its group), after the packet
     /// ring no longer names its fd.
     _ingress: IngressSocket,
@@ -173,6 +177,12 @@ impl Flow {
 }
 
 impl Leg {
+    /// Frames are read from a mapped ring (packet or XDP ingress), whose
+    /// poll (not a receive) is armed.
+    pub(super) fn has_ring(&self) -> bool {
+        self.packet_ring.is_some() || self.xsk.is_some()
+    }
+
     /// Packet ingress on a frame-slot ring that is busy enough to be
     /// walked every `WAKE_INTERVAL` rather than woken per frame.
     pub(super) fn walks_by_interval(&self) -> bool {
@@ -218,6 +228,21 @@ impl Leg {
                         None
                     }
                 });
+        let xsk = ingress.xsk_rings().and_then(|r| match r {
+            Ok(rings) => {
+                tracing::info!(flow, leg = index, "xdp ingress on an AF_XDP socket");
+                Some(rings)
+            }
+            Err(e) => {
+                tracing::error!(
+                    flow,
+                    leg = index,
+                    "AF_XDP rings not mapped ({e}): this xdp leg receives nothing"
+                );
+                None
+            }
+        });
+        let packet_ring = if xsk.is_some() { None } else { packet_ring };
         Self {
             fd: ingress.fd(),
             armed: false,
@@ -231,6 +256,7 @@ impl Leg {
             packet: ingress.packet_filter(),
             ring_pending: false,
             packet_ring,
+            xsk,
             _ingress: ingress,
         }
     }

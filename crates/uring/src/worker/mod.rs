@@ -28,6 +28,7 @@ mod commands;
 mod driver;
 mod flow;
 mod receive;
+mod xsk;
 mod wake;
 
 use std::io;

@@ -62,6 +62,10 @@ impl Worker {
                 // wake-up per frame only while nearly idle.
                 Layout::Frames => poll.build(),
             }
+        } else if leg.xsk.is_some() {
+            // One-shot, re-armed by the loop turn after the walk, as a
+            // frame-slot packet ring's.
+            opcode::PollAdd::new(Fd(leg.fd), u32::from(libc::POLLIN.unsigned_abs())).build()
         } else if leg.packet.is_some() {
             // Its packet ring could not be set up (logged when the flow was
             // added).
@@ -110,7 +114,7 @@ impl Worker {
             .get_mut(f.index())
             .and_then(Option::as_mut)
             .and_then(|fl| fl.leg_mut(l))
-            .filter(|leg| leg.packet_ring.is_some())
+            .filter(|leg| leg.has_ring())
         {
             if !cqueue::more(flags) {
                 leg.armed = false;
@@ -121,7 +125,7 @@ impl Worker {
                     self.core.counters(f),
                     leg,
                     (worker, f, l),
-                    "poll on the packet ring",
+                    "poll on the packet ring or AF_XDP socket",
                     -result,
                 );
             }
@@ -222,6 +226,9 @@ impl Worker {
             return;
         };
         leg.ring_pending = false;
+        if leg.xsk.is_some() {
+            return self.service_xsk(f, l);
+        }
         let (Some(mut ring), Some(filter)) = (leg.packet_ring.take(), leg.packet) else {
             return;
         };
@@ -364,7 +371,7 @@ impl Worker {
 /// legs' ([`Worker::publish_health`]: the leg that received it is listed
 /// for this batch). One compare for a flow with one leg.
 #[inline(always)]
-fn observe_output(flows: &mut [Option<Flow>], f: FlowId, received: Received, d: &[u8], now: u64) {
+pub(super) fn observe_output(flows: &mut [Option<Flow>], f: FlowId, received: Received, d: &[u8], now: u64) {
     if received == Received::Queued
         && let Some(out) = flows
             .get_mut(f.index())
