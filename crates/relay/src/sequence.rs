@@ -205,8 +205,19 @@ impl Frame {
         let agrees = ext >= low && ext <= self.top + lead;
         match step {
             Step::Stray | Step::Replay if agrees => {
+                // The leg takes the frame's numbering. Its own highest
+                // number stays only where it is the frame's too (a
+                // reordered copy from far back); one elsewhere (a
+                // numbering of its own it had confirmed, or stray
+                // continuations of one) is given up, so what continues
+                // it stays apart.
+                let (lo, hi) = (low, self.top + MAX_STEP);
                 if let Some(l) = self.legs.get_mut(leg) {
-                    l.rejoin(seq, ssrc);
+                    let keep = l
+                        .highest()
+                        .map(|(max, _)| extend(self.top, u16::try_from(max & 0xffff).unwrap_or(0)))
+                        .is_some_and(|e| e >= lo && e <= hi);
+                    l.rejoin(seq, ssrc, keep);
                 }
                 self.joined |= bit;
                 self.leaders &= !bit;

@@ -1,8 +1,12 @@
 //! What mcrelay's integration tests share instead of copying: entering a
 //! network namespace (through `mcrelay_sys::ns`, no raw `setns` in test
-//! files) and finding a free loopback port. A dev-dependency of the crates
-//! whose tests use it; nothing in a product build links it.
+//! files), finding a free loopback port, and delaying a namespace's link
+//! ([`delay::DelayedLink`], through this crate's `nfdelay` binary: this
+//! kernel has no netem). A dev-dependency of the crates whose tests use
+//! it; nothing in a product build links it.
 #![forbid(unsafe_code)]
+
+pub mod delay;
 
 use std::net::UdpSocket;
 

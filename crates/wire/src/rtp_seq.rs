@@ -145,10 +145,12 @@ impl LegSeq {
         self.max
     }
 
-    /// The leg joins a stream another leg carries: `seq` of `ssrc` is the
-    /// leg's new highest number (its extension follows its own).
-    pub fn rejoin(&mut self, seq: u16, ssrc: u32) {
-        if self.synced && ssrc == self.ssrc {
+    /// The leg joins a stream another leg carries at `seq` of `ssrc`.
+    /// With `keep_max` (its highest number is in that stream too) the
+    /// highest of the two stays; otherwise `seq` is its new highest
+    /// number, whatever the leg had reached.
+    pub fn rejoin(&mut self, seq: u16, ssrc: u32, keep_max: bool) {
+        if keep_max && self.synced && ssrc == self.ssrc {
             let e = extend(self.max, seq);
             self.max = self.max.max(e);
         } else {

@@ -385,16 +385,121 @@ fn hostile_strategy() -> impl Strategy<Value = (u32, Hostile)> {
 
 use proptest::prelude::*;
 
+/// The property below, for one case: two to four legs carry one 1 kpps
+/// stream, each with its own loss and delay (within the window, with
+/// reordering); hostile datagrams land on one leg. The output carries
+/// every number some leg delivered, none twice; a hostile datagram opens
+/// no gap and none leaves.
+fn hostile_case(
+    legs: u8,
+    delay: u64,
+    skew: &[u64],
+    seed: u64,
+    bad_leg: u8,
+    hostiles: &[(u32, Hostile)],
+) -> Result<(), TestCaseError> {
+    let n = 1200u32;
+    let bad_leg = bad_leg % legs;
+    // With a delay, copies must come within it (the skews' spread
+    // plus the jitter below 20 ms); without, within the window.
+    let skew: Vec<u64> = skew
+        .iter()
+        .map(|s| if delay > 0 { s % 15 } else { *s })
+        .collect();
+    let rnd = |leg: u8, i: u32, salt: u64| {
+        (u64::from(i) << 8 ^ u64::from(leg) ^ seed ^ salt).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40
+    };
+    let mut ev = Vec::new();
+    let mut delivered = std::collections::BTreeSet::new();
+    for i in 0..n {
+        for leg in 0..legs {
+            // 5 % loss per leg (none of the first datagram, where a
+            // delayed merge starts).
+            if i > 0 && rnd(leg, i, 1) % 100 < 5 {
+                continue;
+            }
+            // The leg's skew plus up to 3 ms of jitter: reordering
+            // (not of the first few: a delayed merge starts at the
+            // first number to arrive).
+            let t = 1000 * MS
+                + u64::from(i) * MS
+                + skew[usize::from(leg)] * MS
+                + if i < 5 { 0 } else { rnd(leg, i, 2) % (3 * MS) };
+            ev.push(Ev {
+                t,
+                leg,
+                seq: i as u16,
+                ts: i * 90,
+                ssrc: SSRC,
+            });
+            delivered.insert(i as u16);
+        }
+    }
+    for (k, (at, h)) in hostiles.iter().enumerate() {
+        let t = 1000 * MS + u64::from(*at) * MS + skew[usize::from(bad_leg)] * MS + MS / 2;
+        let cur = *at as u16;
+        let ts = u32::MAX - 90 * (k as u32 + 1);
+        let mut put = |dt: u64, seq: u16, ssrc: u32| {
+            ev.push(Ev {
+                t: t + dt,
+                leg: bad_leg,
+                seq,
+                ts,
+                ssrc,
+            });
+        };
+        match *h {
+            Hostile::Jump(d) => put(0, cur.wrapping_add(d), SSRC),
+            Hostile::Ssrc(s, d) => put(0, cur.wrapping_add(d), s),
+            Hostile::Replay(d) => put(0, cur.wrapping_sub(d), SSRC),
+            Hostile::Restart(d, count) => {
+                for j in 0..u16::from(count) {
+                    put(
+                        u64::from(j) * 10_000,
+                        cur.wrapping_add(d).wrapping_add(j),
+                        SSRC,
+                    );
+                }
+            }
+        }
+    }
+    ev.sort();
+    let mut h = Harness::with_pool(legs, merge(delay, 100), 4000);
+    run(&mut h, &ev, 300);
+    let mut sent = h.sent.clone();
+    sent.sort_unstable();
+    let mut once = sent.clone();
+    once.dedup();
+    let twice: Vec<u16> = sent
+        .windows(2)
+        .filter(|w| w[0] == w[1])
+        .map(|w| w[0])
+        .collect();
+    prop_assert!(twice.is_empty(), "numbers left twice: {:?}", twice);
+    let got: std::collections::BTreeSet<u16> = sent.iter().copied().collect();
+    let gaps: Vec<u16> = delivered.difference(&got).copied().collect();
+    prop_assert!(gaps.is_empty(), "numbers delivered, not sent: {:?}", gaps);
+    prop_assert!(
+        h.sent_ts.iter().all(|&ts| ts < n * 90),
+        "a hostile datagram left"
+    );
+    prop_assert_eq!(h.red().lost.get(), 0);
+    h.assert_adds_up();
+    Ok(())
+}
+
+/// The case proptest found (cc e40eaf1f): leg 1 restarts 300 ahead for
+/// three datagrams at 665, then goes back to the stream.
+#[test]
+fn a_three_datagram_restart_on_one_leg_sends_nothing_twice() {
+    let hostiles = [(665, Hostile::Restart(300, 3))];
+    hostile_case(2, 0, &[0; 4], 2_457_661_285_953_961_006, 1, &hostiles).unwrap();
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(32))]
 
-    /// Two to four legs carry one 1 kpps stream, each with its own loss
-    /// and delay (within the window, with reordering); hostile datagrams
-    /// land on one leg. The output carries every number some leg
-    /// delivered, none twice; a hostile datagram opens no gap and none
-    /// leaves.
     #[test]
-    #[ignore = "fails on a one-leg restart 300 ahead (cc e40eaf1f in proptest-regressions: number 967 leaves twice); a known bug of the merge's frame, issue 26 stays open (run with --ignored)"]
     fn merge_output_is_complete_and_once_under_hostile_datagrams(
         legs in 2u8..=4,
         delay in prop::sample::select(vec![0u64, 20]),
@@ -403,65 +508,7 @@ proptest! {
         bad_leg in 0u8..4,
         hostiles in prop::collection::vec(hostile_strategy(), 1..6),
     ) {
-        let n = 1200u32;
-        let bad_leg = bad_leg % legs;
-        // With a delay, copies must come within it (the skews' spread
-        // plus the jitter below 20 ms); without, within the window.
-        let skew: Vec<u64> = skew.iter().map(|s| if delay > 0 { s % 15 } else { *s }).collect();
-        let rnd = |leg: u8, i: u32, salt: u64| {
-            (u64::from(i) << 8 ^ u64::from(leg) ^ seed ^ salt).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40
-        };
-        let mut ev = Vec::new();
-        let mut delivered = std::collections::BTreeSet::new();
-        for i in 0..n {
-            for leg in 0..legs {
-                // 5 % loss per leg (none of the first datagram, where a
-                // delayed merge starts).
-                if i > 0 && rnd(leg, i, 1) % 100 < 5 {
-                    continue;
-                }
-                // The leg's skew plus up to 3 ms of jitter: reordering
-                // (not of the first few: a delayed merge starts at the
-                // first number to arrive).
-                let t = 1000 * MS + u64::from(i) * MS + skew[usize::from(leg)] * MS
-                    + if i < 5 { 0 } else { rnd(leg, i, 2) % (3 * MS) };
-                ev.push(Ev { t, leg, seq: i as u16, ts: i * 90, ssrc: SSRC });
-                delivered.insert(i as u16);
-            }
-        }
-        for (k, (at, h)) in hostiles.iter().enumerate() {
-            let t = 1000 * MS + u64::from(*at) * MS + skew[usize::from(bad_leg)] * MS + MS / 2;
-            let cur = *at as u16;
-            let ts = u32::MAX - 90 * (k as u32 + 1);
-            let mut put = |dt: u64, seq: u16, ssrc: u32| {
-                ev.push(Ev { t: t + dt, leg: bad_leg, seq, ts, ssrc });
-            };
-            match *h {
-                Hostile::Jump(d) => put(0, cur.wrapping_add(d), SSRC),
-                Hostile::Ssrc(s, d) => put(0, cur.wrapping_add(d), s),
-                Hostile::Replay(d) => put(0, cur.wrapping_sub(d), SSRC),
-                Hostile::Restart(d, count) => {
-                    for j in 0..u16::from(count) {
-                        put(u64::from(j) * 10_000, cur.wrapping_add(d).wrapping_add(j), SSRC);
-                    }
-                }
-            }
-        }
-        ev.sort();
-        let mut h = Harness::with_pool(legs, merge(delay, 100), 4000);
-        run(&mut h, &ev, 300);
-        let mut sent = h.sent.clone();
-        sent.sort_unstable();
-        let mut once = sent.clone();
-        once.dedup();
-        let twice: Vec<u16> = sent.windows(2).filter(|w| w[0] == w[1]).map(|w| w[0]).collect();
-        prop_assert!(twice.is_empty(), "numbers left twice: {:?}", twice);
-        let got: std::collections::BTreeSet<u16> = sent.iter().copied().collect();
-        let gaps: Vec<u16> = delivered.difference(&got).copied().collect();
-        prop_assert!(gaps.is_empty(), "numbers delivered, not sent: {:?}", gaps);
-        prop_assert!(h.sent_ts.iter().all(|&ts| ts < n * 90), "a hostile datagram left");
-        prop_assert_eq!(h.red().lost.get(), 0);
-        h.assert_adds_up();
+        hostile_case(legs, delay, &skew, seed, bad_leg, &hostiles)?;
     }
 }
 
