@@ -1,0 +1,165 @@
+//! `ingress = "xdp"` end to end, in namespaces (topology in
+//! `common/mod.rs`, with the input link's MTU lowered to 1500: a UMEM frame
+//! holds 1792 bytes): the helper loads and attaches the XDP program and
+//! binds the AF_XDP socket, the worker relays from its RX ring byte-exact;
+//! other traffic on the input interface (another port of the same group,
+//! unicast UDP, TCP) still reaches the kernel's stack; the program is
+//! detached when the daemon stops, when it is SIGKILLed, and attached
+//! again when it restarts; an interface whose MTU allows larger frames is
+//! refused with the limit named.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::process::Command;
+
+mod common;
+use common::*;
+
+const FLOW: &str = r#"
+[[flow]]
+name = "xdp"
+input = { interface = "vRA", address = "239.1.1.1", port = 5000, ingress = "xdp" }
+outputs = [ { interface = "vRB", address = "239.2.2.2", port = 6000 } ]
+"#;
+
+/// A topology whose input link (vA-vRA) has a 1500-byte MTU.
+fn topology() -> Option<Topology> {
+    let t = Topology::new()?;
+    t.ip(&t.a, &["link", "set", "vA", "mtu", "1500"]);
+    t.ip(&t.r, &["link", "set", "vRA", "mtu", "1500"]);
+    Some(t)
+}
+
+/// Whether an XDP program is attached to `dev` in namespace `ns`.
+fn attached(ns: &str, dev: &str) -> bool {
+    let out = Command::new("ip")
+        .args(["-n", ns, "-d", "link", "show", "dev", dev])
+        .output()
+        .expect("ip link show");
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.contains("prog/xdp") || text.contains(" xdp")
+}
+
+fn wait_attached(t: &Topology, want: bool) {
+    wait_until(
+        if want {
+            "the XDP program attached to vRA"
+        } else {
+            "the XDP program detached from vRA"
+        },
+        || {
+            if attached(&t.r, "vRA") == want {
+                Ok(())
+            } else {
+                Err(format!("attached: {}", !want))
+            }
+        },
+    );
+}
+
+/// Relay 1000 datagrams of mixed sizes up to the largest a 1500 MTU
+/// carries, and check every one arrived byte-exact.
+fn relays_byte_exact(t: &Topology) {
+    let rx = t.receiver("239.2.2.2:6000", 1000, &[]);
+    t.send(
+        "239.1.1.1:5000",
+        &["--count", "1000", "--rate", "20000", "--size", "1316,64,1472,700"],
+    );
+    let out = finish(rx);
+    clean(&out);
+    assert_eq!(field(&out, "valid"), 1000, "{out}");
+    assert_eq!(field(&out, "max_len"), 1472, "{out}");
+}
+
+#[test]
+fn xdp_ingress_relays_byte_exact_and_leaves_other_traffic_alone() {
+    let Some(t) = topology() else { return };
+    let relay = t.relay(FLOW, &[]);
+    assert!(
+        relay.log().contains("xdp ingress on an AF_XDP socket"),
+        "{}",
+        relay.log()
+    );
+    wait_attached(&t, true);
+    relays_byte_exact(&t);
+
+    // Other traffic on vRA: another port of the same group, unicast UDP
+    // and TCP all reach R's own sockets past the program.
+    let (group_other, unicast, listener) = in_netns(&t.r, || {
+        let g = UdpSocket::bind("0.0.0.0:5002").expect("bind 5002");
+        g.join_multicast_v4(&"239.1.1.1".parse().unwrap(), &"10.10.1.2".parse().unwrap())
+            .expect("join");
+        g.set_read_timeout(Some(DEADLINE)).expect("timeout");
+        let u = UdpSocket::bind("10.10.1.2:5003").expect("bind 5003");
+        u.set_read_timeout(Some(DEADLINE)).expect("timeout");
+        let l = TcpListener::bind("10.10.1.2:7000").expect("listen");
+        (g, u, l)
+    });
+    in_netns(&t.a, || {
+        let s = UdpSocket::bind("10.10.1.1:0").expect("bind");
+        s.send_to(b"same group, other port", "239.1.1.1:5002")
+            .expect("send");
+        s.send_to(b"unicast", "10.10.1.2:5003").expect("send");
+        let mut c = TcpStream::connect_timeout(&"10.10.1.2:7000".parse().unwrap(), DEADLINE)
+            .expect("TCP across the XDP program");
+        c.write_all(b"tcp").expect("write");
+    });
+    let mut buf = [0u8; 64];
+    let n = group_other.recv(&mut buf).expect("other port of the group");
+    assert_eq!(&buf[..n], b"same group, other port");
+    let n = unicast.recv(&mut buf).expect("unicast");
+    assert_eq!(&buf[..n], b"unicast");
+    let (mut conn, _) = listener.accept().expect("accept");
+    conn.set_read_timeout(Some(DEADLINE)).expect("timeout");
+    let mut got = [0u8; 3];
+    conn.read_exact(&mut got).expect("read");
+    assert_eq!(&got, b"tcp");
+
+    let log = relay.stop();
+    let flow = ["flow=xdp", "packets_in"];
+    assert_eq!(counter(&log, &flow, "packets_in"), 1000, "{log}");
+    for reason in ["truncated", "malformed", "fragment", "not_this_flow"] {
+        assert_eq!(
+            counter(&log, &flow, &format!("drop_{reason}")),
+            0,
+            "{reason}"
+        );
+    }
+    // Stopped: the link closed with the daemon, nothing stays attached.
+    wait_attached(&t, false);
+}
+
+#[test]
+fn the_program_is_detached_after_sigkill_and_attached_again_on_restart() {
+    let Some(t) = topology() else { return };
+    let relay = t.relay(FLOW, &[]);
+    wait_attached(&t, true);
+    signal(&relay.child, libc::SIGKILL);
+    // The daemon's fds close with it (its zygote and helper follow it,
+    // PR_SET_PDEATHSIG, and hold no copy of the link).
+    wait_attached(&t, false);
+    drop(relay);
+    let relay = t.relay(FLOW, &[]);
+    wait_attached(&t, true);
+    relays_byte_exact(&t);
+    let log = relay.stop();
+    assert_eq!(counter(&log, &["flow=xdp", "packets_in"], "packets_in"), 1000);
+    wait_attached(&t, false);
+}
+
+#[test]
+fn an_mtu_above_the_umem_frame_is_refused_naming_the_limit() {
+    // Topology::new's links have a 9200-byte MTU.
+    let Some(t) = Topology::new() else { return };
+    let relay = t.relay(FLOW, &[]);
+    wait_until("the refusal logged", || {
+        let log = relay.log();
+        if log.contains("receives frames up to 1792 bytes") {
+            Ok(())
+        } else {
+            Err(log)
+        }
+    });
+    assert!(!attached(&t.r, "vRA"), "nothing attached");
+    relay.stop();
+}
