@@ -209,6 +209,7 @@ mod tests {
         let leg = |membership| LegHeader {
             receive_buffer_bytes: 1,
             membership,
+            xdp: false,
         };
         let fds = |n: usize| (0..n).map(|_| OwnedFd::from(udp())).collect::<Vec<_>>();
         assert!(OpenedFlow::from_reply(&[], fds(2), vec![]).is_err());
@@ -216,5 +217,16 @@ mod tests {
         assert!(OpenedFlow::from_reply(&[leg(false)], fds(2), vec![(1, 5)]).is_err());
         let ok = OpenedFlow::from_reply(&[leg(false)], fds(2), vec![(0, 5)]).expect("ok");
         assert_eq!(ok.outputs.len(), 1);
+        // An xdp leg takes its UMEM and link after its membership.
+        let xdp = LegHeader {
+            receive_buffer_bytes: 0,
+            membership: true,
+            xdp: true,
+        };
+        assert!(OpenedFlow::from_reply(&[xdp], fds(3), vec![]).is_err());
+        let ok = OpenedFlow::from_reply(&[xdp], fds(5), vec![]).expect("ok");
+        assert!(ok.legs[0].membership.is_some() && ok.legs[0].xdp.is_some());
+        assert_eq!(ok.outputs.len(), 1);
+        assert_eq!(ok.fds().len(), 5);
     }
 }

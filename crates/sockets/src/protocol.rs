@@ -470,7 +470,9 @@ mod tests {
         for bad in [
             "SOCKETS 1,2,3,4,5 9",
             "SOCKETS ,1 3",
-            "SOCKETS 1+x 3",
+            "SOCKETS 1+q 3",
+            "SOCKETS 1+x+m 3",
+            "SOCKETS +x 3",
             "SOCKETS +m 3",
             "SOCKETS 1,,2 3",
         ] {
