@@ -2257,7 +2257,7 @@ outputs = [{ interface = "eth1", address = "239.2.2.2", port = 6000, ttl = 255, 
             r#"{ interface = "eth0", address = "239.1.1.1", port = 5000, ingress = "raw" }"#;
         assert_eq!(
             error(&flow(input, OUT)),
-            "t.toml:3:77: flow \"x\": input.ingress \"raw\" is not valid; use \"socket\" or \"packet\""
+            "t.toml:3:77: flow \"x\": input.ingress \"raw\" is not valid; use \"socket\", \"packet\" or \"xdp\""
         );
     }
 
