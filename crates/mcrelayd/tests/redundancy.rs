@@ -668,7 +668,6 @@ fn failover_switches_to_the_backup_and_back_without_repeating_numbers() {
 /// nothing meanwhile (leg 0 carries it); then a second stream with leg 0
 /// silent arrives whole, from leg 1 alone.
 #[test]
-#[ignore = "since issue 26's sequence engine, the second stream's first datagram (a restart, not yet confirmed) is dropped: missing_seqs [0]; issue 26 open (run with --ignored)"]
 fn a_legs_interface_deleted_and_created_again_joins_again_without_a_gap() {
     let Some(t) = topology() else { return };
     let settings = "payload = \"rtp\"\nredundancy = \"merge\"";

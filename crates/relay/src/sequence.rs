@@ -76,6 +76,11 @@ pub struct Frame {
     leaders: u8,
     /// The SSRC of the datagram that last advanced the top.
     top_ssrc: u32,
+    /// The frame (re)started on a datagram nothing confirmed (the flow's
+    /// first, or the first after every leg was silent past the hold
+    /// time): until a second datagram lands in it, a numbering a leg
+    /// confirms elsewhere replaces it at once.
+    provisional: bool,
 }
 
 impl Default for Frame {
@@ -95,6 +100,7 @@ impl Frame {
             last_ns: [0; 4],
             leaders: 0,
             top_ssrc: 0,
+            provisional: false,
         }
     }
 
@@ -190,6 +196,7 @@ impl Frame {
             self.top_ssrc = ssrc;
             self.joined = bit;
             self.last_ns[leg & 3] = now;
+            self.provisional = true;
             return Place::Restart(self.top);
         }
         let ext = extend(self.top, seq);
@@ -223,6 +230,18 @@ impl Frame {
                 self.leaders &= !bit;
                 self.at(leg, ext, seq, ssrc, now)
             }
+            Step::Stray | Step::Replay if !self.held(now, hold_ns) => {
+                // Every leg silent past the hold: nothing to protect, the
+                // stream starts afresh here as at the flow's first
+                // datagram (an encoder restarted after a pause loses
+                // nothing), provisionally.
+                if let Some(l) = self.legs.get_mut(leg) {
+                    l.restart(seq, ssrc);
+                }
+                self.restart_at(leg, seq, ssrc, now);
+                self.provisional = true;
+                Place::Restart(self.top)
+            }
             Step::Stray => Place::Stray,
             Step::Replay => Place::Replay,
             _ if agrees => {
@@ -232,10 +251,7 @@ impl Frame {
             }
             Step::Restart(_) | Step::Start(_) | Step::Ahead { .. } | Step::Behind(_) => {
                 self.joined &= !bit;
-                let held = (0..4).any(|i| {
-                    self.joined & (1 << i) != 0 && self.last_ns[i].saturating_add(hold_ns) > now
-                });
-                if held {
+                if !self.provisional && self.held(now, hold_ns) {
                     // Behind the frame (a late leg) or elsewhere.
                     let back = ext < self.top && self.top - ext < 1 << 14;
                     return if back { Place::Behind } else { Place::Apart };
@@ -244,19 +260,32 @@ impl Frame {
                 // leg's (confirmed) numbering becomes the flow's; legs
                 // already in a numbering of their own may join it ahead.
                 self.leaders = self.detached(4) & !bit;
-                self.top = ((self.top >> 16) + 2) << 16 | u64::from(seq);
-                self.top_seq = seq;
-                self.top_ssrc = ssrc;
-                self.joined = bit;
-                self.last_ns[leg & 3] = now;
+                self.restart_at(leg, seq, ssrc, now);
+                self.provisional = false;
                 Place::Restart(self.top)
             }
         }
     }
 
+    /// Whether a leg in the frame delivered within `hold_ns` of `now`.
+    fn held(&self, now: u64, hold_ns: u64) -> bool {
+        (0..4).any(|i| self.joined & (1 << i) != 0 && self.last_ns[i].saturating_add(hold_ns) > now)
+    }
+
+    /// The frame restarts at `seq` of `ssrc` (past every earlier number),
+    /// carried by `leg` alone.
+    fn restart_at(&mut self, leg: usize, seq: u16, ssrc: u32, now: u64) {
+        self.top = ((self.top >> 16) + 2) << 16 | u64::from(seq);
+        self.top_seq = seq;
+        self.top_ssrc = ssrc;
+        self.joined = 1 << (leg & 3);
+        self.last_ns[leg & 3] = now;
+    }
+
     #[inline(always)]
     fn at(&mut self, leg: usize, ext: u64, seq: u16, ssrc: u32, now: u64) -> Place {
         self.last_ns[leg & 3] = now;
+        self.provisional = false;
         if ext > self.top {
             self.top = ext;
             self.top_seq = seq;
@@ -289,5 +318,37 @@ mod tests {
             Place::Restart(_)
         ));
         assert_eq!(f.detached(3), 0b011);
+    }
+
+    #[test]
+    fn after_every_leg_was_silent_past_the_hold_the_stream_starts_afresh_at_once() {
+        let mut f = Frame::new();
+        let hold = 50;
+        f.place(0, 4999, 1, 0, 0, hold);
+        let (top, _) = f.top().expect("started");
+        // Within the hold a step far back is a replay, dropped.
+        assert_eq!(f.place(0, 0, 1, 10, top - 100, hold), Place::Replay);
+        // Past it (an encoder restarted from 0 after a pause) the first
+        // datagram restarts the frame: nothing of the new stream lost.
+        let Place::Restart(start) = f.place(0, 0, 1, 100, top - 100, hold) else {
+            panic!("a restart")
+        };
+        assert_eq!(f.place(0, 1, 1, 101, start, hold), Place::At(start + 1));
+        // A stray alone after the pause starts a provisional frame, which
+        // the real stream, once its leg confirms it, replaces at once.
+        let mut f = Frame::new();
+        let low = |f: &Frame| f.top().map_or(0, |(top, _)| top - 4095);
+        f.place(0, 100, 1, 0, 0, hold);
+        assert!(matches!(
+            f.place(0, 30_000, 1, 200, low(&f), hold),
+            Place::Restart(_)
+        ));
+        assert_eq!(f.place(0, 101, 1, 201, low(&f), hold), Place::Replay);
+        assert!(matches!(
+            f.place(0, 102, 1, 202, low(&f), hold),
+            Place::Restart(_)
+        ));
+        let (_, seq) = f.top().expect("started");
+        assert_eq!(seq, 102);
     }
 }

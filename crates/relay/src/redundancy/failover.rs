@@ -26,7 +26,10 @@
 //! step back the leg has not confirmed is dropped (`strays`, `replays`)
 //! and does not count as the leg being heard, so a leg sending a broken
 //! stream goes unhealthy as a silent one does; a restart the leg
-//! confirmed (an encoder restart, a new source) restarts the guard.
+//! confirmed (an encoder restart, a new source) restarts the guard, and
+//! so does a leg's first datagram after every leg was silent past its
+//! detection time (nothing is left to protect then: a stream restarted
+//! after a pause loses nothing).
 
 use super::{LegId, SPAN};
 use crate::counters::RedundancyCounters;
@@ -274,7 +277,21 @@ impl Failover {
             let Some(s) = self.seqs.get_mut(l) else {
                 return Pass::NotRtp;
             };
-            let restart = match s.check(h.sequence, h.ssrc) {
+            let step = s.check(h.sequence, h.ssrc);
+            let silent = (0..self.legs).all(|other| !self.healthy(other, now));
+            let Some(s) = self.seqs.get_mut(l) else {
+                return Pass::NotRtp;
+            };
+            let restart = match step {
+                // Every leg silent past its detection time: nothing to
+                // protect, the leg starts afresh as at its first
+                // datagram (an encoder restarted after a pause loses
+                // nothing). While another leg is healthy a leg sending a
+                // broken stream stays unhealthy.
+                Step::Stray | Step::Replay if silent => {
+                    s.restart(h.sequence, h.ssrc);
+                    true
+                }
                 Step::Stray => return Pass::Stray,
                 Step::Replay => return Pass::Replay,
                 Step::Restart(_) => true,

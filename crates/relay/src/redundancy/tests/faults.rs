@@ -609,3 +609,46 @@ fn failover_detection_adapts_to_a_vbr_source_and_still_sees_an_outage() {
         }
     }
 }
+
+/// An encoder stopped and started again from number 0 (its SSRC kept)
+/// after every leg was silent longer than the window: the restarted
+/// stream arrives whole on merge and failover flows alike, its first
+/// datagram included (it used to be dropped, unconfirmed, as a replay).
+#[test]
+fn a_stream_restarted_from_0_after_a_pause_loses_nothing() {
+    for redundancy in [merge(0, 50), merge(20, 50), failover(100, None, true)] {
+        let mut h = Harness::with_pool(2, redundancy, 8000);
+        // 3000 datagrams, then 1 s of silence, then 1000 numbered from 0.
+        let mut ev = stream(
+            4000,
+            1000,
+            2,
+            |l| u64::from(l) * 3 * MS,
+            |_, i| {
+                if i < 3000 {
+                    i as u16
+                } else {
+                    (i - 3000) as u16
+                }
+            },
+            |_| SSRC,
+        );
+        for e in &mut ev {
+            if e.ts / 90 >= 3000 {
+                e.t += 1000 * MS;
+            }
+        }
+        ev.sort();
+        run(&mut h, &ev, 200);
+        let mut v: Vec<u32> = h.sent_ts.iter().map(|ts| ts / 90).collect();
+        v.sort_unstable();
+        let twice: Vec<u32> = v
+            .windows(2)
+            .filter(|w| w[0] == w[1])
+            .map(|w| w[0])
+            .collect();
+        assert_eq!(twice, Vec::<u32>::new(), "{redundancy:?}");
+        assert_eq!(missing(&h, 4000), Vec::<u32>::new(), "{redundancy:?}");
+        h.assert_adds_up();
+    }
+}
