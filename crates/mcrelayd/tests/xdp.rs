@@ -10,7 +10,10 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::path::Path;
 use std::process::Command;
+
+use mcrelay_control::FlowState;
 
 mod common;
 use common::*;
@@ -162,4 +165,90 @@ fn an_mtu_above_the_umem_frame_is_refused_naming_the_limit() {
     });
     assert!(!attached(&t.r, "vRA"), "nothing attached");
     relay.stop();
+}
+
+/// Poll flow `name` until `done` holds.
+fn wait_flow(socket: &Path, name: &str, what: &str, done: impl Fn(&FlowState, u64) -> bool) {
+    wait_until(&format!("flow {name} {what}"), || {
+        let s = snapshot(socket);
+        let f = s
+            .flow(name)
+            .ok_or_else(|| format!("no flow {name}"))?;
+        if done(&f.state, f.packets_in) {
+            Ok(())
+        } else {
+            Err(format!("{:?}, {} in", f.state, f.packets_in))
+        }
+    });
+}
+
+fn children(pid: u32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
+/// Send 200 datagrams to the flow and wait until its counter saw them.
+fn relays_more(t: &Topology, socket: &Path) {
+    let before = snapshot(socket).flow("xdp").expect("flow").packets_in;
+    t.send("239.1.1.1:5000", &["--count", "200", "--rate", "10000"]);
+    wait_flow(socket, "xdp", "relaying", |_, n| n >= before + 200);
+}
+
+/// The flow's program follows the flow through a link flap, the death of
+/// the privileged helper and reloads that remove and re-add it.
+#[test]
+fn link_flap_helper_death_and_reload_keep_the_program_in_step() {
+    let Some(t) = topology() else { return };
+    let socket = t.dir.join("control.sock");
+    let relay = t.relay(FLOW, &[]);
+    wait_flow(&socket, "xdp", "running", |s, _| s.is_running());
+    wait_attached(&t, true);
+    relays_more(&t, &socket);
+
+    // Link flap: the flow pauses while vRA is down and reopens (a new
+    // program, a new socket) once it is up again.
+    t.ip(&t.r, &["link", "set", "vRA", "down"]);
+    wait_flow(&socket, "xdp", "paused", |s, _| {
+        matches!(s, FlowState::InterfaceDown { .. })
+    });
+    t.ip(&t.r, &["link", "set", "vRA", "up"]);
+    wait_flow(&socket, "xdp", "resumed", |s, _| s.is_running());
+    wait_attached(&t, true);
+    relays_more(&t, &socket);
+
+    // The helper dies: the daemon holds the link, so the running flow
+    // keeps its program, and a new helper is forked.
+    let daemon = relay.child.id();
+    let zygote = *children(daemon).first().expect("zygote");
+    let helper = *children(zygote).first().expect("helper");
+    sh(&["kill", "-KILL", &helper.to_string()]);
+    wait_until("a new helper", || match children(zygote)[..] {
+        [new] if new != helper => Ok(()),
+        ref other => Err(format!("{other:?}")),
+    });
+    assert!(attached(&t.r, "vRA"), "the program stayed");
+    relays_more(&t, &socket);
+
+    // A reload that removes the flow detaches its program; one that adds
+    // it back (through the new helper) attaches it again.
+    let path = t.dir.join("mcrelay.toml");
+    let text = std::fs::read_to_string(&path).expect("config");
+    let other = FLOW
+        .replace("name = \"xdp\"", "name = \"socket\"")
+        .replace(", ingress = \"xdp\"", "");
+    std::fs::write(&path, text.replace(FLOW, &other)).expect("rewrite");
+    let (code, said) = ctl(&socket, &["reload"]);
+    assert_eq!(code, 0, "{said}\n{}", relay.log());
+    wait_attached(&t, false);
+    std::fs::write(&path, &text).expect("rewrite");
+    let (code, said) = ctl(&socket, &["reload"]);
+    assert_eq!(code, 0, "{said}\n{}", relay.log());
+    wait_flow(&socket, "xdp", "running", |s, _| s.is_running());
+    wait_attached(&t, true);
+    relays_more(&t, &socket);
+    relay.stop();
+    wait_attached(&t, false);
 }

@@ -260,7 +260,7 @@ fn ambient_start_helper_comes_back_with_its_privileges() {
         &[
             &AMBIENT_START[..],
             &[
-                "--bounding-set=-all,+net_admin,+net_raw,+net_bind_service",
+                "--bounding-set=-all,+net_admin,+net_raw,+net_bind_service,+bpf",
                 "--no-new-privs",
             ],
         ]
