@@ -66,7 +66,14 @@ fn relays_byte_exact(t: &Topology) {
     let rx = t.receiver("239.2.2.2:6000", 1000, &[]);
     t.send(
         "239.1.1.1:5000",
-        &["--count", "1000", "--rate", "20000", "--size", "1316,64,1472,700"],
+        &[
+            "--count",
+            "1000",
+            "--rate",
+            "20000",
+            "--size",
+            "1316,64,1472,700",
+        ],
     );
     let out = finish(rx);
     clean(&out);
@@ -146,7 +153,10 @@ fn the_program_is_detached_after_sigkill_and_attached_again_on_restart() {
     wait_attached(&t, true);
     relays_byte_exact(&t);
     let log = relay.stop();
-    assert_eq!(counter(&log, &["flow=xdp", "packets_in"], "packets_in"), 1000);
+    assert_eq!(
+        counter(&log, &["flow=xdp", "packets_in"], "packets_in"),
+        1000
+    );
     wait_attached(&t, false);
 }
 
@@ -171,9 +181,7 @@ fn an_mtu_above_the_umem_frame_is_refused_naming_the_limit() {
 fn wait_flow(socket: &Path, name: &str, what: &str, done: impl Fn(&FlowState, u64) -> bool) {
     wait_until(&format!("flow {name} {what}"), || {
         let s = snapshot(socket);
-        let f = s
-            .flow(name)
-            .ok_or_else(|| format!("no flow {name}"))?;
+        let f = s.flow(name).ok_or_else(|| format!("no flow {name}"))?;
         if done(&f.state, f.packets_in) {
             Ok(())
         } else {
@@ -251,4 +259,114 @@ fn link_flap_helper_death_and_reload_keep_the_program_in_step() {
     relays_more(&t, &socket);
     relay.stop();
     wait_attached(&t, false);
+}
+
+/// A warm standby receives on its xdp input and relays nothing until it
+/// is made active.
+#[test]
+fn a_standby_daemon_discards_on_its_xdp_input_until_active() {
+    let Some(t) = topology() else { return };
+    let socket = t.dir.join("control.sock");
+    let config = format!(
+        "[daemon]\nuser = \"nobody\"\ncontrol_socket = \"{}\"\nmode = \"standby\"\n{FLOW}",
+        socket.display()
+    );
+    let relay = t.relay(&config, &[]);
+    wait_attached(&t, true);
+    t.send("239.1.1.1:5000", &["--count", "200", "--rate", "10000"]);
+    wait_until("200 discarded in standby", || {
+        let s = snapshot(&socket);
+        let f = s.flow("xdp").ok_or("no flow")?;
+        if f.standby_discarded >= 200 {
+            Ok(())
+        } else {
+            Err(format!("{} discarded", f.standby_discarded))
+        }
+    });
+    assert_eq!(
+        snapshot(&socket).flow("xdp").expect("flow").outputs[0].packets_out,
+        0
+    );
+    let (code, out) = ctl(&socket, &["active"]);
+    assert_eq!(code, 0, "{out}");
+    relays_byte_exact(&t);
+    relay.stop();
+}
+
+const LEG_A: &str = "239.7.1.1";
+const LEG_B: &str = "239.7.2.1";
+const STREAM: u16 = 1000;
+
+/// Datagram `seq` of an RTP stream, its payload naming it.
+fn rtp_datagram(seq: u16) -> Vec<u8> {
+    let mut d = vec![0u8; 12 + 200];
+    let _ = mcrelay_wire::rtp::build(&mut d, 96, seq, u32::from(seq) * 3000, 0x5eed);
+    for (i, b) in d[12..].iter_mut().enumerate() {
+        *b = (seq as usize * 31 + i) as u8;
+    }
+    d
+}
+
+/// Two legs of one flow, an xdp one and a socket one (on one interface:
+/// an interface holds one XDP program), with disjoint losses planted:
+/// the merge puts out every datagram once, byte-exact.
+#[test]
+fn an_xdp_leg_and_a_socket_leg_merge() {
+    let Some(t) = topology() else { return };
+    let config = format!(
+        "\n[[flow]]\nname = \"merge\"\ninputs = [\
+         {{ interface = \"vRA\", address = \"{LEG_A}\", port = 5004, ingress = \"xdp\" }}, \
+         {{ interface = \"vRA\", address = \"{LEG_B}\", port = 5004 }}]\n\
+         redundancy = \"merge\"\npayload = \"rtp\"\n\
+         outputs = [{{ interface = \"vRB\", address = \"239.7.3.1\", port = 5004 }}]\n"
+    );
+    let relay = t.relay(&config, &[]);
+    wait_attached(&t, true);
+    let receiver = in_netns(&t.b, || {
+        let s = UdpSocket::bind("0.0.0.0:5004").expect("bind");
+        s.join_multicast_v4(&"239.7.3.1".parse().unwrap(), &"10.10.2.2".parse().unwrap())
+            .expect("join");
+        s.set_read_timeout(Some(DEADLINE)).expect("timeout");
+        s
+    });
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    // Sent from a thread while this one reads (the receiver's buffer
+    // holds a few hundred).
+    let a = t.a.clone();
+    let sender = std::thread::spawn(move || {
+        in_netns(&a, || {
+            let s = UdpSocket::bind("10.10.1.1:0").expect("bind");
+            for seq in 0..STREAM {
+                let d = rtp_datagram(seq);
+                // Leg A misses every tenth, leg B every tenth but five later.
+                if seq % 10 != 3 {
+                    s.send_to(&d, (LEG_A, 5004)).expect("leg A");
+                }
+                if seq % 10 != 8 {
+                    s.send_to(&d, (LEG_B, 5004)).expect("leg B");
+                }
+                if seq % 50 == 0 {
+                    std::thread::sleep(std::time::Duration::from_millis(2));
+                }
+            }
+        })
+    });
+    let mut seen = vec![0u32; usize::from(STREAM)];
+    let mut buf = [0u8; 2048];
+    let mut got = 0;
+    while got < STREAM {
+        let n = receiver.recv(&mut buf).unwrap_or_else(|e| {
+            panic!(
+                "{got} of {STREAM} merged datagrams, then {e}:\n{}",
+                relay.log()
+            )
+        });
+        let seq = u16::from_be_bytes([buf[2], buf[3]]);
+        assert_eq!(&buf[..n], &rtp_datagram(seq)[..], "byte-exact {seq}");
+        seen[usize::from(seq)] += 1;
+        got += 1;
+    }
+    assert!(seen.iter().all(|&c| c == 1), "each once: {seen:?}");
+    sender.join().expect("sender");
+    relay.stop();
 }

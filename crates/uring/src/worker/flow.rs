@@ -198,36 +198,36 @@ impl Leg {
         health: mcrelay_relay::health::HealthSettings,
         counters: &Arc<mcrelay_relay::counters::FlowCounters>,
     ) -> Self {
-        let packet_ring =
-            ingress
-                .packet_filter()
-                .and_then(|_| match PacketRing::new(ingress.fd()) {
-                    Ok(ring) => {
-                        match ring.layout() {
-                            Layout::Blocks => tracing::info!(
-                                flow,
-                                leg = index,
-                                blocks = ring.blocks(),
-                                "packet ingress on a TPACKET_V3 ring"
-                            ),
-                            Layout::Frames => tracing::info!(
-                                flow,
-                                leg = index,
-                                blocks = ring.blocks(),
-                                "packet ingress on a TPACKET_V2 ring (woken per frame when idle)"
-                            ),
-                        }
-                        Some(ring)
-                    }
-                    Err(e) => {
-                        tracing::error!(
+        let packet_ring = ingress
+            .packet_filter()
+            .filter(|_| !matches!(ingress, IngressSocket::Xdp { .. }))
+            .and_then(|_| match PacketRing::new(ingress.fd()) {
+                Ok(ring) => {
+                    match ring.layout() {
+                        Layout::Blocks => tracing::info!(
                             flow,
                             leg = index,
-                            "no packet ring ({e}): this packet leg receives nothing"
-                        );
-                        None
+                            blocks = ring.blocks(),
+                            "packet ingress on a TPACKET_V3 ring"
+                        ),
+                        Layout::Frames => tracing::info!(
+                            flow,
+                            leg = index,
+                            blocks = ring.blocks(),
+                            "packet ingress on a TPACKET_V2 ring (woken per frame when idle)"
+                        ),
                     }
-                });
+                    Some(ring)
+                }
+                Err(e) => {
+                    tracing::error!(
+                        flow,
+                        leg = index,
+                        "no packet ring ({e}): this packet leg receives nothing"
+                    );
+                    None
+                }
+            });
         let xsk = ingress.xsk_rings().and_then(|r| match r {
             Ok(rings) => {
                 tracing::info!(flow, leg = index, "xdp ingress on an AF_XDP socket");
@@ -242,7 +242,6 @@ impl Leg {
                 None
             }
         });
-        let packet_ring = if xsk.is_some() { None } else { packet_ring };
         Self {
             fd: ingress.fd(),
             armed: false,

@@ -28,8 +28,8 @@ mod commands;
 mod driver;
 mod flow;
 mod receive;
-mod xsk;
 mod wake;
+mod xsk;
 
 use std::io;
 use std::net::UdpSocket;

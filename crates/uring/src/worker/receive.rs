@@ -371,7 +371,13 @@ impl Worker {
 /// legs' ([`Worker::publish_health`]: the leg that received it is listed
 /// for this batch). One compare for a flow with one leg.
 #[inline(always)]
-pub(super) fn observe_output(flows: &mut [Option<Flow>], f: FlowId, received: Received, d: &[u8], now: u64) {
+pub(super) fn observe_output(
+    flows: &mut [Option<Flow>],
+    f: FlowId,
+    received: Received,
+    d: &[u8],
+    now: u64,
+) {
     if received == Received::Queued
         && let Some(out) = flows
             .get_mut(f.index())
