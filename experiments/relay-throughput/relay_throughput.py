@@ -480,6 +480,14 @@ class McrelayPacket(Mcrelay):
     ingress = "packet"
 
 
+class McrelayXdp(Mcrelay):
+    """mcrelay with ingress = "xdp" (issue 30): an XDP program on vRA
+    steers the group to an AF_XDP socket (copy mode on veth), below the
+    kernel's IP stack."""
+    name = "mcrelay-xdp"
+    ingress = "xdp"
+
+
 class McrelayBefore(Mcrelay):
     """mcrelay run by the --mcrelayd-before binary: a before/after
     comparison inside one interleaved run."""
@@ -572,6 +580,7 @@ class Kernel(Relay):
 
 
 CONTENDERS = {"mcrelay": Mcrelay, "mcrelay-before": McrelayBefore, "mcrelay-packet": McrelayPacket,
+              "mcrelay-xdp": McrelayXdp,
               "mcrelay-packet-before": McrelayPacketBefore, "mcrelay-rtp": McrelayRtp,
               "mcrelay-rtp-mpegts": McrelayRtpMpegts, "mcrelay-merge": McrelayMerge,
               "baseline": Baseline, "kernel": Kernel}
