@@ -345,6 +345,21 @@ pub struct Flow {
     pub spread: usize,
     /// What its datagrams carry and how their health is judged.
     pub health: Health,
+    /// `latency`: whether its worker sleeps between packets.
+    pub latency: Latency,
+}
+
+/// A flow's `latency`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Latency {
+    /// `"normal"`: the worker sleeps in the kernel until a packet or a
+    /// timer wakes it.
+    #[default]
+    Normal,
+    /// `"low"`: the worker that serves the flow never sleeps; it polls its
+    /// io_uring and rings without waiting, spending its whole core to
+    /// save the wake-up (several µs) per packet, for every ingress.
+    Low,
 }
 
 impl FlowKey {
@@ -920,6 +935,7 @@ mod tests {
             core: None,
             spread: 1,
             health: Health::default(),
+            latency: Latency::Normal,
         }
     }
 

@@ -43,6 +43,7 @@ const FLOW_KEYS: &[&str] = &[
     "outputs",
     "core",
     "spread",
+    "latency",
     "payload",
     "silence_ms",
     "rtp_clock_hz",
@@ -891,6 +892,21 @@ impl<'t> Walker<'t> {
             );
             ok = false;
         }
+        let mut latency = Latency::Normal;
+        if let Some(v) = t.get("latency") {
+            match self.string(v, p, "latency") {
+                Some("normal") => {}
+                Some("low") => latency = Latency::Low,
+                Some(s) => {
+                    self.err(
+                        &v.span(),
+                        format!("{p}latency {s:?} is not valid; use \"normal\" or \"low\""),
+                    );
+                    ok = false;
+                }
+                None => ok = false,
+            }
+        }
         let health = self.health(t, p);
         ok &= health.is_some();
         let redundancy = self.redundancy(
@@ -913,6 +929,7 @@ impl<'t> Walker<'t> {
                 core,
                 spread,
                 health,
+                latency,
             });
         }
         parts
@@ -1500,6 +1517,16 @@ mod tests {
     const OUT: &str = r#"[{ interface = "eth1", address = "239.2.2.2", port = 6000 }]"#;
 
     #[test]
+    fn latency() {
+        let f = |extra: &str| format!("{}{extra}\n", flow(IN, OUT));
+        let c = parse(&f(""), "t.toml").expect("valid");
+        assert_eq!(c.flows.by_name("x").expect("x").latency, Latency::Normal);
+        let c = parse(&f("latency = \"low\""), "t.toml").expect("valid");
+        assert_eq!(c.flows.by_name("x").expect("x").latency, Latency::Low);
+        assert!(error(&f("latency = \"fast\"")).contains("latency \"fast\" is not valid; use \"normal\" or \"low\""));
+    }
+
+    #[test]
     fn xdp_ingress() {
         let xdp = r#"{ interface = "eth0", address = "239.1.1.1", port = 5000, ingress = "xdp" }"#;
         let c = parse(&flow(xdp, OUT), "t.toml").expect("valid");
@@ -1812,7 +1839,7 @@ outputs = [{ interface = "eth1", address = "239.2.2.2", port = 6000, ttl = 255, 
                 "t.toml:3:1: unknown key \"usr\" in daemon (expected one of: user, control_socket, cores, metrics_listen, metrics_allow, log_level, mode)",
                 "t.toml:5:1: unknown key \"tiny\" in pools (expected one of: small, standard, jumbo)",
                 "t.toml:9:70: flow \"x\": unknown key \"tll\" in outputs[0] (expected one of: interface, address, port, ttl, source_address, queue_depth, fec, protocol, mode, latency_ms, passphrase, key_length, max_callers, stream_id)",
-                "t.toml:10:1: flow \"x\": unknown key \"core_\" (expected one of: name, input, inputs, outputs, core, spread, payload, silence_ms, rtp_clock_hz, redundancy, merge_delay_ms, merge_window_ms, failover_after_ms, failover_gap_factor, revert_after_s, rtp_rewrite)",
+                "t.toml:10:1: flow \"x\": unknown key \"core_\" (expected one of: name, input, inputs, outputs, core, spread, latency, payload, silence_ms, rtp_clock_hz, redundancy, merge_delay_ms, merge_window_ms, failover_after_ms, failover_gap_factor, revert_after_s, rtp_rewrite)",
             ]
         );
     }

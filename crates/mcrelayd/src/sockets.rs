@@ -361,7 +361,8 @@ impl Opener {
             FlowSockets::with_legs(flow.name.clone(), legs, redundancy(flow), outputs)
                 .with_health(crate::health::settings(flow))
                 .with_fec(fec)
-                .with_fec_outputs(fec_outputs(flow, parity_sockets)),
+                .with_fec_outputs(fec_outputs(flow, parity_sockets))
+                .with_busy_poll(flow.latency == mcrelay_config::Latency::Low),
             pending,
         ))
     }

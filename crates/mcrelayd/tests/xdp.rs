@@ -370,3 +370,45 @@ fn an_xdp_leg_and_a_socket_leg_merge() {
     sender.join().expect("sender");
     relay.stop();
 }
+
+/// Loop turns of every worker, from the control socket.
+fn loop_turns(socket: &Path) -> Vec<u64> {
+    snapshot(socket).workers.iter().map(|w| w.loop_turns).collect()
+}
+
+/// `latency = "low"`: the worker serving the flow never sleeps (its loop
+/// turns while idle are many thousands per second, where a sleeping
+/// worker turns about ten times, on its 100 ms tick), and the flow relays
+/// byte-exact as ever.
+#[test]
+fn latency_low_busy_polls_the_flows_worker() {
+    let Some(t) = topology() else { return };
+    let socket = t.dir.join("control.sock");
+    let relay = t.relay(&FLOW.replace("outputs =", "latency = \"low\"\noutputs ="), &[]);
+    assert!(
+        relay.log().contains("busy polling"),
+        "{}",
+        relay.log()
+    );
+    let before = loop_turns(&socket);
+    let start = std::time::Instant::now();
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let after = loop_turns(&socket);
+    let secs = start.elapsed().as_secs_f64();
+    let rates: Vec<f64> = before
+        .iter()
+        .zip(&after)
+        .map(|(b, a)| (a - b) as f64 / secs)
+        .collect();
+    // One worker busy (the flow's), the others asleep.
+    assert!(
+        rates.iter().any(|&r| r > 2000.0),
+        "a busy-polling worker: {rates:?} turns/s"
+    );
+    assert!(
+        rates.iter().any(|&r| r < 100.0),
+        "the other worker sleeps: {rates:?} turns/s"
+    );
+    relays_byte_exact(&t);
+    relay.stop();
+}

@@ -49,6 +49,9 @@ pub(super) struct Worker {
     /// Indexed by [`FlowId`], as the core's flows; `None` is a free number.
     pub(super) flows: Vec<Option<Flow>>,
     pub(super) multishot: bool,
+    /// Flows with `latency = "low"` placed here: while any, the loop never
+    /// waits.
+    pub(super) busy_flows: usize,
     pub(super) gso_enabled: bool,
     pub(super) index: usize,
     cpu: Option<usize>,
@@ -163,6 +166,7 @@ impl Worker {
             core,
             flows: Vec::with_capacity(config.flows.len()),
             multishot,
+            busy_flows: 0,
             gso_enabled: config.gso,
             index: worker,
             cpu: config.cpu,
@@ -305,7 +309,13 @@ impl Worker {
             if by_interval {
                 wait_ns = wait_ns.min(interval_ns);
             }
-            let want = usize::from(wait_ns > 0 && !ring_pending);
+            // Busy polling: enter only to run task work and reap (a zero
+            // timeout, still with GETEVENTS so receive completions are
+            // posted), never to sleep.
+            if self.busy_flows > 0 {
+                wait_ns = 0;
+            }
+            let want = usize::from((wait_ns > 0 || self.busy_flows > 0) && !ring_pending);
             let tick = Timespec::new().nsec(u32::try_from(wait_ns).unwrap_or(100_000_000));
             let args = SubmitArgs::new().timespec(&tick);
             match self.uring.submitter().submit_with_args(want, &args) {

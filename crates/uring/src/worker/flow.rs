@@ -70,6 +70,8 @@ pub(super) struct Flow {
     /// (after the configured ones) and the matrix, for
     /// `Core::enable_fec_output` once the flow has its number.
     pub(super) fec_outputs: Vec<(OutputId, OutputId, OutputId, FecLayout)>,
+    /// `latency = "low"`: counted in `Worker::busy_flows` while placed.
+    pub(super) busy_poll: bool,
 }
 
 impl Flow {
@@ -140,6 +142,7 @@ impl Flow {
             _outputs: f.outputs.into_iter().map(|o| o.socket).collect(),
             drained: false,
             fec_outputs,
+            busy_poll: f.busy_poll,
         };
         (flow, specs, f.counters, f.redundancy)
     }

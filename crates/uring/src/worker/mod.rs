@@ -105,6 +105,9 @@ pub struct FlowSockets {
     /// SMPTE 2022-1 FEC of outputs with `fec` (see
     /// [`FlowSockets::with_fec_outputs`]).
     pub fec_outputs: Vec<FecOutput>,
+    /// `latency = "low"`: the worker serving it never sleeps (see
+    /// [`FlowSockets::with_busy_poll`]).
+    pub busy_poll: bool,
 }
 
 /// An output's 2022-1 FEC: the matrix and the sockets its column (port +
@@ -141,6 +144,7 @@ impl FlowSockets {
             redundancy: Redundancy::Single,
             fec: Vec::new(),
             fec_outputs: Vec::new(),
+            busy_poll: false,
         }
     }
 
@@ -161,7 +165,17 @@ impl FlowSockets {
             redundancy,
             fec: Vec::new(),
             fec_outputs: Vec::new(),
+            busy_poll: false,
         }
+    }
+
+    /// Busy-polled (`latency = "low"`): while the worker serves this flow
+    /// it never waits in the kernel; each loop turn enters it only to
+    /// collect completions (a zero timeout), so a datagram is picked up
+    /// within a loop turn instead of after a wake-up, at the cost of the
+    /// whole core.
+    pub fn with_busy_poll(self, busy_poll: bool) -> Self {
+        Self { busy_poll, ..self }
     }
 
     /// With 2022-1 FEC decoded on the legs these sockets name (a leg at
