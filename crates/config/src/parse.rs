@@ -1523,14 +1523,20 @@ mod tests {
         assert_eq!(c.flows.by_name("x").expect("x").latency, Latency::Normal);
         let c = parse(&f("latency = \"low\""), "t.toml").expect("valid");
         assert_eq!(c.flows.by_name("x").expect("x").latency, Latency::Low);
-        assert!(error(&f("latency = \"fast\"")).contains("latency \"fast\" is not valid; use \"normal\" or \"low\""));
+        assert!(
+            error(&f("latency = \"fast\""))
+                .contains("latency \"fast\" is not valid; use \"normal\" or \"low\"")
+        );
     }
 
     #[test]
     fn xdp_ingress() {
         let xdp = r#"{ interface = "eth0", address = "239.1.1.1", port = 5000, ingress = "xdp" }"#;
         let c = parse(&flow(xdp, OUT), "t.toml").expect("valid");
-        assert_eq!(c.flows.by_name("x").expect("x").inputs[0].ingress, IngressKind::Xdp);
+        assert_eq!(
+            c.flows.by_name("x").expect("x").inputs[0].ingress,
+            IngressKind::Xdp
+        );
         let v6 = r#"{ interface = "eth0", address = "ff3e::1", port = 5000, ingress = "xdp" }"#;
         assert!(error(&flow(v6, OUT)).contains("IPv4 inputs only"));
         let fec = r#"{ interface = "eth0", address = "239.1.1.1", port = 5000, ingress = "xdp", fec = "2022-1" }"#;
@@ -1544,7 +1550,10 @@ mod tests {
             )
         };
         assert!(parse(&other("eth2"), "t.toml").is_ok());
-        assert!(error(&other("eth0")).contains("a second ingress = \"xdp\" input on interface \"eth0\""));
+        assert!(
+            error(&other("eth0"))
+                .contains("a second ingress = \"xdp\" input on interface \"eth0\"")
+        );
         let two = r#"[{ interface = "eth1", address = "239.2.2.2", port = 6000 },
                       { interface = "eth1", address = "239.2.2.3", port = 6000 }]
 spread = 2"#;

@@ -5,7 +5,7 @@
 //! losing packets on the systemd `STATUS=` line. Nothing here runs on the
 //! packet path.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use mcrelay_config::Flow;
 use mcrelay_control::{InputHealth, RtpHealth, Snapshot, TsHealth};
@@ -67,6 +67,8 @@ pub struct Watcher {
     /// Per flow with several inputs: switches and merge resets at the
     /// previous tick.
     redundancy: HashMap<String, (u64, u64)>,
+    /// Merge legs (flow name, input) detached at the previous tick.
+    detached: HashSet<(String, String)>,
     /// Inputs silent now, and inputs whose losses grew in the last tick.
     silent: Vec<String>,
     losing: Vec<String>,
@@ -81,6 +83,7 @@ impl Watcher {
         self.losing.clear();
         let mut seen = HashMap::with_capacity(s.flows.len());
         let mut redundancy = HashMap::new();
+        let mut detached = HashSet::new();
         for f in s.flows.iter().filter(|f| f.state.is_running()) {
             let inputs: Vec<(&str, &InputHealth, String)> = match &f.redundancy {
                 None => vec![(f.input.as_str(), &f.health, f.name.clone())],
@@ -151,10 +154,27 @@ impl Watcher {
                     );
                 }
                 redundancy.insert(f.name.clone(), (r.switches, r.resets));
+                for l in r.legs.iter().filter(|l| l.detached) {
+                    let key = (f.name.clone(), l.input.clone());
+                    if !self.detached.contains(&key) {
+                        tracing::warn!(
+                            flow = %f.name,
+                            input = %l.input,
+                            "input not merged: its RTP numbering is not the flow's (an independent encoder, or a leg offset in numbering); its datagrams are dropped as mismatched"
+                        );
+                    }
+                    detached.insert(key);
+                }
+            }
+        }
+        for (flow, input) in self.detached.difference(&detached) {
+            if seen.keys().any(|(f, _)| f == flow) {
+                tracing::info!(flow = %flow, input = %input, "input merged again");
             }
         }
         self.seen = seen;
         self.redundancy = redundancy;
+        self.detached = detached;
     }
 
     /// For `STATUS=`: "; silent: a, b; losing packets: c", or nothing.
@@ -238,6 +258,18 @@ mod tests {
         );
         assert_eq!(w.redundancy["cam"], (5, 1));
         assert_eq!(w.seen.len(), 2, "one entry per leg");
+        // A leg detached (numbered unlike the flow) is remembered, so it
+        // is logged once, and forgotten once it is merged again.
+        let mut detached = with(false, 3, 5, 1);
+        if let Some(r) = detached.flows[0].redundancy.as_mut() {
+            r.legs[1].detached = true;
+        }
+        w.tick(&detached);
+        w.tick(&detached);
+        let key = ("cam".to_owned(), "b on y".to_owned());
+        assert!(w.detached.contains(&key) && w.detached.len() == 1);
+        w.tick(&with(false, 3, 5, 1));
+        assert!(w.detached.is_empty());
     }
 
     #[test]

@@ -399,8 +399,9 @@ fn failover_run(rtp_rewrite: bool) -> (u64, u64, u64) {
     let switches = f["redundancy"]["switches"].as_u64().unwrap_or(0);
     let decoded = frames(&progress);
     eprintln!(
-        "rtp_rewrite = {rtp_rewrite}: {decoded} frames decoded of {} sent per encoder, {switches} switches; receiver said:\n{}",
+        "rtp_rewrite = {rtp_rewrite}: {decoded} frames decoded of {} sent per encoder, {switches} switches; flow: {}; receiver said:\n{}",
         25 * SECS,
+        f["redundancy"],
         String::from_utf8_lossy(&out.stderr)
     );
     relay.stop();
@@ -415,7 +416,6 @@ fn failover_run(rtp_rewrite: bool) -> (u64, u64, u64) {
 /// packets as too late after the switch (measured, not asserted: the
 /// figure is in the log).
 #[test]
-#[ignore = "passed before the merge of hitcore's engine and adaptive detection (241 of 250 frames); since, fewer frames decode with rtp_rewrite: to investigate (run with --ignored)"]
 fn ffmpeg_decodes_straight_through_a_failover_with_rtp_rewrite() {
     if !common::is_root() {
         eprintln!("SKIPPED: namespace tests need root (CI runs them as root)");

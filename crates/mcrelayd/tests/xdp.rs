@@ -373,7 +373,11 @@ fn an_xdp_leg_and_a_socket_leg_merge() {
 
 /// Loop turns of every worker, from the control socket.
 fn loop_turns(socket: &Path) -> Vec<u64> {
-    snapshot(socket).workers.iter().map(|w| w.loop_turns).collect()
+    snapshot(socket)
+        .workers
+        .iter()
+        .map(|w| w.loop_turns)
+        .collect()
 }
 
 /// `latency = "low"`: the worker serving the flow never sleeps (its loop
@@ -384,12 +388,11 @@ fn loop_turns(socket: &Path) -> Vec<u64> {
 fn latency_low_busy_polls_the_flows_worker() {
     let Some(t) = topology() else { return };
     let socket = t.dir.join("control.sock");
-    let relay = t.relay(&FLOW.replace("outputs =", "latency = \"low\"\noutputs ="), &[]);
-    assert!(
-        relay.log().contains("busy polling"),
-        "{}",
-        relay.log()
+    let relay = t.relay(
+        &FLOW.replace("outputs =", "latency = \"low\"\noutputs ="),
+        &[],
     );
+    assert!(relay.log().contains("busy polling"), "{}", relay.log());
     let before = loop_turns(&socket);
     let start = std::time::Instant::now();
     std::thread::sleep(std::time::Duration::from_secs(1));

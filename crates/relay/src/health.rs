@@ -136,10 +136,11 @@ struct Base {
 }
 
 /// One input's (leg's) health tracker and where it publishes. Lives in
-/// the worker.
+/// its flow's intake in the core ([`crate::intake`]).
 ///
 /// The packet path only updates the tracker ([`InputHealth::observe_at`]);
-/// the worker publishes once per completion batch ([`InputHealth::publish`])
+/// the worker publishes once per completion batch ([`InputHealth::publish`],
+/// through [`crate::Core::publish_health`])
 /// what a batch of datagrams changed, so the relaxed stores are paid per
 /// batch, not per datagram.
 #[derive(Debug)]

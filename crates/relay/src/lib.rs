@@ -20,6 +20,10 @@
 //! the kernel's SQEs and CQEs, its receive buffers and its packet rings.
 //!
 //! Rules and where they live:
+//! - intake ([`Core::ingest`], [`intake`]): the one entry of every
+//!   ingress: a frame its parser rejected counted by reason, an FEC
+//!   receiver's datagram to its leg's decoder, a media datagram shown to
+//!   its leg's stream health, then admitted;
 //! - admission ([`Core::receive`]): oversize drop, "every output full"
 //!   (then the flow pauses), pool class choice with fallback and per-flow
 //!   reserve ([`admission`]), the one copy, a queue entry per output with
@@ -53,6 +57,7 @@ pub mod gso;
 pub mod health;
 pub mod ids;
 pub mod inflight;
+pub mod intake;
 pub mod queue;
 mod receive;
 pub mod redundancy;
@@ -134,6 +139,8 @@ struct Flow {
     /// Per leg, its 2022-1 FEC decoder ([`Core::enable_fec`]); empty for
     /// a flow without FEC (the packet path's one extra check).
     fec: Vec<Option<Box<fec::FecDecoder>>>,
+    /// Its receivers and their stream health ([`Core::set_intake`]).
+    intake: intake::Intake,
 }
 
 /// One worker's relay state: its pool, in-flight table, GSO runs and flows.
@@ -161,6 +168,9 @@ pub struct Core {
     fec_scratch: Vec<u8>,
     /// Their ends in `fec_scratch`.
     fec_ends: Vec<usize>,
+    /// Receivers whose stream health took a datagram since the last
+    /// [`Core::publish_health`], each once.
+    health_unpublished: Vec<(FlowId, LegId)>,
 }
 
 impl Core {
@@ -186,6 +196,7 @@ impl Core {
             standby: false,
             fec_scratch: Vec::new(),
             fec_ends: Vec::new(),
+            health_unpublished: Vec::new(),
         }
     }
 
@@ -259,6 +270,7 @@ impl Core {
                 _ => None,
             },
             fec: Vec::new(),
+            intake: intake::Intake::default(),
         });
         // A tick serves each flow at most twice (its timer, the ready
         // list): no allocation on the packet path.

@@ -39,12 +39,7 @@ impl Core {
         let Some(f) = self.flows.get_mut(flow.index()).and_then(Option::as_mut) else {
             return Received::Dropped;
         };
-        if let Some(Some(d)) = f.fec.get_mut(leg.index())
-            && d.media(payload) == MediaVerdict::Duplicate
-        {
-            f.counters.packets_in.inc();
-            f.counters.bytes_in.add(payload.len() as u64);
-            f.counters.fec.duplicates.inc();
+        if f.fec_duplicate(leg, payload) {
             return Received::Dropped;
         }
         self.admit_on(flow, leg, payload, now_ns, true)
@@ -371,6 +366,22 @@ fn drop(counter: &crate::counters::Counter) -> Received {
 }
 
 impl Flow {
+    /// On a leg with 2022-1 FEC, the decoder keeps a copy of `payload`;
+    /// `true` (counted) when it had already repaired it: then it is
+    /// dropped.
+    #[inline(always)]
+    pub(crate) fn fec_duplicate(&mut self, leg: LegId, payload: &[u8]) -> bool {
+        if let Some(Some(d)) = self.fec.get_mut(leg.index())
+            && d.media(payload) == MediaVerdict::Duplicate
+        {
+            self.counters.packets_in.inc();
+            self.counters.bytes_in.add(payload.len() as u64);
+            self.counters.fec.duplicates.inc();
+            return true;
+        }
+        false
+    }
+
     /// Count a datagram in on `leg`; why it is dropped (counted) before
     /// its rule sees it: a leg the flow does not have, a standby worker
     /// (discarded, not dropped), or too large.

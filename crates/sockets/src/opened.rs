@@ -60,11 +60,7 @@ impl OpenedFlow {
             .flat_map(|l| {
                 std::iter::once(l.socket.as_fd())
                     .chain(l.membership.iter().map(AsFd::as_fd))
-                    .chain(
-                        l.xdp
-                            .iter()
-                            .flat_map(|x| [x.umem.as_fd(), x.link.as_fd()]),
-                    )
+                    .chain(l.xdp.iter().flat_map(|x| [x.umem.as_fd(), x.link.as_fd()]))
             })
             .chain(self.outputs.iter().map(AsFd::as_fd))
             .collect()

@@ -284,12 +284,13 @@ pub fn setup_xsk(
     queue: u32,
     geometry: XskGeometry,
 ) -> io::Result<(OwnedFd, bool)> {
-    let umem = nix::sys::memfd::memfd_create(
-        c"mcrelay-umem",
-        nix::sys::memfd::MFdFlags::MFD_CLOEXEC,
-    )?;
+    let umem =
+        nix::sys::memfd::memfd_create(c"mcrelay-umem", nix::sys::memfd::MFdFlags::MFD_CLOEXEC)?;
     let len = geometry.umem_len();
-    nix::unistd::ftruncate(&umem, i64::try_from(len).map_err(|_| io::ErrorKind::InvalidInput)?)?;
+    nix::unistd::ftruncate(
+        &umem,
+        i64::try_from(len).map_err(|_| io::ErrorKind::InvalidInput)?,
+    )?;
     {
         // Mapped only for the registration: the kernel pins the pages, and
         // they stay the memfd's pages after this mapping is gone.
@@ -341,7 +342,8 @@ pub fn xsk_statistics(xsk: &impl AsFd) -> io::Result<libc::xdp_statistics> {
 /// `getsockopt` of a plain-data option of exactly `T`'s size.
 fn get<T: Copy>(socket: &impl AsFd, level: libc::c_int, name: libc::c_int) -> io::Result<T> {
     let mut value = std::mem::MaybeUninit::<T>::zeroed();
-    let mut len = libc::socklen_t::try_from(size_of::<T>()).map_err(|_| io::ErrorKind::InvalidInput)?;
+    let mut len =
+        libc::socklen_t::try_from(size_of::<T>()).map_err(|_| io::ErrorKind::InvalidInput)?;
     // SAFETY: `value` is `len` writable bytes and `len` a valid in/out
     // length; the kernel writes at most `len` bytes.
     let rc = unsafe {
@@ -492,11 +494,7 @@ impl XskRings {
             libc::XDP_PGOFF_RX_RING,
         )?;
         let umem = Mapping::shared(umem, geometry.umem_len(), 0)?;
-        let mut rings = XskRings {
-            umem,
-            fill,
-            rx,
-        };
+        let mut rings = XskRings { umem, fill, rx };
         for i in 0..geometry.ring {
             rings.recycle(u64::from(i) * u64::from(FRAME_SIZE));
         }
@@ -518,8 +516,18 @@ impl XskRings {
         // its mapping; the kernel published it (the acquire load of
         // `producer` above) and won't touch it until the consumer word
         // moves past it.
-        let desc = unsafe { self.rx.map.ptr.as_ptr().add(at).cast::<libc::xdp_desc>().read() };
-        self.rx.word(self.rx.consumer).store(consumer.wrapping_add(1), Ordering::Release);
+        let desc = unsafe {
+            self.rx
+                .map
+                .ptr
+                .as_ptr()
+                .add(at)
+                .cast::<libc::xdp_desc>()
+                .read()
+        };
+        self.rx
+            .word(self.rx.consumer)
+            .store(consumer.wrapping_add(1), Ordering::Release);
         Some(XskFrame {
             addr: desc.addr,
             len: desc.len,
@@ -563,6 +571,8 @@ impl XskRings {
         // mapping; not yet published (the producer word hasn't moved past
         // it), so the kernel isn't reading it.
         unsafe { self.fill.map.ptr.as_ptr().add(at).cast::<u64>().write(addr) };
-        self.fill.word(self.fill.producer).store(producer.wrapping_add(1), Ordering::Release);
+        self.fill
+            .word(self.fill.producer)
+            .store(producer.wrapping_add(1), Ordering::Release);
     }
 }

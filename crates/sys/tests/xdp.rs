@@ -113,7 +113,8 @@ fn xdp_program_steers_the_flow_and_passes_the_rest() {
     in_ns(&ns.a, move || {
         let s = UdpSocket::bind("10.77.1.1:0").expect("bind sender");
         s.send_to(&sent, "239.7.7.7:5000").expect("send flow");
-        s.send_to(b"other port", "10.77.1.2:5001").expect("send other");
+        s.send_to(b"other port", "10.77.1.2:5001")
+            .expect("send other");
     });
 
     // The flow's datagram: in the RX ring, byte-exact.
@@ -132,7 +133,9 @@ fn xdp_program_steers_the_flow_and_passes_the_rest() {
 
     // Another port on the same interface: the kernel's stack got it.
     let mut buf = [0u8; 64];
-    let (n, _) = other.recv_from(&mut buf).expect("the other port's datagram");
+    let (n, _) = other
+        .recv_from(&mut buf)
+        .expect("the other port's datagram");
     assert_eq!(&buf[..n], b"other port");
     // TCP on the same interface (ARP resolved for the unicast above).
     let listener = in_ns(&ns.r, || {
@@ -159,7 +162,10 @@ fn xdp_program_steers_the_flow_and_passes_the_rest() {
     drop(link);
     let start = Instant::now();
     while link_show(&ns.r, "vr").contains("prog/xdp") {
-        assert!(start.elapsed() < DEADLINE, "still attached after the link closed");
+        assert!(
+            start.elapsed() < DEADLINE,
+            "still attached after the link closed"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
 }

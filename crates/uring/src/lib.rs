@@ -20,11 +20,13 @@
 //! jumbo-capable inputs) and parsed by [`mcrelay_wire`] — the same copy
 //! and sends follow.
 //!
-//! Every received datagram is also read, never changed, for its flow's
-//! stream health ([`mcrelay_relay::health`]; arrival and silence always;
-//! RTP and MPEG-TS headers when the flow's `payload` says so): by the
-//! driver, before the core sees it (health is stamped with the driver's
-//! clock; the core has none).
+//! Every ingress hands what it read to the core in one call,
+//! `Core::ingest` ([`mcrelay_relay::intake`]): the payload (or why the
+//! frame parser rejected it), the flow's receiver it came in on and the
+//! driver's clock reading (once per completion batch; the core has no
+//! clock). The core counts a reject, feeds an FEC receiver's decoder, shows
+//! a media datagram to its leg's stream health ([`mcrelay_relay::health`];
+//! read, never changed) and admits it.
 //!
 //! `unsafe` lives in the modules that hand memory to the kernel:
 //! `receive_buffers` (receive buffer memory shared with the kernel),

@@ -193,12 +193,7 @@ mod tests {
             assert_eq!(code(p[pass]), ALU64_MOV_K);
             assert_eq!(imm(p[pass]), XDP_PASS);
             let jumps: Vec<usize> = (0..p.len())
-                .filter(|&i| {
-                    matches!(
-                        code(p[i]),
-                        JMP_JGT_X | JMP_JNE_K | JMP_JSET_K | JMP32_JNE_K
-                    )
-                })
+                .filter(|&i| matches!(code(p[i]), JMP_JGT_X | JMP_JNE_K | JMP_JSET_K | JMP32_JNE_K))
                 .collect();
             assert_eq!(jumps.len(), if source.is_some() { 8 } else { 7 });
             for j in jumps {
@@ -219,7 +214,10 @@ mod tests {
             .rev()
             .find(|&&i| code(i) == JMP_JNE_K)
             .expect("port");
-        assert_eq!(imm(*port), i32::from(u16::from_le_bytes(5000u16.to_be_bytes())));
+        assert_eq!(
+            imm(*port),
+            i32::from(u16::from_le_bytes(5000u16.to_be_bytes()))
+        );
         let map = p.iter().find(|&&i| code(i) == LD_IMM64).expect("map");
         assert_eq!(imm(*map), 7);
         assert_eq!((*map >> 12) & 0xf, u64::from(PSEUDO_MAP_FD));

@@ -33,7 +33,7 @@
 
 use super::{LegId, SPAN};
 use crate::counters::RedundancyCounters;
-use crate::sequence::{LegSeq, Step};
+use crate::sequence::{LegSeq, MAX_MISORDER, Step};
 
 /// What a datagram of a failover flow becomes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,8 +55,10 @@ pub(crate) enum Pass {
 /// The sequence numbers a flow has sent: the highest, and a bit for each
 /// of the 64 below it. A number 64 to [`SPAN`] below the highest can't
 /// be told from a repeat (`late`); one further off, or a restart its leg
-/// confirmed, restarts it. The SSRC does not matter: legs carrying the
-/// same numbering under different SSRCs repeat nothing across a switch.
+/// confirmed, restarts it. Legs carrying the same numbering under
+/// different SSRCs repeat nothing across a switch; a number of another
+/// SSRC more than [`MAX_MISORDER`] behind is another stream (an
+/// independent encoder), which restarts it.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct SeqGuard {
     ssrc: Option<u32>,
@@ -80,10 +82,17 @@ impl SeqGuard {
         ))
     }
 
-    fn check(&self, seq: u16, restart: bool) -> Seen {
+    fn check(&self, seq: u16, ssrc: u32, restart: bool) -> Seen {
         let span = i64::try_from(SPAN).unwrap_or(i64::MAX);
         let d = self.distance(seq);
         if restart || self.ssrc.is_none() || d >= span || d <= -span {
+            return Seen::Fresh(true);
+        }
+        // Another SSRC numbered well behind: not a lagging copy of the
+        // stream sent but another stream (an independent encoder on the
+        // backup leg; ffmpeg, for one, starts its numbers below 4096, so
+        // two encoders' numberings are always within SPAN).
+        if self.ssrc != Some(ssrc) && d < -i64::try_from(MAX_MISORDER).unwrap_or(i64::MAX) {
             return Seen::Fresh(true);
         }
         if d > 0 {
@@ -102,7 +111,7 @@ impl SeqGuard {
     }
 
     fn mark(&mut self, seq: u16, ssrc: u32, restart: bool, counters: &RedundancyCounters) {
-        if let Seen::Fresh(true) = self.check(seq, restart) {
+        if let Seen::Fresh(true) = self.check(seq, ssrc, restart) {
             if self.ssrc.is_some() {
                 counters.resets.inc();
             }
@@ -121,6 +130,8 @@ impl SeqGuard {
                 .unwrap_or(0)
                 | 1;
             self.highest = seq;
+            // The stream sent is the one that moved it on.
+            self.ssrc = Some(ssrc);
         } else if let Ok(back) = u32::try_from(-d)
             && back < 64
         {
@@ -325,7 +336,7 @@ impl Failover {
         let Some((seq, ssrc, restart)) = ticket else {
             return Pass::Forward(None);
         };
-        match self.guard.check(seq, restart) {
+        match self.guard.check(seq, ssrc, restart) {
             Seen::Fresh(_) => Pass::Forward(Some((seq, ssrc, restart))),
             Seen::Repeat => Pass::Duplicate,
             Seen::Late => Pass::Late,

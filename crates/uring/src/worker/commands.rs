@@ -19,13 +19,18 @@ impl Worker {
     /// Give a flow a number in the core and here; its name back when
     /// `limit` flows exist already.
     pub(super) fn place(&mut self, f: FlowSockets, limit: usize) -> Result<FlowId, String> {
-        let (flow, specs, counters, redundancy) = Flow::new(f, self.gso_enabled);
+        let (flow, c) = Flow::new(f, self.gso_enabled);
         let legs = flow.media_legs;
-        let Some(id) = self.core.add_flow(specs, counters, legs, redundancy, limit) else {
+        let Some(id) = self
+            .core
+            .add_flow(c.outputs, c.counters, legs, c.redundancy, limit)
+        else {
             return Err(flow.name);
         };
-        for leg in flow.fec_legs() {
-            self.core.enable_fec(id, leg);
+        // Checked by `add_flow`'s caller: every FEC socket names a leg,
+        // and they fit.
+        if !self.core.set_intake(id, c.health, &c.fec) {
+            tracing::warn!(flow = %flow.name, "FEC sockets refused: the flow receives no FEC");
         }
         for &(media, column, row, layout) in &flow.fec_outputs {
             if !self.core.enable_fec_output(id, media, column, row, layout) {
@@ -42,9 +47,6 @@ impl Worker {
             }
         }
         self.flows[id.index()] = Some(flow);
-        let room = self.flows.len() * usize::from(LegId::MAX_RECEIVERS);
-        self.health_unpublished
-            .reserve(room.saturating_sub(self.health_unpublished.len()));
         self.attention.reserve(self.flows.len());
         self.removing
             .reserve(self.flows.len().saturating_sub(self.removing.len()));
@@ -146,10 +148,7 @@ impl Worker {
         self.cancel_receives(old);
         // A one-leg flow keeps no sequence state in the core: its leg's
         // stream health saw the last number it forwarded.
-        let last_rtp = self.flows[old.index()]
-            .as_ref()
-            .and_then(|fl| fl.legs.first())
-            .and_then(|leg| leg.health.rtp_highest());
+        let last_rtp = self.core.leg_rtp_highest(old, LegId(0));
         let handover = Handover { kept, last_rtp };
         self.add_flow(f, |w, new| {
             w.core.take_over(old, new, handover, w.now_ns);
@@ -222,14 +221,9 @@ impl Worker {
     /// The highest RTP number (and SSRC) flow `f` relayed: its merge's or
     /// failover's, else its first leg's stream health's.
     fn last_rtp(&self, f: FlowId) -> Option<(u16, u32)> {
-        self.core.last_sent(f).or_else(|| {
-            self.flows[f.index()]
-                .as_ref()?
-                .legs
-                .first()?
-                .health
-                .rtp_highest()
-        })
+        self.core
+            .last_sent(f)
+            .or_else(|| self.core.leg_rtp_highest(f, LegId(0)))
     }
 
     /// Read and relay what a removed RTP flow's sockets still hold now that
@@ -269,12 +263,8 @@ impl Worker {
                     break;
                 };
                 let bytes = buf.get(..len).unwrap_or(&buf);
-                let now = self.now_ns;
-                if leg.health.observe_at(bytes, now) {
-                    self.health_unpublished.push((f, leg_id));
-                }
                 if matches!(
-                    self.core.receive_on(f, leg_id, bytes, now),
+                    self.core.ingest(f, leg_id, Ok(bytes), self.now_ns),
                     Received::Full { .. }
                 ) {
                     break;

@@ -59,10 +59,6 @@ pub(super) struct Worker {
     /// The monotonic clock ([`mcrelay_relay::health::now_ns`]), read once per
     /// completion batch and loop turn: the arrival time of what it holds.
     pub(super) now_ns: u64,
-    /// Legs whose stream health saw datagrams not yet published, each at
-    /// most once; room for every leg of every flow, so a push never
-    /// allocates.
-    pub(super) health_unpublished: Vec<(FlowId, LegId)>,
     /// When [`Worker::settle_health`] last ran.
     settled_ns: u64,
     pub(super) commands: mpsc::Receiver<Command>,
@@ -172,7 +168,6 @@ impl Worker {
             cpu: config.cpu,
             loop_counters: Arc::new(LoopCounters::default()),
             now_ns: mcrelay_relay::health::now_ns(),
-            health_unpublished: Vec::new(),
             settled_ns: 0,
             commands,
             events,
@@ -199,25 +194,6 @@ impl Worker {
         Ok(w)
     }
 
-    /// Publish the stream health of every leg that received since the
-    /// last call: once per completion batch, not per datagram.
-    pub(super) fn publish_health(&mut self) {
-        for (f, l) in self.health_unpublished.drain(..) {
-            let Some(fl) = self.flows.get_mut(f.index()).and_then(Option::as_mut) else {
-                continue;
-            };
-            if let Some(leg) = fl.leg_mut(l) {
-                leg.health.publish();
-            }
-            // What the flow let through in this batch (a no-op when
-            // nothing, or already published for another leg).
-            if let Some(out) = fl.output_health.as_deref_mut() {
-                out.publish();
-            }
-        }
-        self.health_unpublished.clear();
-    }
-
     /// At most once per `TICK_NS`: every quiet input's missing RTP
     /// numbers counted lost ([`mcrelay_relay::health::InputHealth::settle`]).
     /// O(legs), off the packet path.
@@ -227,14 +203,7 @@ impl Worker {
             return;
         }
         self.settled_ns = now;
-        for fl in self.flows.iter_mut().flatten() {
-            for leg in fl.legs.iter_mut() {
-                leg.health.settle(now);
-            }
-            if let Some(out) = fl.output_health.as_deref_mut() {
-                out.settle(now);
-            }
-        }
+        self.core.settle_health(now);
     }
 
     pub(super) fn stats(&self) -> Arc<WorkerStats> {
@@ -345,7 +314,8 @@ impl Worker {
                     self.complete(&cqe);
                 }
                 self.flush_sends();
-                self.publish_health();
+                // Stream health, once per batch.
+                self.core.publish_health();
                 // Hand this batch's sends to the kernel now: they complete
                 // (inline, mostly) while the next batch is handled, so an
                 // output's in-flight count tracks the kernel, not how many

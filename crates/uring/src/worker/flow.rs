@@ -13,21 +13,27 @@ use mcrelay_relay::OutputId;
 use mcrelay_relay::fec::FecLayout;
 use mcrelay_relay::{LegId, OutputSpec, Redundancy};
 
-/// What the driver keeps of one leg (input) of a flow: its socket, the
-/// state of its receive in the kernel, its packet ring and its health.
+/// What the core takes of a new flow: `Core::add_flow`'s arguments and
+/// `Core::set_intake`'s.
+pub(super) struct CoreFlow {
+    pub(super) outputs: Vec<OutputSpec>,
+    pub(super) counters: Arc<mcrelay_relay::counters::FlowCounters>,
+    pub(super) redundancy: Redundancy,
+    pub(super) health: mcrelay_relay::health::HealthSettings,
+    /// Per FEC socket (the receivers after the legs), its media leg.
+    pub(super) fec: Vec<LegId>,
+}
+
+/// What the driver keeps of one receiver (a leg, or a leg's FEC socket)
+/// of a flow: its socket, the state of its receive in the kernel and its
+/// packet ring. What it receives goes to `Core::ingest`, which keeps the
+/// leg's stream health.
 pub(super) struct Leg {
     pub(super) fd: i32,
     /// The receive (or the packet ring's poll) is armed in the kernel.
     pub(super) armed: bool,
     /// The first receive error was logged.
     pub(super) error_logged: bool,
-    /// Stream health of the leg: every datagram is shown to it before
-    /// the core, with the batch's clock reading; published once per batch
-    /// ([`Worker::publish_health`]).
-    pub(super) health: mcrelay_relay::health::InputHealth,
-    /// A 2022-1 FEC socket: the leg whose media it protects (its
-    /// datagrams go to `Core::receive_fec`, not to stream health).
-    pub(super) fec: Option<LegId>,
     /// Packet ingress: the frames' filter, checked again per frame.
     pub(super) packet: Option<mcrelay_wire::FlowMatch>,
     /// Packet ingress: frames are left in the packet ring for the next turn.
@@ -57,10 +63,6 @@ pub(super) struct Flow {
     pub(super) legs: Box<[Leg]>,
     /// The media legs (the first `media_legs` of `legs`).
     pub(super) media_legs: u8,
-    /// A flow with several legs: the health of what its redundancy rule
-    /// let through (shown each datagram the core queued or held),
-    /// published with its legs'.
-    pub(super) output_health: Option<Box<mcrelay_relay::health::InputHealth>>,
     /// Kept open for as long as the io_uring may name their fds.
     _outputs: Box<[UdpSocket]>,
     /// Removed: what its sockets still held once its receives ended has
@@ -81,15 +83,7 @@ impl Flow {
     }
 
     /// Split a flow's sockets into the driver's part and the core's.
-    pub(super) fn new(
-        f: FlowSockets,
-        gso: bool,
-    ) -> (
-        Self,
-        Vec<OutputSpec>,
-        Arc<mcrelay_relay::counters::FlowCounters>,
-        Redundancy,
-    ) {
+    pub(super) fn new(f: FlowSockets, gso: bool) -> (Self, CoreFlow) {
         let mut f = f;
         let configured = f.outputs.len();
         let mut fec_outputs = Vec::new();
@@ -119,32 +113,31 @@ impl Flow {
             .legs
             .into_iter()
             .enumerate()
-            .map(|(i, ingress)| Leg::new(&f.name, i, ingress, f.health, &f.counters))
+            .map(|(i, ingress)| Leg::new(&f.name, i, ingress))
             .collect();
+        let mut fec = Vec::with_capacity(f.fec.len());
         for s in f.fec {
-            let index = legs.len();
-            let mut leg = Leg::new(&f.name, index, s.socket, f.health, &f.counters);
-            leg.fec = Some(s.leg);
-            legs.push(leg);
+            legs.push(Leg::new(&f.name, legs.len(), s.socket));
+            fec.push(s.leg);
         }
-        let output_health = (media_legs > 1).then(|| {
-            Box::new(mcrelay_relay::health::InputHealth::for_output(
-                f.health,
-                Arc::clone(&f.counters),
-            ))
-        });
         let flow = Self {
             name: f.name,
             output_fds,
             legs: legs.into_boxed_slice(),
             media_legs,
-            output_health,
             _outputs: f.outputs.into_iter().map(|o| o.socket).collect(),
             drained: false,
             fec_outputs,
             busy_poll: f.busy_poll,
         };
-        (flow, specs, f.counters, f.redundancy)
+        let core = CoreFlow {
+            outputs: specs,
+            counters: f.counters,
+            redundancy: f.redundancy,
+            health: f.health,
+            fec,
+        };
+        (flow, core)
     }
 
     /// Leg `leg`, if the flow has it.
@@ -154,23 +147,6 @@ impl Flow {
 
     pub(super) fn leg_mut(&mut self, leg: LegId) -> Option<&mut Leg> {
         self.legs.get_mut(leg.index())
-    }
-
-    /// The media legs with FEC sockets (each once).
-    pub(super) fn fec_legs(&self) -> impl Iterator<Item = LegId> + '_ {
-        self.legs
-            .iter()
-            .filter_map(|l| l.fec)
-            .enumerate()
-            .filter(|&(i, leg)| {
-                !self
-                    .legs
-                    .iter()
-                    .filter_map(|l| l.fec)
-                    .take(i)
-                    .any(|l| l == leg)
-            })
-            .map(|(_, leg)| leg)
     }
 
     /// Every leg's number.
@@ -194,13 +170,7 @@ impl Leg {
             .is_some_and(|r| r.layout() == Layout::Frames && r.wake.wake() == Wake::Interval)
     }
 
-    fn new(
-        flow: &str,
-        index: usize,
-        ingress: IngressSocket,
-        health: mcrelay_relay::health::HealthSettings,
-        counters: &Arc<mcrelay_relay::counters::FlowCounters>,
-    ) -> Self {
+    fn new(flow: &str, index: usize, ingress: IngressSocket) -> Self {
         let packet_ring = ingress
             .packet_filter()
             .filter(|_| !matches!(ingress, IngressSocket::Xdp { .. }))
@@ -249,12 +219,6 @@ impl Leg {
             fd: ingress.fd(),
             armed: false,
             error_logged: false,
-            health: mcrelay_relay::health::InputHealth::for_leg(
-                health,
-                Arc::clone(counters),
-                index,
-            ),
-            fec: None,
             packet: ingress.packet_filter(),
             ring_pending: false,
             packet_ring,

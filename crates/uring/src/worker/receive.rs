@@ -1,7 +1,13 @@
 //! The receive side of the driver: arming and cancelling a flow's receive
 //! (or its packet ring's poll), turning receive completions and packet ring
-//! frames into the core's "datagram received" events, and handing receive
-//! buffers back.
+//! frames into datagrams for the core, and handing receive buffers back.
+//!
+//! Every ingress ends in the same one call, `Core::ingest(flow, receiver,
+//! payload or the parser's reject, now)`: the core counts a reject, feeds
+//! an FEC receiver's decoder, shows a media datagram to its leg's stream
+//! health and admits it (`mcrelay_relay::intake`). A new ingress (AF_XDP,
+//! SRT, RIST) reads its datagrams and makes that call; what it gets back
+//! (`Received::Full`) says when to stop reading until the flow resumes.
 #![allow(unsafe_code)]
 
 use std::io;
@@ -11,7 +17,7 @@ use io_uring::opcode;
 use io_uring::types::{CancelBuilder, Fd};
 
 use super::driver::{CQE_BATCH, Worker, single_buffer};
-use super::flow::{Flow, Leg};
+use super::flow::Leg;
 use crate::packet_ring::{Layout, PacketRing, Wake};
 use crate::receive_buffers::BUFFER_LEN;
 use crate::submit::{self, UserData};
@@ -189,21 +195,8 @@ impl Worker {
             return;
         };
         let len = result.unsigned_abs() as usize;
-        let now = self.now_ns;
         if let Some(bytes) = self.receive_buffers.filled(id, len)
-            && {
-                let r = if let Some(media) = leg.fec {
-                    self.core.receive_fec(f, media, bytes, now)
-                } else {
-                    if leg.health.observe_at(bytes, now) {
-                        self.health_unpublished.push((f, l));
-                    }
-                    let received = self.core.receive_on(f, l, bytes, now);
-                    observe_output(&mut self.flows, f, received, bytes, now);
-                    received
-                };
-                r == (Received::Full { newly: true })
-            }
+            && self.core.ingest(f, l, Ok(bytes), self.now_ns) == (Received::Full { newly: true })
         {
             // Stop receiving until the outputs drain: the kernel drops the
             // excess at the sockets for less than a receive costs, and
@@ -253,32 +246,12 @@ impl Worker {
                     mcrelay_wire::parse(fr.bytes, &filter, fr.verify_checksum)
                         .map(|d| &fr.bytes[d.payload])
                 });
-                match payload {
-                    Ok(payload) => {
-                        if let Some(leg) = self
-                            .flows
-                            .get_mut(f.index())
-                            .and_then(Option::as_mut)
-                            .and_then(|fl| fl.leg_mut(l))
-                            && leg.health.observe_at(payload, now)
-                        {
-                            self.health_unpublished.push((f, l));
-                        }
-                        let received = self.core.receive_on(f, l, payload, now);
-                        observe_output(&mut self.flows, f, received, payload, now);
-                        if matches!(received, Received::Full { .. }) {
-                            // This one is dropped (counted per output as
-                            // backlog, as on a socket); the frames after it
-                            // wait in the packet ring.
-                            done += 1;
-                            break 'blocks;
-                        }
-                    }
-                    Err(reason) => {
-                        if let Some(c) = self.core.counters(f) {
-                            c.frames.count(reason);
-                        }
-                    }
+                if matches!(self.core.ingest(f, l, payload, now), Received::Full { .. }) {
+                    // This one is dropped (counted per output as backlog,
+                    // as on a socket); the frames after it wait in the
+                    // packet ring.
+                    done += 1;
+                    break 'blocks;
                 }
                 done += 1;
                 budget -= 1;
@@ -291,7 +264,7 @@ impl Worker {
         }
         ring.done = done;
         self.flush_sends();
-        self.publish_health();
+        self.core.publish_health();
         if let Some(leg) = self.leg_mut(f, l) {
             leg.packet_ring = Some(ring);
             leg.ring_pending = pending;
@@ -322,30 +295,9 @@ impl Worker {
                 mcrelay_wire::parse(fr.bytes, &filter, fr.verify_checksum)
                     .map(|d| &fr.bytes[d.payload])
             });
-            let mut full = false;
-            match payload {
-                Ok(payload) => {
-                    if let Some(leg) = self
-                        .flows
-                        .get_mut(f.index())
-                        .and_then(Option::as_mut)
-                        .and_then(|fl| fl.leg_mut(l))
-                        && leg.health.observe_at(payload, now)
-                    {
-                        self.health_unpublished.push((f, l));
-                    }
-                    // Dropped when full (counted per output as backlog, as
-                    // on a socket); the frames after it wait in the ring.
-                    let received = self.core.receive_on(f, l, payload, now);
-                    observe_output(&mut self.flows, f, received, payload, now);
-                    full = matches!(received, Received::Full { .. });
-                }
-                Err(reason) => {
-                    if let Some(c) = self.core.counters(f) {
-                        c.frames.count(reason);
-                    }
-                }
-            }
+            // Dropped when full (counted per output as backlog, as on a
+            // socket); the frames after it wait in the ring.
+            let full = matches!(self.core.ingest(f, l, payload, now), Received::Full { .. });
             ring.release_frame();
             walked += 1;
             if full {
@@ -357,33 +309,11 @@ impl Worker {
             }
         }
         self.flush_sends();
-        self.publish_health();
+        self.core.publish_health();
         ring.wake.walked(walked, std::time::Instant::now());
         if let Some(leg) = self.leg_mut(f, l) {
             leg.packet_ring = Some(ring);
             leg.ring_pending = pending;
         }
-    }
-}
-
-/// A datagram the core let through (queued or held) on a flow with
-/// several legs: shown to the flow's output health, published with its
-/// legs' ([`Worker::publish_health`]: the leg that received it is listed
-/// for this batch). One compare for a flow with one leg.
-#[inline(always)]
-pub(super) fn observe_output(
-    flows: &mut [Option<Flow>],
-    f: FlowId,
-    received: Received,
-    d: &[u8],
-    now: u64,
-) {
-    if received == Received::Queued
-        && let Some(out) = flows
-            .get_mut(f.index())
-            .and_then(Option::as_mut)
-            .and_then(|fl| fl.output_health.as_deref_mut())
-    {
-        out.observe_at(d, now);
     }
 }

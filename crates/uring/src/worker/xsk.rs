@@ -2,14 +2,14 @@
 //! program on the input interface has already picked the flow's frames;
 //! each is read in place in the UMEM, parsed with [`mcrelay_wire::parse`]
 //! (the same parser as packet ingress, so a frame the program let through
-//! by mistake is still refused and counted), its payload given to the
-//! core (the one copy, into a pool buffer), and its UMEM frame handed
+//! by mistake is still refused and counted), its payload (or the parser's reject) given to the
+//! core through the one `Core::ingest` every ingress ends in (the one
+//! copy, into a pool buffer), and its UMEM frame handed
 //! straight back to the kernel through the fill ring. No system call per
 //! frame: the worker is woken by a one-shot poll on the socket when the
 //! ring was empty, and walks it once per loop turn while it is not.
 
 use super::driver::{CQE_BATCH, Worker};
-use super::receive::observe_output;
 use mcrelay_relay::{FlowId, LegId, Received};
 
 impl Worker {
@@ -44,30 +44,9 @@ impl Worker {
                 .and_then(|bytes| {
                     mcrelay_wire::parse(bytes, &filter, false).map(|d| &bytes[d.payload])
                 });
-            let mut full = false;
-            match payload {
-                Ok(payload) => {
-                    if let Some(leg) = self
-                        .flows
-                        .get_mut(f.index())
-                        .and_then(Option::as_mut)
-                        .and_then(|fl| fl.leg_mut(l))
-                        && leg.health.observe_at(payload, now)
-                    {
-                        self.health_unpublished.push((f, l));
-                    }
-                    // Dropped when full (counted per output as backlog, as
-                    // on a socket); the frames after it wait in the ring.
-                    let received = self.core.receive_on(f, l, payload, now);
-                    observe_output(&mut self.flows, f, received, payload, now);
-                    full = matches!(received, Received::Full { .. });
-                }
-                Err(reason) => {
-                    if let Some(c) = self.core.counters(f) {
-                        c.frames.count(reason);
-                    }
-                }
-            }
+            // Dropped when full (counted per output as backlog, as on a
+            // socket); the frames after it wait in the ring.
+            let full = matches!(self.core.ingest(f, l, payload, now), Received::Full { .. });
             rings.recycle(frame.addr);
             if full {
                 break;
@@ -80,7 +59,7 @@ impl Worker {
             }
         }
         self.flush_sends();
-        self.publish_health();
+        self.core.publish_health();
         if let Some(leg) = self.leg_mut(f, l) {
             leg.xsk = Some(rings);
             leg.ring_pending = pending;

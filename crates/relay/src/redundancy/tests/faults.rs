@@ -652,3 +652,35 @@ fn a_stream_restarted_from_0_after_a_pause_loses_nothing() {
         h.assert_adds_up();
     }
 }
+
+/// Main and backup from two independent encoders whose numberings lie
+/// within [`SPAN`] of each other (ffmpeg starts its numbers below 4096):
+/// after the main leg goes silent the backup's stream leaves, whichever
+/// leg is numbered lower (its datagrams were all `late` before: a
+/// switch to a leg numbered 2000 behind sent nothing), and again after
+/// the revert to the main leg.
+#[test]
+fn failover_to_an_independent_encoder_numbered_behind_forwards_it() {
+    for (main, backup) in [(3000u16, 1000u16), (1000, 3000)] {
+        let mut h = Harness::new(2, failover(100, Some(500), true));
+        // 4000 datagrams; leg 0 is cut from 1000 to 2000, then the flow
+        // goes back to it.
+        let ev: Vec<Ev> = stream(
+            4000,
+            1000,
+            2,
+            |l| u64::from(l) * 2 * MS,
+            |l, i| if l == 0 { main } else { backup }.wrapping_add(i as u16),
+            |l| SSRC + u32::from(l),
+        )
+        .into_iter()
+        .filter(|e| e.leg == 1 || !(1000..2000).contains(&(e.ts / 90)))
+        .collect();
+        run(&mut h, &ev, 0);
+        assert_eq!(h.red().switches.get(), 2, "{main}/{backup}");
+        let miss = missing(&h, 4000);
+        assert!(miss.len() <= 105, "{main}/{backup}: {} missing", miss.len());
+        assert_eq!(h.red().late.get(), 0, "{main}/{backup}");
+        h.assert_adds_up();
+    }
+}
