@@ -302,7 +302,7 @@ fn rtp_datagram(seq: u16) -> Vec<u8> {
     let mut d = vec![0u8; 12 + 200];
     let _ = mcrelay_wire::rtp::build(&mut d, 96, seq, u32::from(seq) * 3000, 0x5eed);
     for (i, b) in d[12..].iter_mut().enumerate() {
-        *b = (seq as usize * 31 + i) as u8;
+        *b = u8::try_from((usize::from(seq) * 31 + i) % 256).unwrap_or(0);
     }
     d
 }

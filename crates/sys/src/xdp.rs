@@ -222,7 +222,7 @@ pub fn interface_mtu(name: &str) -> io::Result<u32> {
         ));
     }
     for (d, s) in req.ifr_name.iter_mut().zip(name.bytes()) {
-        *d = s as libc::c_char;
+        *d = libc::c_char::from_ne_bytes([s]);
     }
     // SAFETY: `req` is a live `ifreq` with a NUL-terminated name; the
     // kernel writes `ifru_mtu` into it and nothing else.
@@ -312,7 +312,7 @@ pub fn setup_xsk(
     sockopt::set(xsk, libc::SOL_XDP, libc::XDP_UMEM_COMPLETION_RING, &one)?;
     sockopt::set(xsk, libc::SOL_XDP, libc::XDP_RX_RING, &ring)?;
     let addr = libc::sockaddr_xdp {
-        sxdp_family: libc::AF_XDP as u16,
+        sxdp_family: u16::try_from(libc::AF_XDP).unwrap_or(44),
         sxdp_flags: 0,
         sxdp_ifindex: ifindex,
         sxdp_queue_id: queue,
@@ -446,7 +446,7 @@ impl Ring {
         // 4-byte-aligned producer or consumer word, inside the mapping,
         // which lives as long as `self`; the kernel and this process only
         // ever access it atomically.
-        unsafe { AtomicU32::from_ptr(self.map.ptr.as_ptr().add(at).cast::<u32>()) }
+        unsafe { AtomicU32::from_ptr(self.map.ptr.as_ptr().wrapping_add(at).cast::<u32>()) }
     }
 }
 
@@ -505,7 +505,7 @@ impl XskRings {
     /// kernel won't write its UMEM frame again.
     ///
     /// [`recycle`]: XskRings::recycle
-    pub fn next(&mut self) -> Option<XskFrame> {
+    pub fn next_frame(&mut self) -> Option<XskFrame> {
         let consumer = self.rx.word(self.rx.consumer).load(Ordering::Relaxed);
         let producer = self.rx.word(self.rx.producer).load(Ordering::Acquire);
         if producer == consumer {
@@ -521,7 +521,7 @@ impl XskRings {
                 .map
                 .ptr
                 .as_ptr()
-                .add(at)
+                .wrapping_add(at)
                 .cast::<libc::xdp_desc>()
                 .read()
         };
@@ -551,7 +551,9 @@ impl XskRings {
         // SAFETY: `start..end` lies in the UMEM mapping, which lives as
         // long as `&self`; the frame belongs to this process until it is
         // recycled (which takes `&mut self`, so this borrow has ended).
-        Some(unsafe { std::slice::from_raw_parts(self.umem.ptr.as_ptr().add(start), end - start) })
+        Some(unsafe {
+            std::slice::from_raw_parts(self.umem.ptr.as_ptr().wrapping_add(start), end - start)
+        })
     }
 
     /// Give the frame at `addr` back to the kernel through the fill ring.
@@ -570,7 +572,15 @@ impl XskRings {
         // SAFETY: entry `producer & mask` of the fill ring, inside its
         // mapping; not yet published (the producer word hasn't moved past
         // it), so the kernel isn't reading it.
-        unsafe { self.fill.map.ptr.as_ptr().add(at).cast::<u64>().write(addr) };
+        unsafe {
+            self.fill
+                .map
+                .ptr
+                .as_ptr()
+                .wrapping_add(at)
+                .cast::<u64>()
+                .write(addr)
+        };
         self.fill
             .word(self.fill.producer)
             .store(producer.wrapping_add(1), Ordering::Release);

@@ -108,7 +108,9 @@ fn xdp_program_steers_the_flow_and_passes_the_rest() {
         link_show(&ns.r, "vr")
     );
 
-    let payload: Vec<u8> = (0..1316u32).map(|i| (i * 7 + 3) as u8).collect();
+    let payload: Vec<u8> = (0..1316u32)
+        .map(|i| u8::try_from((i * 7 + 3) % 256).unwrap_or(0))
+        .collect();
     let sent = payload.clone();
     in_ns(&ns.a, move || {
         let s = UdpSocket::bind("10.77.1.1:0").expect("bind sender");
@@ -120,7 +122,7 @@ fn xdp_program_steers_the_flow_and_passes_the_rest() {
     // The flow's datagram: in the RX ring, byte-exact.
     let start = Instant::now();
     let frame = loop {
-        if let Some(f) = rings.next() {
+        if let Some(f) = rings.next_frame() {
             break f;
         }
         assert!(start.elapsed() < DEADLINE, "nothing reached the XSK");

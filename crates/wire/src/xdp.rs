@@ -178,11 +178,11 @@ mod tests {
     }
 
     fn off(i: Insn) -> i16 {
-        ((i >> 16) & 0xffff) as u16 as i16
+        i16::from_ne_bytes(i.to_le_bytes()[2..4].try_into().unwrap_or([0; 2]))
     }
 
     fn imm(i: Insn) -> i32 {
-        (i >> 32) as u32 as i32
+        i32::from_ne_bytes(i.to_le_bytes()[4..8].try_into().unwrap_or([0; 4]))
     }
 
     #[test]
@@ -197,7 +197,11 @@ mod tests {
                 .collect();
             assert_eq!(jumps.len(), if source.is_some() { 8 } else { 7 });
             for j in jumps {
-                assert_eq!(j + 1 + off(p[j]) as usize, pass, "jump at {j}");
+                assert_eq!(
+                    j + 1 + usize::try_from(off(p[j])).expect("forward"),
+                    pass,
+                    "jump at {j}"
+                );
             }
         }
     }
@@ -208,7 +212,7 @@ mod tests {
         // The destination compare is a 32-bit one (a 64-bit compare would
         // sign-extend 239.1.2.200's last octet into the high word).
         let dst = p.iter().find(|&&i| code(i) == JMP32_JNE_K).expect("jne32");
-        assert_eq!(imm(*dst) as u32, u32::from_le_bytes([239, 1, 2, 200]));
+        assert_eq!(imm(*dst).to_le_bytes(), [239, 1, 2, 200]);
         let port = p
             .iter()
             .rev()

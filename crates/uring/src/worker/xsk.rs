@@ -30,7 +30,7 @@ impl Worker {
         let mut budget = CQE_BATCH;
         let mut pending = false;
         while budget > 0 {
-            let Some(frame) = rings.next() else {
+            let Some(frame) = rings.next_frame() else {
                 break;
             };
             // The kernel copied the frame whole (the config refuses MTUs
