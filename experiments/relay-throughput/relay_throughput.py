@@ -1120,6 +1120,10 @@ def main() -> int:
             continue
         dst = bindir / (getattr(o, attr).name + ("-before" if attr == "mcrelayd_before" else ""))
         shutil.copy2(getattr(o, attr), dst)
+        # mcrelayd runs the privileged helper program found beside it.
+        helper = getattr(o, attr).with_name("mcrelay-helper")
+        if attr == "mcrelayd" and helper.is_file():
+            shutil.copy2(helper, bindir / helper.name)
         setattr(o, attr, dst)
     log(f"logs: {logdir}")
     topo = Topology(o.tag, o.relay_cpu, o.harness_cpu, o.keep_uso, logdir)
