@@ -308,8 +308,13 @@ pub fn setup_xsk(
     let ring = libc::c_int::try_from(geometry.ring).map_err(|_| io::ErrorKind::InvalidInput)?;
     sockopt::set(xsk, libc::SOL_XDP, libc::XDP_UMEM_FILL_RING, &ring)?;
     // Unused (no TX on this socket) but bind requires one.
-    let one: libc::c_int = 64;
-    sockopt::set(xsk, libc::SOL_XDP, libc::XDP_UMEM_COMPLETION_RING, &one)?;
+    let completion: libc::c_int = 64;
+    sockopt::set(
+        xsk,
+        libc::SOL_XDP,
+        libc::XDP_UMEM_COMPLETION_RING,
+        &completion,
+    )?;
     sockopt::set(xsk, libc::SOL_XDP, libc::XDP_RX_RING, &ring)?;
     let addr = libc::sockaddr_xdp {
         sxdp_family: u16::try_from(libc::AF_XDP).unwrap_or(44),
