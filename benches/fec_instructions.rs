@@ -1,14 +1,22 @@
-//! Instruction counts (callgrind, via gungraun) of SMPTE 2022-1 FEC, per
-//! 1328-byte RTP datagram (1000 of them, after warm-up in setup), beside
-//! the plain one-leg relay of `core_instructions` in the same run:
+//! Instruction counts (callgrind, via gungraun) of SMPTE 2022-1 FEC and
+//! RIST, per 1328-byte RTP datagram (1000 of them, after warm-up in
+//! setup), beside the plain one-leg relay of `core_instructions` in the
+//! same run:
 //!
 //! - `plain`: `Core::receive_on`, `flush`, `complete` of each datagram;
 //! - `fec_decode_no_loss`: the same on a leg with `fec = "2022-1"`
 //!   (`Core::enable_fec`), with the 5 × 5 column and row FEC datagrams of
 //!   the stream (400 of them) through `Core::receive_fec`, none lost;
-//! - `fec_encode_10x10`: `FecEncoder::push` of each datagram, 10 columns
-//!   by 10 rows (the parity an output would send; not yet wired to
-//!   outputs).
+//! - `fec_output_10x10`: the same relay to an output with `fec = {
+//!   columns = 10, rows = 10 }` (`Core::enable_fec_output`): the parity
+//!   computed and the 200 column and row packets queued and sent;
+//! - `rist_output_no_loss`: the same relay to a RIST output
+//!   (`Core::enable_rist_output`, 1000 ms): each datagram copied into the
+//!   retransmission ring, no NACK;
+//! - `rist_input_no_loss`: the same on a RIST leg
+//!   (`Core::enable_rist_input`), every datagram in order;
+//! - `fec_encode_10x10`: `FecEncoder::push` of each datagram alone, 10
+//!   columns by 10 rows.
 //!
 //! `cargo bench -p mcrelay-benches --bench fec_instructions`; the figure
 //! is the total / 1000.
@@ -19,7 +27,7 @@ use std::sync::Arc;
 use gungraun::{library_benchmark, library_benchmark_group, main};
 use mcrelay_pool::{PoolConfig, PoolSet};
 use mcrelay_relay::fec::{FecEncoder, FecLayout};
-use mcrelay_relay::{Core, FlowId, LegId, OutputSpec, Redundancy, SendToken};
+use mcrelay_relay::{Core, FlowId, LegId, OutputId, OutputSpec, Redundancy, SendToken};
 
 const N: u16 = 1000;
 const LEN: usize = 1328;
@@ -84,19 +92,54 @@ fn relay(core: &mut Core, flow: FlowId, items: &[Item], sent: &mut Vec<SendToken
     }
 }
 
-fn setup(fec: bool) -> State {
+/// What the measured flow does beyond relaying.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Plain,
+    FecDecode,
+    FecOutput,
+    RistOutput,
+    RistInput,
+}
+
+fn setup_kind(kind: Kind) -> State {
+    let fec = kind == Kind::FecDecode;
     let mut core = Core::new(PoolSet::new(PoolConfig::default()).expect("pool fits"));
-    let spec = OutputSpec {
+    let spec = || OutputSpec {
         depth: 256,
         gso: false,
         counters: Arc::default(),
         resume_after: None,
     };
+    let outputs = if kind == Kind::FecOutput { 3 } else { 1 };
     let flow = core
-        .add_flow([spec], Arc::default(), 1, Redundancy::Single, 1)
+        .add_flow(
+            (0..outputs).map(|_| spec()),
+            Arc::default(),
+            1,
+            Redundancy::Single,
+            1,
+        )
         .expect("an empty core takes a flow");
-    if fec {
-        core.enable_fec(flow, LegId(0));
+    match kind {
+        Kind::Plain => {}
+        Kind::FecDecode => {
+            core.enable_fec(flow, LegId(0));
+        }
+        Kind::FecOutput => {
+            let layout = FecLayout {
+                columns: 10,
+                rows: 10,
+                row_stream: true,
+            };
+            core.enable_fec_output(flow, OutputId(0), OutputId(1), OutputId(2), layout);
+        }
+        Kind::RistOutput => {
+            core.enable_rist_output(flow, OutputId(0), 1000);
+        }
+        Kind::RistInput => {
+            core.enable_rist_input(flow, LegId(0), 1000);
+        }
     }
     let mut sent = Vec::with_capacity(4);
     // Warm-up: a whole window, so the measured run overwrites slots.
@@ -105,16 +148,31 @@ fn setup(fec: bool) -> State {
 }
 
 fn setup_plain() -> State {
-    setup(false)
+    setup_kind(Kind::Plain)
 }
 
 fn setup_fec() -> State {
-    setup(true)
+    setup_kind(Kind::FecDecode)
+}
+
+fn setup_fec_output() -> State {
+    setup_kind(Kind::FecOutput)
+}
+
+fn setup_rist_output() -> State {
+    setup_kind(Kind::RistOutput)
+}
+
+fn setup_rist_input() -> State {
+    setup_kind(Kind::RistInput)
 }
 
 #[library_benchmark]
 #[bench::plain(setup = setup_plain)]
 #[bench::fec_decode_no_loss(setup = setup_fec)]
+#[bench::fec_output_10x10(setup = setup_fec_output)]
+#[bench::rist_output_no_loss(setup = setup_rist_output)]
+#[bench::rist_input_no_loss(setup = setup_rist_input)]
 fn receive_x1000(s: State) -> State {
     let (mut core, flow, items, mut sent) = s;
     relay(&mut core, flow, &items, &mut sent);

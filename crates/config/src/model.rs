@@ -129,6 +129,23 @@ pub struct Input {
     pub receive_buffer_bytes: u32,
     /// Forward error correction received beside the stream (`fec`).
     pub fec: Option<InputFec>,
+    /// `protocol = "rist"`: RIST simple profile (NACKs to the sender from
+    /// port + 1); `None` for plain RTP/UDP.
+    pub rist: Option<Rist>,
+}
+
+/// Default RIST `buffer_ms`.
+pub const DEFAULT_RIST_BUFFER_MS: u32 = 1000;
+/// Largest RIST `buffer_ms`.
+pub const MAX_RIST_BUFFER_MS: u32 = 30_000;
+
+/// A RIST (VSF TR-06-1 simple profile) input's or output's settings
+/// (`protocol = "rist"`): RTCP on the media port + 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Rist {
+    /// Output: how long sent datagrams are kept for retransmission.
+    /// Input: how long a gap is waited for (NACKed) before it is skipped.
+    pub buffer_ms: u32,
 }
 
 /// An input's `fec`.
@@ -162,6 +179,9 @@ pub struct Output {
     /// An SRT output has no `interface` (empty here): a listener binds
     /// `address:port`, a caller connects to it.
     pub srt: Option<SrtOutput>,
+    /// `protocol = "rist"`: RIST simple profile (retransmits what
+    /// receivers NACK on port + 1); `None` for plain RTP/UDP or SRT.
+    pub rist: Option<Rist>,
 }
 
 /// An output's `fec = { columns = L, rows = D }`: 2022-1 column FEC to
@@ -419,7 +439,8 @@ impl Flow {
 
     /// Every socket the flow receives on: its legs in order, then for
     /// each leg with `fec = "2022-1"` (in leg order) its column and row
-    /// FEC ports (port + 2 and + 4, same address, interface and source).
+    /// FEC ports (port + 2 and + 4, same address, interface and source),
+    /// then for each RIST leg (in leg order) its RTCP port (port + 1).
     pub fn receive_inputs(&self) -> Vec<Input> {
         let mut all = self.inputs.clone();
         for input in &self.inputs {
@@ -428,9 +449,20 @@ impl Flow {
                     all.push(Input {
                         port: input.port.saturating_add(offset),
                         fec: None,
+                        rist: None,
                         ..input.clone()
                     });
                 }
+            }
+        }
+        for input in &self.inputs {
+            if input.rist.is_some() {
+                all.push(Input {
+                    port: input.port.saturating_add(1),
+                    fec: None,
+                    rist: None,
+                    ..input.clone()
+                });
             }
         }
         all
@@ -439,7 +471,11 @@ impl Flow {
     /// Every socket the helper opens for the flow to send on: its UDP
     /// outputs (not SRT ones, the daemon's own) in order, then for
     /// each output with `fec` (in output order) its column and row FEC
-    /// destinations (port + 2 and + 4, same address and settings).
+    /// destinations (port + 2 and + 4, same address and settings), then
+    /// for each RIST output (in output order) its RTCP destination, the
+    /// port + 1 (sender reports go out and the receivers' NACKs come back
+    /// on it). SRT outputs in between change none of this: the daemon
+    /// maps each extra socket to its output by config index.
     pub fn send_outputs(&self) -> Vec<Output> {
         let mut all: Vec<Output> = self.udp_outputs().cloned().collect();
         for o in &self.outputs {
@@ -448,9 +484,20 @@ impl Flow {
                     all.push(Output {
                         port: o.port.saturating_add(offset),
                         fec: None,
+                        rist: None,
                         ..o.clone()
                     });
                 }
+            }
+        }
+        for o in &self.outputs {
+            if o.rist.is_some() {
+                all.push(Output {
+                    port: o.port.saturating_add(1),
+                    fec: None,
+                    rist: None,
+                    ..o.clone()
+                });
             }
         }
         all
@@ -920,6 +967,7 @@ mod tests {
                 ingress: IngressKind::Socket,
                 receive_buffer_bytes: DEFAULT_RECEIVE_BUFFER_BYTES,
                 fec: None,
+                rist: None,
             }],
             redundancy: Redundancy::Single,
             outputs: vec![Output {
@@ -930,6 +978,7 @@ mod tests {
                 source_address: None,
                 queue_depth: DEFAULT_OUTPUT_QUEUE_DEPTH,
                 fec: None,
+                rist: None,
                 srt: None,
             }],
             core: None,

@@ -18,6 +18,7 @@ use crate::error::{ConfigError, ConfigErrors};
 use crate::model::*;
 
 mod legs;
+mod rist;
 mod spread;
 mod srt;
 
@@ -63,6 +64,8 @@ const INPUT_KEYS: &[&str] = &[
     "ingress",
     "receive_buffer_bytes",
     "fec",
+    "protocol",
+    "buffer_ms",
 ];
 const OUTPUT_KEYS: &[&str] = &[
     "interface",
@@ -79,6 +82,7 @@ const OUTPUT_KEYS: &[&str] = &[
     "key_length",
     "max_callers",
     "stream_id",
+    "buffer_ms",
 ];
 const OUTPUT_FEC_KEYS: &[&str] = &["columns", "rows"];
 
@@ -868,6 +872,15 @@ impl<'t> Walker<'t> {
             }
             ok = false;
         }
+        let rist_input = inputs
+            .as_ref()
+            .is_some_and(|legs| legs.iter().any(|(i, _)| i.rist.is_some()));
+        if spread.is_some_and(|n| n > 1) && (rist_input || outputs.iter().any(|o| o.rist.is_some()))
+        {
+            let at = t.get("spread").map_or(span.clone(), Spanned::span);
+            self.err(&at, format!("{p}spread with a RIST input or output is not supported yet (its buffer and RTCP live on one worker); remove spread or protocol = \"rist\""));
+            ok = false;
+        }
         if spread.is_some_and(|n| n > 1) && outputs.iter().any(|o| o.srt.is_some()) {
             let at = t.get("spread").map_or(span.clone(), Spanned::span);
             self.err(&at, format!("{p}spread can't be used with an SRT output (its callers are served by one SRT thread); remove spread or the SRT output"));
@@ -881,15 +894,6 @@ impl<'t> Walker<'t> {
         {
             let at = t.get("spread").map_or(span.clone(), Spanned::span);
             self.err(&at, format!("{p}spread can't be used with ingress = \"xdp\" (one AF_XDP socket per interface queue); remove spread or use ingress = \"packet\""));
-            ok = false;
-        }
-        if outputs.iter().any(|o| o.fec.is_some()) && outputs.iter().any(|o| o.srt.is_some()) {
-            self.err(
-                &span,
-                format!(
-                    "{p}an output's fec and an SRT output in one flow are not supported yet; move the SRT output to a flow of its own"
-                ),
-            );
             ok = false;
         }
         let mut latency = Latency::Normal;
@@ -1101,6 +1105,26 @@ impl<'t> Walker<'t> {
                 None => ok = false,
             }
         }
+        let mut rist = None;
+        match self.input_is_rist(t, p, path) {
+            Some(is_rist) => match self.rist_settings(t, p, path, is_rist, port) {
+                Some(r) => rist = r,
+                None => ok = false,
+            },
+            None => ok = false,
+        }
+        if rist.is_some() && fec.is_some() {
+            if let Some(v) = t.get("fec") {
+                self.err(&v.span(), format!("{p}{path}: fec and protocol = \"rist\" on one input are not supported yet (FEC repairs would bypass RIST's reorder buffer); use one of them"));
+            }
+            ok = false;
+        }
+        if rist.is_some() && ingress == IngressKind::Packet {
+            if let Some(v) = t.get("protocol") {
+                self.err(&v.span(), format!("{p}{path}.protocol \"rist\" needs ingress = \"socket\" (its RTCP is received and sent on a socket); remove ingress or protocol"));
+            }
+            ok = false;
+        }
         let (Some(interface), Some(address), Some(port), true) = (interface, address, port, ok)
         else {
             return None;
@@ -1113,6 +1137,7 @@ impl<'t> Walker<'t> {
             ingress,
             receive_buffer_bytes,
             fec,
+            rist,
         })
     }
 
@@ -1209,6 +1234,14 @@ impl<'t> Walker<'t> {
                 None => ok = false,
             }
         }
+        let is_rist = t
+            .get("protocol")
+            .is_some_and(|v| matches!(v.get_ref(), DeValue::String(s) if s.as_ref() == "rist"));
+        let mut rist = None;
+        match self.rist_settings(t, p, Indexed("outputs", i), is_rist, port) {
+            Some(r) => rist = r,
+            None => ok = false,
+        }
         let (Some(interface), Some(address), Some(port), true) = (interface, address, port, ok)
         else {
             return None;
@@ -1227,6 +1260,7 @@ impl<'t> Walker<'t> {
             queue_depth,
             fec,
             srt: None,
+            rist,
         })
     }
 
@@ -1632,6 +1666,94 @@ spread = 2"#;
     }
 
     #[test]
+    fn output_fec_beside_an_srt_output() {
+        // The extra sockets follow the UDP outputs: the FEC destinations
+        // of outputs[1] (config index 1, the first UDP output) are the
+        // second and third sockets; the SRT listener is the daemon's own.
+        let outs = r#"[{ protocol = "srt", address = "0.0.0.0", port = 9000 },
+                       { interface = "eth1", address = "239.2.2.2", port = 6000, fec = { columns = 5, rows = 5 } },
+                       { interface = "eth1", address = "10.0.0.9", port = 7000, protocol = "rist" }]"#;
+        let c = parse(&flow(IN, outs), "t.toml").unwrap();
+        let f = c.flows.by_name("x").unwrap();
+        let ports: Vec<u16> = f.send_outputs().iter().map(|o| o.port).collect();
+        assert_eq!(ports, [6000, 7000, 6002, 6004, 7001]);
+    }
+
+    #[test]
+    fn rist_on_inputs_and_outputs() {
+        let input = r#"{ interface = "eth0", address = "10.0.0.1", port = 5000, protocol = "rist", buffer_ms = 200 }"#;
+        let output = r#"[{ interface = "eth1", address = "10.0.1.2", port = 6000, protocol = "rist" },
+                         { interface = "eth1", address = "239.2.2.2", port = 6010, protocol = "udp" }]"#;
+        let c = parse(&flow(input, output), "t.toml").unwrap();
+        let f = c.flows.by_name("x").unwrap();
+        assert_eq!(f.primary().rist, Some(Rist { buffer_ms: 200 }));
+        assert_eq!(f.outputs[0].rist, Some(Rist { buffer_ms: 1000 }));
+        assert_eq!(f.outputs[1].rist, None);
+        let ports: Vec<u16> = f.receive_inputs().iter().map(|i| i.port).collect();
+        assert_eq!(ports, [5000, 5001]);
+        let ports: Vec<u16> = f.send_outputs().iter().map(|o| o.port).collect();
+        assert_eq!(ports, [6000, 6010, 6001]);
+    }
+
+    #[test]
+    fn rist_errors_name_the_field_and_the_fix() {
+        let out = |extra: &str| {
+            format!(r#"[{{ interface = "eth1", address = "10.0.1.2", port = 6000{extra} }}]"#)
+        };
+        let e = error(&flow(IN, &out(", buffer_ms = 200")));
+        assert!(
+            e.contains("outputs[0].buffer_ms is only for RIST; add protocol = \"rist\""),
+            "{e}"
+        );
+        let e = error(&flow(IN, &out(", protocol = \"rist\", buffer_ms = 0")));
+        assert!(
+            e.contains("outputs[0].buffer_ms 0 is out of range; use 1-30000"),
+            "{e}"
+        );
+        let e = error(&flow(
+            IN,
+            r#"[{ interface = "eth1", address = "10.0.1.2", port = 65535, protocol = "rist" }]"#,
+        ));
+        assert!(e.contains("no port + 1"), "{e}");
+        let e = error(&flow(
+            r#"{ interface = "eth0", address = "239.1.1.1", port = 5000, protocol = "rist", ingress = "packet" }"#,
+            OUT,
+        ));
+        assert!(e.contains("needs ingress = \"socket\""), "{e}");
+        let e = error(&flow(
+            r#"{ interface = "eth0", address = "239.1.1.1", port = 5000, protocol = "srt" }"#,
+            OUT,
+        ));
+        assert!(
+            e.contains("input.protocol \"srt\" is not known; use \"udp\" or \"rist\""),
+            "{e}"
+        );
+        let e = error(&flow(
+            r#"{ interface = "eth0", address = "239.1.1.1", port = 5000, protocol = "rist", fec = "2022-1" }"#,
+            OUT,
+        ));
+        assert!(
+            e.contains("fec and protocol = \"rist\" on one input"),
+            "{e}"
+        );
+        let e = error(&flow(
+            IN,
+            r#"[{ protocol = "srt", address = "0.0.0.0", port = 9000, buffer_ms = 5 }]"#,
+        ));
+        assert!(e.contains("does not apply to an SRT output"), "{e}");
+        let two = r#"[{ interface = "eth1", address = "10.0.1.2", port = 6000, protocol = "rist" },
+                      { interface = "eth1", address = "239.2.2.3", port = 6000 }]
+spread = 2"#;
+        assert!(error(&flow(IN, two)).contains("spread with a RIST input or output"));
+        let rist_in =
+            r#"{ interface = "eth0", address = "10.0.0.1", port = 5000, protocol = "rist" }"#;
+        let two = r#"[{ interface = "eth1", address = "239.2.2.2", port = 6000 },
+                      { interface = "eth1", address = "239.2.2.3", port = 6000 }]
+spread = 2"#;
+        assert!(error(&flow(rist_in, two)).contains("spread with a RIST input or output"));
+    }
+
+    #[test]
     fn minimal_flow_gets_every_default() {
         let c = parse(&flow(IN, OUT), "t.toml").unwrap();
         assert_eq!(c.daemon, DaemonConfig::default());
@@ -1756,6 +1878,7 @@ outputs = [{ interface = "eth1", address = "239.2.2.2", port = 6000, ttl = 255, 
                 ingress: IngressKind::Packet,
                 receive_buffer_bytes: 1024,
                 fec: None,
+                rist: None,
             }
         );
         assert_eq!(
@@ -1768,6 +1891,7 @@ outputs = [{ interface = "eth1", address = "239.2.2.2", port = 6000, ttl = 255, 
                 source_address: Some("10.0.0.1".parse().unwrap()),
                 queue_depth: 65536,
                 fec: None,
+                rist: None,
                 srt: None,
             }]
         );
@@ -1827,7 +1951,7 @@ outputs = [{ interface = "eth1", address = "239.2.2.2", port = 6000, ttl = 255, 
             [
                 "t.toml:3:9: flow \"x\": input.address is missing; add address = \"239.1.1.1\"",
                 "t.toml:3:31: flow \"x\": unknown key \"adress\" in input (expected one of: \
-                 interface, address, port, source, ingress, receive_buffer_bytes, fec)",
+                 interface, address, port, source, ingress, receive_buffer_bytes, fec, protocol, buffer_ms)",
             ]
         );
     }
@@ -1847,7 +1971,7 @@ outputs = [{ interface = "eth1", address = "239.2.2.2", port = 6000, ttl = 255, 
                 "t.toml:1:1: unknown key \"colour\" (expected one of: daemon, pools, flow)",
                 "t.toml:3:1: unknown key \"usr\" in daemon (expected one of: user, control_socket, cores, metrics_listen, metrics_allow, log_level, mode)",
                 "t.toml:5:1: unknown key \"tiny\" in pools (expected one of: small, standard, jumbo)",
-                "t.toml:9:70: flow \"x\": unknown key \"tll\" in outputs[0] (expected one of: interface, address, port, ttl, source_address, queue_depth, fec, protocol, mode, latency_ms, passphrase, key_length, max_callers, stream_id)",
+                "t.toml:9:70: flow \"x\": unknown key \"tll\" in outputs[0] (expected one of: interface, address, port, ttl, source_address, queue_depth, fec, protocol, mode, latency_ms, passphrase, key_length, max_callers, stream_id, buffer_ms)",
                 "t.toml:10:1: flow \"x\": unknown key \"core_\" (expected one of: name, input, inputs, outputs, core, spread, latency, payload, silence_ms, rtp_clock_hz, redundancy, merge_delay_ms, merge_window_ms, failover_after_ms, failover_gap_factor, revert_after_s, rtp_rewrite)",
             ]
         );

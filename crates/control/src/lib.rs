@@ -50,15 +50,16 @@ pub use protocol::{
 };
 pub use rates::{FlowRates, OutputRates, Rates};
 pub use render::{
-    health_text, ingress_drops as flow_drops_text, output_drops as output_drops_text, render_flows,
-    render_stats, render_status, render_top,
+    health_text, ingress_drops as flow_drops_text, output_drops as output_drops_text,
+    protection_text, render_flows, render_stats, render_status, render_top, rist_text,
 };
 #[cfg(any(test, feature = "test-support"))]
 pub use snapshot::bench_snapshot;
 pub use snapshot::{
     DaemonState, EndpointSnapshot, FecSnapshot, FlowSnapshot, FlowState, IngressDropsSnapshot,
-    InputHealth, LegSnapshot, OutputSnapshot, PoolClassSnapshot, RedundancySnapshot, RtpHealth,
-    Snapshot, SrtCallerSnapshot, SrtSnapshot, Totals, TsHealth, WorkerSnapshot, input_label,
+    InputHealth, LegSnapshot, OutputSnapshot, PoolClassSnapshot, RedundancySnapshot, RistSnapshot,
+    RtpHealth, Snapshot, SrtCallerSnapshot, SrtSnapshot, Totals, TsHealth, WorkerSnapshot,
+    input_label,
 };
 pub use summary::{
     FlowStateCounts, MAX_NAMED, MAX_TEXT, Named, NotRunning, StreamErrors, Summary, decode_status,

@@ -132,6 +132,7 @@ fn emit_all(mut m: Exposition, s: &Snapshot) -> Exposition {
     input_families(&mut m, s);
     redundancy_families(&mut m, s);
     fec_families(&mut m, s);
+    rist_families(&mut m, s);
     output_families(&mut m, s);
     srt_families(&mut m, s);
     worker_families(&mut m, s);
@@ -456,6 +457,72 @@ fn fec_families(m: &mut Exposition, s: &Snapshot) {
         for f in &s.flows {
             if let Some(x) = &f.fec {
                 m.sample(name, &[("flow", &f.name)], value(x));
+            }
+        }
+    }
+}
+
+/// Flows with a RIST input or output: NACKs, retransmissions, what was
+/// lost after them and the RTT, labelled `flow`.
+fn rist_families(m: &mut Exposition, s: &Snapshot) {
+    type Value = fn(&crate::snapshot::RistSnapshot) -> u64;
+    let counters: [(&str, &str, Value); 6] = [
+        (
+            "mcrelay_flow_rist_nacks_sent_total",
+            "RIST input: sequence numbers NACKed to the sender.",
+            |x| x.nacks_sent,
+        ),
+        (
+            "mcrelay_flow_rist_recovered_packets_total",
+            "RIST input: gaps filled by a retransmission.",
+            |x| x.recovered,
+        ),
+        (
+            "mcrelay_flow_rist_unrecovered_packets_total",
+            "RIST input: packets neither received nor retransmitted within buffer_ms (skipped): the loss left after RIST.",
+            |x| x.unrecovered,
+        ),
+        (
+            "mcrelay_flow_rist_nacks_received_total",
+            "RIST output: sequence numbers the receivers NACKed.",
+            |x| x.nacks_received,
+        ),
+        (
+            "mcrelay_flow_rist_retransmitted_packets_total",
+            "RIST output: packets sent again.",
+            |x| x.retransmitted,
+        ),
+        (
+            "mcrelay_flow_rist_unrecoverable_nacks_total",
+            "RIST output: NACKed packets no longer in the buffer (NACKed too late, or buffer_ms too short for the receivers).",
+            |x| x.unrecoverable,
+        ),
+    ];
+    for (name, help, value) in counters {
+        m.family(name, Kind::Counter, help);
+        for f in &s.flows {
+            if let Some(x) = &f.rist {
+                m.sample(name, &[("flow", &f.name)], value(x));
+            }
+        }
+    }
+    let rtts: [(&str, &str, Value); 2] = [
+        (
+            "mcrelay_flow_rist_input_rtt_seconds",
+            "RIST input: round-trip time to the sender, from NACKs to their retransmissions (0: no sample yet).",
+            |x| x.input_rtt_us,
+        ),
+        (
+            "mcrelay_flow_rist_output_rtt_seconds",
+            "RIST output: round-trip time to the receivers, from their reports (0: no sample yet).",
+            |x| x.output_rtt_us,
+        ),
+    ];
+    for (name, help, value) in rtts {
+        m.family(name, Kind::Gauge, help);
+        for f in &s.flows {
+            if let Some(x) = &f.rist {
+                m.sample(name, &[("flow", &f.name)], Float(value(x) as f64 / 1e6));
             }
         }
     }
@@ -1036,7 +1103,9 @@ fn text_capacity(s: &Snapshot) -> usize {
         .filter_map(|o| o.srt.as_ref())
         .map(|r| 6 + 7 * r.callers.len())
         .sum();
-    let samples = 7 * s.flows.len() + 7 * outputs + 5 * pools + 3 * s.workers.len() + srt;
+    // A RIST flow: 8 samples.
+    let rist = 8 * s.flows.iter().filter(|f| f.rist.is_some()).count();
+    let samples = 7 * s.flows.len() + 7 * outputs + 5 * pools + 3 * s.workers.len() + srt + rist;
     let legs: usize = s
         .flows
         .iter()
@@ -1049,8 +1118,8 @@ fn text_capacity(s: &Snapshot) -> usize {
             .filter(|(_, h, _)| !h.payload.is_empty())
             .count()
         + legs;
-    // The SRT families' HELP and TYPE lines: 3 KiB.
-    4096 + 128 * samples + 160 * health + 2048 + 3072
+    // The SRT families' HELP and TYPE lines: 3 KiB; RIST's: 2 KiB.
+    4096 + 128 * samples + 160 * health + 2048 + 3072 + 2048
 }
 
 /// OpenMetrics through the Prometheus project's client library.
@@ -1531,6 +1600,43 @@ mod tests {
         assert_eq!(
             v("mcrelay_worker_completions_total", &[("worker", "0")]),
             20000.0
+        );
+    }
+
+    #[test]
+    fn rist_families() {
+        let mut s = sample();
+        let (samples, _) = check(&render_metrics(&s));
+        assert!(!samples.iter().any(|x| x.name.contains("_rist_")));
+        s.flows[0].rist = Some(crate::snapshot::RistSnapshot {
+            nacks_sent: 9,
+            recovered: 8,
+            unrecovered: 1,
+            dropped: 0,
+            input_rtt_us: 20_500,
+            nacks_received: 4,
+            retransmitted: 3,
+            unrecoverable: 1,
+            output_rtt_us: 0,
+        });
+        let (samples, types) = check(&render_metrics(&s));
+        let l = [("flow", "video-a")];
+        for (name, want) in [
+            ("mcrelay_flow_rist_nacks_sent_total", 9.0),
+            ("mcrelay_flow_rist_recovered_packets_total", 8.0),
+            ("mcrelay_flow_rist_unrecovered_packets_total", 1.0),
+            ("mcrelay_flow_rist_nacks_received_total", 4.0),
+            ("mcrelay_flow_rist_retransmitted_packets_total", 3.0),
+            ("mcrelay_flow_rist_unrecoverable_nacks_total", 1.0),
+            ("mcrelay_flow_rist_input_rtt_seconds", 0.0205),
+            ("mcrelay_flow_rist_output_rtt_seconds", 0.0),
+        ] {
+            assert_eq!(find(&samples, name, &l).value, want, "{name}");
+        }
+        assert_eq!(types["mcrelay_flow_rist_input_rtt_seconds"], "gauge");
+        assert_eq!(
+            types["mcrelay_flow_rist_retransmitted_packets_total"],
+            "counter"
         );
     }
 

@@ -183,12 +183,16 @@ pub fn render_flows(s: &Snapshot, rates: Option<&Rates>) -> String {
                     None => health_text(&flow.health),
                     Some(r) => redundancy_text(r),
                 };
-                match &flow.fec {
+                let text = match &flow.fec {
                     Some(x) => format!(
                         "{text}; fec: recovered {}, unrecoverable {}",
                         human_count(x.recovered),
                         human_count(x.unrecoverable)
                     ),
+                    None => text,
+                };
+                match &flow.rist {
+                    Some(x) => format!("{text}; {}", rist_text(x)),
                     None => text,
                 }
             },
@@ -560,6 +564,53 @@ impl Table {
     }
 }
 
+/// What FEC and RIST did on a flow, in a few words, and whether
+/// anything was lost after them; `None` for a flow with neither.
+pub fn protection_text(flow: &crate::snapshot::FlowSnapshot) -> Option<(String, bool)> {
+    let mut parts = Vec::new();
+    let mut lost = false;
+    if let Some(x) = &flow.fec {
+        parts.push(format!(
+            "fec: recovered {}, unrecoverable {}",
+            human_count(x.recovered),
+            human_count(x.unrecoverable)
+        ));
+        lost |= x.unrecoverable > 0;
+    }
+    if let Some(x) = &flow.rist {
+        parts.push(rist_text(x));
+        lost |= x.unrecovered > 0 || x.unrecoverable > 0;
+    }
+    (!parts.is_empty()).then(|| (parts.join("; "), lost))
+}
+
+/// A flow's RIST counters in a few words: its input's NACKs, recoveries
+/// and losses, its outputs' retransmissions, and the RTTs measured.
+pub fn rist_text(x: &crate::snapshot::RistSnapshot) -> String {
+    let mut parts = Vec::new();
+    if x.nacks_sent > 0 || x.recovered > 0 || x.unrecovered > 0 || x.input_rtt_us > 0 {
+        parts.push(format!(
+            "rist in: nacked {}, recovered {}, unrecovered {}, rtt {:.1} ms",
+            human_count(x.nacks_sent),
+            human_count(x.recovered),
+            human_count(x.unrecovered),
+            x.input_rtt_us as f64 / 1000.0
+        ));
+    }
+    if x.nacks_received > 0 || x.retransmitted > 0 || x.output_rtt_us > 0 {
+        parts.push(format!(
+            "rist out: retransmitted {}, unrecoverable {}, rtt {:.1} ms",
+            human_count(x.retransmitted),
+            human_count(x.unrecoverable),
+            x.output_rtt_us as f64 / 1000.0
+        ));
+    }
+    if parts.is_empty() {
+        return "rist: no loss".to_owned();
+    }
+    parts.join("; ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -694,6 +745,33 @@ mod tests {
             assert!(text.contains(needle), "{needle:?} missing from\n{text}");
         }
         assert!(!render_flows(&cur, None).contains("Mb/s"));
+    }
+
+    #[test]
+    fn rist_is_shown_in_the_health_column() {
+        let mut s = crate::snapshot::sample_with_legs();
+        s.flows[0].rist = Some(crate::snapshot::RistSnapshot {
+            nacks_sent: 9,
+            recovered: 8,
+            unrecovered: 1,
+            input_rtt_us: 20_500,
+            ..Default::default()
+        });
+        let text = render_flows(&s, None);
+        assert!(
+            text.contains("rist in: nacked 9, recovered 8, unrecovered 1, rtt 20.5 ms"),
+            "{text}"
+        );
+        s.flows[0].rist = Some(crate::snapshot::RistSnapshot {
+            retransmitted: 3,
+            output_rtt_us: 1_000,
+            ..Default::default()
+        });
+        let text = render_flows(&s, None);
+        assert!(
+            text.contains("rist out: retransmitted 3, unrecoverable 0, rtt 1.0 ms"),
+            "{text}"
+        );
     }
 
     #[test]

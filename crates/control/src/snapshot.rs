@@ -159,6 +159,38 @@ pub struct FlowSnapshot {
     /// summed over its legs. Absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fec: Option<FecSnapshot>,
+    /// A flow with a RIST input or output: NACKs, retransmissions and the
+    /// RTT, summed over them. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rist: Option<RistSnapshot>,
+}
+
+/// RIST (TR-06-1 simple profile) on a flow's input and outputs.
+/// Recovered datagrams are in `packets_in` (they arrived, late).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RistSnapshot {
+    /// Input: sequence numbers NACKed to the sender.
+    pub nacks_sent: u64,
+    /// Input: gaps filled by a retransmission.
+    pub recovered: u64,
+    /// Input: numbers neither received nor recovered within `buffer_ms`
+    /// (skipped): the loss left after RIST.
+    pub unrecovered: u64,
+    /// Input: datagrams the receiver dropped (already handed on or
+    /// skipped, stray, not RTP).
+    pub dropped: u64,
+    /// Input: RTT from NACKs to their retransmissions, in microseconds
+    /// (0: no sample yet).
+    pub input_rtt_us: u64,
+    /// Output: sequence numbers the receivers NACKed.
+    pub nacks_received: u64,
+    /// Output: datagrams sent again.
+    pub retransmitted: u64,
+    /// Output: NACKed numbers no longer in the buffer.
+    pub unrecoverable: u64,
+    /// Output: RTT to the receivers from their reports, in microseconds
+    /// (0: no sample yet).
+    pub output_rtt_us: u64,
 }
 
 /// SMPTE 2022-1 FEC decoding on a flow's inputs. Repaired packets are
@@ -729,6 +761,7 @@ pub(crate) fn sample() -> Snapshot {
             redundancy: None,
             standby_discarded: 9,
             fec: None,
+            rist: None,
         }],
         mode: crate::Mode::Active,
     }

@@ -353,6 +353,7 @@ mod tests {
             redundancy: None,
             standby_discarded: 0,
             fec: None,
+            rist: None,
         }
     }
 

@@ -18,7 +18,9 @@ use mcrelay_sockets::{
     EGRESS_SEND_BUFFER_BYTES, HelperClient, HelperError, OpenFlowError, OpenedFlow, Zygote,
     ZygoteError, hung_up, open_flow, watch_hangup,
 };
-use mcrelay_uring::{FecOutput, FecSocket, FlowSockets, IngressSocket, OutputSocket};
+use mcrelay_uring::{
+    FecOutput, FecSocket, FlowSockets, IngressSocket, OutputSocket, RistEnd, RistSocket,
+};
 
 use crate::outputs::Unconnected;
 
@@ -244,8 +246,9 @@ impl Opener {
             }
         };
         // The helper opens the UDP outputs (an SRT output is the daemon's
-        // own), then the FEC destinations (a flow has no SRT output and
-        // output FEC at once: the config refuses it).
+        // own), then the FEC destinations, then the RIST outputs' RTCP
+        // sockets; each extra socket is mapped to its output by config
+        // index, SRT outputs in between or not.
         let inputs = flow.receive_inputs();
         let send_outputs = flow.send_outputs();
         if opened.outputs.len() != send_outputs.len() || opened.legs.len() != inputs.len() {
@@ -263,13 +266,19 @@ impl Opener {
         let udp_outputs = flow.udp_outputs().count();
         // After the outputs, each FEC output's column then row socket
         // (one left unconnected now stays so: its sends fail, counted).
-        let parity_sockets = outputs.split_off(udp_outputs);
+        let mut parity_sockets = outputs.split_off(udp_outputs);
+        let fec_outputs_count = flow.outputs.iter().filter(|o| o.fec.is_some()).count();
+        let rist_output_sockets =
+            parity_sockets.split_off((2 * fec_outputs_count).min(parity_sockets.len()));
         let unconnected: Vec<(usize, i32)> = unconnected
             .into_iter()
             .filter(|&(i, _)| i < udp_outputs)
             .collect();
         // After the legs, each FEC leg's column then row socket.
-        let fec_sockets = legs.split_off(flow.inputs.len());
+        let mut fec_sockets = legs.split_off(flow.inputs.len());
+        let fec_legs_count = flow.inputs.iter().filter(|i| i.fec.is_some()).count();
+        let rist_leg_sockets = fec_sockets.split_off((2 * fec_legs_count).min(fec_sockets.len()));
+        let rist = rist_sockets(flow, rist_leg_sockets, rist_output_sockets);
         let fec_legs = flow
             .inputs
             .iter()
@@ -362,10 +371,54 @@ impl Opener {
                 .with_health(crate::health::settings(flow))
                 .with_fec(fec)
                 .with_fec_outputs(fec_outputs(flow, parity_sockets))
-                .with_busy_poll(flow.latency == mcrelay_config::Latency::Low),
+                .with_busy_poll(flow.latency == mcrelay_config::Latency::Low)
+                .with_rist(rist),
             pending,
         ))
     }
+}
+
+/// The RTCP sockets (port + 1) of `flow`'s RIST legs (`legs`, in leg
+/// order) and RIST outputs (`outputs`, in output order), named by leg
+/// number and config output index.
+fn rist_sockets(
+    flow: &Flow,
+    legs: Vec<mcrelay_sockets::OpenedLeg>,
+    outputs: Vec<std::net::UdpSocket>,
+) -> Vec<RistSocket> {
+    let rist_legs = flow
+        .inputs
+        .iter()
+        .enumerate()
+        .filter_map(|(i, input)| Some((i, input.rist?)));
+    let mut all: Vec<RistSocket> = rist_legs
+        .zip(legs)
+        .map(|((leg, r), s)| RistSocket {
+            end: RistEnd::Leg(LegId(u8::try_from(leg).unwrap_or(u8::MAX))),
+            buffer_ms: r.buffer_ms,
+            socket: s.socket.into(),
+            peer: None,
+        })
+        .collect();
+    let rist_outputs = flow
+        .outputs
+        .iter()
+        .enumerate()
+        .filter_map(|(i, o)| Some((i, o, o.rist?)));
+    all.extend(
+        rist_outputs
+            .zip(outputs)
+            .map(|((index, o, r), socket)| RistSocket {
+                end: RistEnd::Output(index),
+                buffer_ms: r.buffer_ms,
+                socket,
+                peer: Some(std::net::SocketAddr::new(
+                    o.address,
+                    o.port.saturating_add(1),
+                )),
+            }),
+    );
+    all
 }
 
 /// The FEC of `flow`'s outputs with `fec`, on `sockets` (each one's
@@ -606,6 +659,31 @@ mod tests {
         );
         let c = mcrelay_config::parse(&text, "t.toml").unwrap_or_else(|e| panic!("{e}"));
         c.flows.as_slice()[0].clone()
+    }
+
+    /// The extra sockets after the UDP outputs (FEC destinations, RIST
+    /// RTCP) name their outputs by config index, SRT outputs in between
+    /// or not (the config once refused output FEC beside an SRT output
+    /// for fear of this mapping).
+    #[test]
+    fn extra_sockets_name_outputs_by_config_index_beside_srt() {
+        let text = "[[flow]]\nname = \"f\"\n\
+             input = { interface = \"a\", address = \"10.0.0.1\", port = 5000, protocol = \"rist\" }\n\
+             outputs = [{ protocol = \"srt\", address = \"0.0.0.0\", port = 9000 },\
+             { interface = \"c\", address = \"239.2.2.2\", port = 6000, fec = { columns = 5, rows = 5 } },\
+             { interface = \"c\", address = \"10.0.0.9\", port = 7000, protocol = \"rist\", buffer_ms = 300 }]\n";
+        let c = mcrelay_config::parse(text, "t.toml").unwrap_or_else(|e| panic!("{e}"));
+        let flow = &c.flows.as_slice()[0];
+        let udp = || std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+        let fec = fec_outputs(flow, vec![udp(), udp()]);
+        assert_eq!(fec.len(), 1);
+        assert_eq!(fec[0].output, 1);
+        assert_eq!(fec[0].column.label, "239.2.2.2:6002@c");
+        let rist = rist_sockets(flow, Vec::new(), vec![udp()]);
+        assert_eq!(rist.len(), 1);
+        assert_eq!(rist[0].end, RistEnd::Output(2));
+        assert_eq!(rist[0].buffer_ms, 300);
+        assert_eq!(rist[0].peer, Some("10.0.0.9:7001".parse().expect("addr")));
     }
 
     #[test]

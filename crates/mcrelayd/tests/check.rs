@@ -74,7 +74,7 @@ outputs = [{ interface = "eth1", address = "239.2.2.2", port = 6000, ttl = 0 }]
     let expected = format!(
         "{p}:2:13: daemon.log_level \"loud\" is not valid; use one of: error, warn, info, debug, trace\n\
          {p}:5:9: pools.small 0 is not allowed; use at least 1\n\
-         {p}:9:31: flow \"camera-1\": unknown key \"adress\" in input (expected one of: interface, address, port, source, ingress, receive_buffer_bytes, fec)\n\
+         {p}:9:31: flow \"camera-1\": unknown key \"adress\" in input (expected one of: interface, address, port, source, ingress, receive_buffer_bytes, fec, protocol, buffer_ms)\n\
          {p}:9:63: flow \"camera-1\": input.address 239.1.1.300 is not an IP address\n\
          {p}:10:76: flow \"camera-1\": outputs[0].ttl 0 is out of range; use 1-255\n\
          mcrelayd: {p} has 5 errors; nothing was changed\n"

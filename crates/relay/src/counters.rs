@@ -189,6 +189,39 @@ pub struct FlowCounters {
     /// SMPTE 2022-1 FEC on the flow's legs, summed over them (see
     /// [`crate::fec`]); all 0 without `fec`.
     pub fec: FecCounters,
+    /// RIST on the flow's legs and outputs, summed over them (see
+    /// [`crate::rist`]); all 0 without `protocol = "rist"`.
+    pub rist: RistCounters,
+}
+
+/// What RIST retransmission did on a flow: its RIST input(s) (NACKs
+/// sent, gaps recovered or skipped) and its RIST output(s) (NACKs
+/// received, retransmissions). Recovered datagrams are in `packets_in`
+/// (they arrived on the wire, late).
+#[derive(Debug, Default)]
+pub struct RistCounters {
+    /// Input: sequence numbers NACKed to the sender (each NACK of each).
+    pub nacks_sent: Counter,
+    /// Input: datagrams the receiver dropped (a number already handed
+    /// on or skipped, a stray far from the stream, not RTP).
+    pub dropped: Counter,
+    /// Input: gaps filled by a retransmission.
+    pub recovered: Counter,
+    /// Input: numbers neither received nor recovered within `buffer_ms`:
+    /// skipped.
+    pub unrecovered: Counter,
+    /// Input: the RTT measured from NACKs to their retransmissions, in
+    /// microseconds (0: none yet).
+    pub input_rtt_us: Gauge,
+    /// Output: sequence numbers receivers NACKed.
+    pub nacks_received: Counter,
+    /// Output: datagrams sent again.
+    pub retransmitted: Counter,
+    /// Output: NACKed numbers no longer (or never) in the buffer.
+    pub unrecoverable: Counter,
+    /// Output: the RTT to the receivers from their reports, in
+    /// microseconds (0: none yet).
+    pub output_rtt_us: Gauge,
 }
 
 /// What 2022-1 FEC decoding did on a flow's legs. Repaired packets are

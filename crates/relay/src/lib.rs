@@ -63,6 +63,9 @@ mod receive;
 pub mod redundancy;
 mod request;
 mod resume;
+pub mod rist;
+mod rist_core;
+pub use rist_core::RtcpTo;
 mod send;
 pub mod sequence;
 pub mod standby;
@@ -101,6 +104,8 @@ struct Output {
     /// This output's 2022-1 FEC encoder and the outputs its column and
     /// row packets go to ([`Core::enable_fec_output`]).
     fec: Option<Box<OutputFec>>,
+    /// A RIST output's retransmission buffer ([`Core::enable_rist_output`]).
+    rist: Option<Box<rist::RistSender>>,
 }
 
 impl Output {
@@ -139,6 +144,9 @@ struct Flow {
     /// Per leg, its 2022-1 FEC decoder ([`Core::enable_fec`]); empty for
     /// a flow without FEC (the packet path's one extra check).
     fec: Vec<Option<Box<fec::FecDecoder>>>,
+    /// Per leg, its RIST receiver ([`Core::enable_rist_input`]); empty
+    /// for a flow without a RIST input.
+    rist: Vec<Option<Box<rist::RistReceiver>>>,
     /// Its receivers and their stream health ([`Core::set_intake`]).
     intake: intake::Intake,
 }
@@ -168,6 +176,9 @@ pub struct Core {
     fec_scratch: Vec<u8>,
     /// Their ends in `fec_scratch`.
     fec_ends: Vec<usize>,
+    /// RIST state: how many senders and receivers exist, a datagram's
+    /// copy out of a receiver, when the next reports are due.
+    rist: rist_core::RistState,
     /// Receivers whose stream health took a datagram since the last
     /// [`Core::publish_health`], each once.
     health_unpublished: Vec<(FlowId, LegId)>,
@@ -196,6 +207,7 @@ impl Core {
             standby: false,
             fec_scratch: Vec::new(),
             fec_ends: Vec::new(),
+            rist: rist_core::RistState::default(),
             health_unpublished: Vec::new(),
         }
     }
@@ -249,6 +261,7 @@ impl Core {
                 guard: resume::Guard::new(o.resume_after),
                 parity: false,
                 fec: None,
+                rist: None,
             })
             .take(usize::from(u16::MAX))
             .collect();
@@ -270,6 +283,7 @@ impl Core {
                 _ => None,
             },
             fec: Vec::new(),
+            rist: Vec::new(),
             intake: intake::Intake::default(),
         });
         // A tick serves each flow at most twice (its timer, the ready
@@ -622,8 +636,10 @@ impl Parts<'_> {
         uses: u32,
     ) {
         let len = buf.len();
-        // Outputs (of the first 64) with an encoder that took the packet.
+        // Outputs (of the first 64) with an encoder that took the packet,
+        // and RIST outputs that sent it (they keep a copy).
         let mut encode = 0u64;
+        let mut keep = 0u64;
         let slot = match SharedBuffer::new(buf, uses)
             .and_then(|s| self.in_flight.insert(s).map_err(SharedBuffer::into_buffer))
         {
@@ -667,6 +683,9 @@ impl Parts<'_> {
                 if o.fec.is_some() && i < 64 {
                     encode |= 1 << i;
                 }
+                if o.rist.is_some() && i < 64 {
+                    keep |= 1 << i;
+                }
             } else {
                 // The queues are flushed before they can fill (after each
                 // completion batch, and every 32 ring frames) and a merge's
@@ -681,6 +700,9 @@ impl Parts<'_> {
             let i = encode.trailing_zeros() as usize;
             encode &= encode - 1;
             self.encode_fec(flow, outputs, held, slot, i);
+        }
+        if keep != 0 {
+            self.keep_for_rist(outputs, slot, keep);
         }
     }
 
@@ -722,37 +744,58 @@ impl Parts<'_> {
                 }
             };
             let _ = self.pool.fill(&mut b, data);
-            let o = &mut outputs[target];
-            let parked = if o.in_flight < o.depth {
-                SharedBuffer::new(b, 1)
-                    .and_then(|s| self.in_flight.insert(s).map_err(SharedBuffer::into_buffer))
-            } else {
-                Err(b)
-            };
-            let s = match parked {
-                Ok(s) => s,
-                Err(b) => {
-                    o.counters.drop_backlog.inc();
-                    let class = b.class();
-                    if self.pool.give(b).is_ok() {
-                        self.reserve.given(held, class);
-                    }
-                    continue;
-                }
-            };
-            if o.queue.is_empty() {
-                self.dirty
-                    .push((flow, OutputId(u16::try_from(target).unwrap_or(u16::MAX))));
+            self.queue_one(flow, outputs, held, target, b);
+        }
+    }
+
+    /// Queue `b`, a datagram of its own (FEC, a RIST retransmission), on
+    /// output `target` alone; without room counted as that output's
+    /// backlog and given back.
+    fn queue_one(
+        &mut self,
+        flow: FlowId,
+        outputs: &mut [Output],
+        held: &mut Held,
+        target: usize,
+        b: Buffer,
+    ) {
+        let len = b.len();
+        let Some(o) = outputs.get_mut(target) else {
+            let class = b.class();
+            if self.pool.give(b).is_ok() {
+                self.reserve.given(held, class);
             }
-            if o.queue.push(Queued { slot: s, len }) {
-                o.in_flight += 1;
-                if u64::from(o.in_flight) > o.counters.in_flight_high_water.get() {
-                    o.counters.in_flight_high_water.set(u64::from(o.in_flight));
-                }
-            } else {
+            return;
+        };
+        let parked = if o.in_flight < o.depth {
+            SharedBuffer::new(b, 1)
+                .and_then(|s| self.in_flight.insert(s).map_err(SharedBuffer::into_buffer))
+        } else {
+            Err(b)
+        };
+        let s = match parked {
+            Ok(s) => s,
+            Err(b) => {
                 o.counters.drop_backlog.inc();
-                release(self.in_flight, self.pool, self.reserve, held, s);
+                let class = b.class();
+                if self.pool.give(b).is_ok() {
+                    self.reserve.given(held, class);
+                }
+                return;
             }
+        };
+        if o.queue.is_empty() {
+            self.dirty
+                .push((flow, OutputId(u16::try_from(target).unwrap_or(u16::MAX))));
+        }
+        if o.queue.push(Queued { slot: s, len }) {
+            o.in_flight += 1;
+            if u64::from(o.in_flight) > o.counters.in_flight_high_water.get() {
+                o.counters.in_flight_high_water.set(u64::from(o.in_flight));
+            }
+        } else {
+            o.counters.drop_backlog.inc();
+            release(self.in_flight, self.pool, self.reserve, held, s);
         }
     }
 }

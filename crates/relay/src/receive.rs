@@ -42,6 +42,9 @@ impl Core {
         if f.fec_duplicate(leg, payload) {
             return Received::Dropped;
         }
+        if !f.rist.is_empty() {
+            return self.receive_rist(flow, leg, payload, now_ns);
+        }
         self.admit_on(flow, leg, payload, now_ns, true)
     }
 
@@ -103,7 +106,7 @@ impl Core {
     /// [`Core::receive_on`] after FEC: `wire` is false for a packet FEC
     /// repaired (not counted as received).
     #[inline(always)]
-    fn admit_on(
+    pub(crate) fn admit_on(
         &mut self,
         flow: FlowId,
         leg: LegId,

@@ -862,3 +862,160 @@ fn fec_output_sends_parity_that_repairs() {
     assert_eq!(in_use(&core), 0);
     assert_eq!(outs[1].packets_out.get(), 4);
 }
+
+/// The datagrams each output sent, flushed and completed.
+fn sent_by_output(core: &mut Core) -> BTreeMap<u16, Vec<Vec<u8>>> {
+    let mut by_output: BTreeMap<u16, Vec<Vec<u8>>> = BTreeMap::new();
+    let sent = flush_all(core);
+    for (token, slots) in &sent {
+        let SendToken::Plain { output, .. } = *token else {
+            panic!("no GSO here");
+        };
+        for &slot in slots {
+            let b = core.in_flight().buffer(slot).expect("parked");
+            by_output
+                .entry(output.0)
+                .or_default()
+                .push(core.pool().bytes(b).to_vec());
+        }
+    }
+    complete_all(core, sent, 1);
+    by_output
+}
+
+fn rtp_packet(seq: u16) -> Vec<u8> {
+    let mut p = vec![0x80, 33];
+    p.extend_from_slice(&seq.to_be_bytes());
+    p.extend_from_slice(&[0, 0, 1, 0, 9, 9, 9, 8]);
+    let [_, low] = seq.to_be_bytes();
+    p.extend((0..200u8).map(|i| i.wrapping_mul(low)));
+    p
+}
+
+/// A RIST output keeps what it sent and answers a NACK with the same
+/// datagram (SSRC's lowest bit set) on the same output; a plain output
+/// beside it sends nothing more; NACKs for what is gone are counted.
+#[test]
+fn rist_output_retransmits_what_a_receiver_nacks() {
+    use super::rist::rtcp::Writer;
+    let mut core = core(256);
+    let (id, counters, outs) = add(&mut core, &[512, 512], false);
+    assert!(core.enable_rist_output(id, OutputId(0), 200));
+    assert!(!core.enable_rist_output(id, OutputId(5), 200));
+    assert!(core.has_rist());
+    let mut reports = Vec::new();
+    core.rist_tick(1_000_000, 0, |to, d| reports.push((to, d.to_vec())));
+    for seq in 0..20u16 {
+        assert_eq!(core.receive(id, &rtp_packet(seq)), Received::Queued);
+    }
+    let first = sent_by_output(&mut core);
+    assert_eq!(first[&0].len(), 20);
+    assert_eq!(first[&1].len(), 20);
+    let mut b = [0u8; 64];
+    let mut w = Writer::new(&mut b);
+    w.range_nack(0x0909_0908, &[(3, 1), (500, 0)]);
+    let n = w.len();
+    core.rist_output_rtcp(id, OutputId(0), 5_000_000, &b[..n]);
+    let again = sent_by_output(&mut core);
+    let mut want = vec![rtp_packet(3), rtp_packet(4)];
+    for p in &mut want {
+        p[11] |= 1;
+    }
+    assert_eq!(again[&0], want);
+    assert!(!again.contains_key(&1));
+    assert_eq!(counters.rist.retransmitted.get(), 2);
+    assert_eq!(counters.rist.nacks_received.get(), 3);
+    assert_eq!(counters.rist.unrecoverable.get(), 1);
+    assert_eq!(outs[0].packets_out.get(), 22);
+    // Sender reports every 100 ms, to the output's receivers.
+    reports.clear();
+    core.rist_tick(150_000_000, 1_700_000_000_000_000_000, |to, d| {
+        reports.push((to, d.to_vec()))
+    });
+    assert_eq!(reports.len(), 1);
+    assert_eq!(reports[0].0, RtcpTo::Output(id, OutputId(0)));
+    assert_eq!(reports[0].1[1], 200, "an SR");
+    assert_eq!(in_use(&core), 0);
+}
+
+/// A RIST leg: a gap is NACKed on the next tick, what follows it waits,
+/// the retransmission releases everything in order; a gap nobody fills
+/// is skipped after buffer_ms.
+#[test]
+fn rist_input_nacks_gaps_and_hands_on_in_order() {
+    let mut core = core(256);
+    let (id, counters, _) = add(&mut core, &[512], false);
+    assert!(core.enable_rist_input(id, LegId(0), 100));
+    let ms = 1_000_000u64;
+    let seqs_sent = |core: &mut Core| -> Vec<u16> {
+        sent_by_output(core)
+            .remove(&0)
+            .unwrap_or_default()
+            .iter()
+            .map(|p| u16::from_be_bytes([p[2], p[3]]))
+            .collect()
+    };
+    for seq in [0u16, 1, 3, 4] {
+        core.receive_on(id, LegId(0), &rtp_packet(seq), ms);
+    }
+    assert_eq!(seqs_sent(&mut core), [0, 1]);
+    let mut rtcp = Vec::new();
+    core.rist_tick(2 * ms, 0, |to, d| rtcp.push((to, d.to_vec())));
+    assert_eq!(rtcp.len(), 1);
+    assert_eq!(rtcp[0].0, RtcpTo::Leg(id, LegId(0)));
+    let mut nacked = Vec::new();
+    for p in super::rist::rtcp::packets(&rtcp[0].1) {
+        super::rist::rtcp::nacked(&p, |s| nacked.push(s));
+    }
+    assert_eq!(nacked, [2]);
+    let mut re = rtp_packet(2);
+    re[11] |= 1;
+    core.receive_on(id, LegId(0), &re, 20 * ms);
+    assert_eq!(seqs_sent(&mut core), [2, 3, 4]);
+    assert_eq!(counters.rist.recovered.get(), 1);
+    assert_eq!(counters.rist.nacks_sent.get(), 1);
+    assert_eq!(counters.rist.input_rtt_us.get(), 18_000);
+    // 6 never comes: 7 waits 100 ms, then goes.
+    core.receive_on(id, LegId(0), &rtp_packet(5), 21 * ms);
+    core.receive_on(id, LegId(0), &rtp_packet(7), 22 * ms);
+    core.rist_tick(50 * ms, 0, |_, _| {});
+    assert_eq!(seqs_sent(&mut core), [5]);
+    core.rist_tick(123 * ms, 0, |_, _| {});
+    assert_eq!(seqs_sent(&mut core), [7]);
+    assert_eq!(counters.rist.unrecovered.get(), 1);
+    // Every datagram that arrived is counted in once.
+    assert_eq!(counters.packets_in.get(), 7);
+    assert_eq!(in_use(&core), 0);
+}
+
+/// What a RIST leg releases after a recovered gap goes out only as the
+/// output's queue has room: nothing is dropped for a burst.
+#[test]
+fn rist_input_releases_a_burst_as_the_queue_drains() {
+    let mut core = core(512);
+    let (id, counters, outs) = add(&mut core, &[8], false);
+    assert!(core.enable_rist_input(id, LegId(0), 1000));
+    core.receive_on(id, LegId(0), &rtp_packet(0), 0);
+    for seq in 2..40u16 {
+        core.receive_on(id, LegId(0), &rtp_packet(seq), 0);
+    }
+    // NACKed, then retransmitted.
+    core.rist_tick(0, 0, |_, _| {});
+    let mut re = rtp_packet(1);
+    re[11] |= 1;
+    core.receive_on(id, LegId(0), &re, 0);
+    let mut got = Vec::new();
+    for turn in 0..20 {
+        core.rist_tick(turn, 0, |_, _| {});
+        got.extend(
+            sent_by_output(&mut core)
+                .remove(&0)
+                .unwrap_or_default()
+                .iter()
+                .map(|p| u16::from_be_bytes([p[2], p[3]])),
+        );
+    }
+    assert_eq!(got, (0..40).collect::<Vec<u16>>());
+    assert_eq!(outs[0].drop_backlog.get(), 0);
+    assert_eq!(counters.rist.recovered.get(), 1);
+}

@@ -9,7 +9,7 @@ use mcrelay_config::{Flow, IngressKind};
 
 use crate::opened::OpenedFlow;
 use crate::packet::open_packet_ingress;
-use crate::udp::{interface_index, open_egress_or_pending, open_ingress};
+use crate::udp::{interface_index, open_egress_or_pending, open_ingress, open_rtcp_egress};
 
 /// Why a flow's sockets could not be opened. Each message names the flow,
 /// the field or the input or output, and what the kernel said.
@@ -54,8 +54,10 @@ pub enum OpenFlowError {
 }
 
 /// Open every leg's ingress socket and every output socket of `flow`, in
-/// config order, then the 2022-1 FEC ports of legs and outputs with `fec`
-/// (`Flow::receive_inputs`, `Flow::send_outputs`). Interfaces are looked up first (at every call: one may
+/// config order, then the 2022-1 FEC ports of legs and outputs with `fec`,
+/// then the RTCP ports (port + 1) of RIST legs and outputs
+/// (`Flow::receive_inputs`, `Flow::send_outputs`; a RIST output's RTCP
+/// socket is left unconnected, see [`open_rtcp_egress`]). Interfaces are looked up first (at every call: one may
 /// have been re-created with another index since), so a missing one opens
 /// nothing. An output whose source address or route is missing now comes
 /// back opened but not connected, listed in [`OpenedFlow::unconnected`].
@@ -107,14 +109,20 @@ pub fn open_flow(flow: &Flow) -> Result<OpenedFlow, OpenFlowError> {
     }
     let mut outputs = Vec::with_capacity(send_outputs.len());
     let mut unconnected = Vec::new();
+    // The last ones are the RIST outputs' RTCP sockets (not connected).
+    let rtcp_from = send_outputs.len() - flow.outputs.iter().filter(|o| o.rist.is_some()).count();
     for (index, (output, ifindex)) in send_outputs.iter().zip(output_indexes).enumerate() {
-        let (socket, pending) =
-            open_egress_or_pending(output, ifindex).map_err(|source| OpenFlowError::Egress {
-                flow: flow.name.clone(),
-                index,
-                output: output.to_string(),
-                source,
-            })?;
+        let egress_error = |source| OpenFlowError::Egress {
+            flow: flow.name.clone(),
+            index,
+            output: output.to_string(),
+            source,
+        };
+        if index >= rtcp_from {
+            outputs.push(open_rtcp_egress(output, ifindex).map_err(egress_error)?);
+            continue;
+        }
+        let (socket, pending) = open_egress_or_pending(output, ifindex).map_err(egress_error)?;
         if let Some(e) = pending {
             unconnected.push((index, e.raw_os_error().unwrap_or(0)));
         }

@@ -133,6 +133,7 @@ mod tests {
             ingress: mcrelay_config::IngressKind::Packet,
             receive_buffer_bytes: 1 << 20,
             fec: None,
+            rist: None,
         }
     }
 

@@ -157,6 +157,45 @@ fn scoped(address: IpAddr, port: u16, interface: &str) -> io::Result<SocketAddr>
     }
 }
 
+/// The RTCP socket of a RIST output (`protocol = "rist"`, its port + 1):
+/// set up as [`open_egress`] sets up an output (interface, TTL, loopback
+/// off, source address) but not connected, so the receivers' NACKs come
+/// back from wherever they are (a multicast output's receivers answer
+/// from their own addresses, which a socket connected to the group would
+/// filter out); the worker sends its reports with `send_to`. A source
+/// address missing now is not an error: the kernel picks one per send.
+pub fn open_rtcp_egress(output: &Output, ifindex: u32) -> io::Result<UdpSocket> {
+    let socket = Socket::new(domain(output.address), Type::DGRAM, Some(Protocol::UDP))?;
+    set_egress_options(&socket, output, ifindex)?;
+    if let Some(source) = output.source_address {
+        match socket.bind(&scoped(source, 0, &output.interface)?.into()) {
+            Err(e) if !is_transient(&e) => return Err(e),
+            _ => {}
+        }
+    }
+    socket.set_nonblocking(true)?;
+    Ok(UdpSocket::from(socket))
+}
+
+fn set_egress_options(socket: &Socket, output: &Output, ifindex: u32) -> io::Result<()> {
+    let ttl = u32::from(output.ttl);
+    match output.address {
+        IpAddr::V4(addr) if addr.is_multicast() => {
+            multicast_if_v4(socket, ifindex, Ipv4Addr::UNSPECIFIED)?;
+            socket.set_multicast_ttl_v4(ttl)?;
+            socket.set_multicast_loop_v4(false)?;
+        }
+        IpAddr::V4(_) => socket.set_ttl_v4(ttl)?,
+        IpAddr::V6(addr) if addr.is_multicast() => {
+            socket.set_multicast_if_v6(ifindex)?;
+            socket.set_multicast_hops_v6(ttl)?;
+            socket.set_multicast_loop_v6(false)?;
+        }
+        IpAddr::V6(_) => socket.set_unicast_hops_v6(ttl)?,
+    }
+    Ok(())
+}
+
 /// [`open_egress`], except that a source address or route that is missing
 /// now ([`is_transient`]) still gives the socket, not connected, with the
 /// error: its connection is retried later with [`connect_egress`] (sends
@@ -171,21 +210,7 @@ pub fn open_egress_or_pending(
     // also keeps sends in order: a send the socket can't take at once is
     // retried by io_uring when there is room, and later ones could pass it.
     let _ = force_send_buffer(&socket, EGRESS_SEND_BUFFER_BYTES);
-    let ttl = u32::from(output.ttl);
-    match output.address {
-        IpAddr::V4(addr) if addr.is_multicast() => {
-            multicast_if_v4(&socket, ifindex, Ipv4Addr::UNSPECIFIED)?;
-            socket.set_multicast_ttl_v4(ttl)?;
-            socket.set_multicast_loop_v4(false)?;
-        }
-        IpAddr::V4(_) => socket.set_ttl_v4(ttl)?,
-        IpAddr::V6(addr) if addr.is_multicast() => {
-            socket.set_multicast_if_v6(ifindex)?;
-            socket.set_multicast_hops_v6(ttl)?;
-            socket.set_multicast_loop_v6(false)?;
-        }
-        IpAddr::V6(_) => socket.set_unicast_hops_v6(ttl)?,
-    }
+    set_egress_options(&socket, output, ifindex)?;
     let socket = UdpSocket::from(socket);
     match connect_egress(&socket, output) {
         Ok(()) => Ok((socket, None)),
@@ -218,6 +243,7 @@ mod tests {
             ingress: mcrelay_config::IngressKind::Socket,
             receive_buffer_bytes,
             fec: None,
+            rist: None,
         }
     }
 
@@ -268,6 +294,7 @@ mod tests {
             source_address: None,
             queue_depth: 16,
             fec: None,
+            rist: None,
             srt: None,
         };
         let egress = open_egress(&out, interface_index("lo").expect("lo")).expect("egress");

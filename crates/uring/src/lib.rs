@@ -59,6 +59,6 @@ pub mod bench_support {
 }
 pub use ingress::IngressSocket;
 pub use worker::{
-    Command, Event, FecOutput, FecSocket, FlowSockets, OutputSocket, ReceiveMode, WorkerConfig,
-    WorkerError, WorkerHandle, WorkerStats, spawn,
+    Command, Event, FecOutput, FecSocket, FlowSockets, OutputSocket, ReceiveMode, RistEnd,
+    RistSocket, WorkerConfig, WorkerError, WorkerHandle, WorkerStats, spawn,
 };

@@ -32,6 +32,7 @@ fn relay_and_count(mode: ReceiveMode, gso: bool, same_size: bool) {
         ingress: IngressKind::Socket,
         receive_buffer_bytes: 4 << 20,
         fec: None,
+        rist: None,
     };
     let receivers: Vec<UdpSocket> = (0..2)
         .map(|_| UdpSocket::bind((LOCALHOST, 0)).expect("bind"))
@@ -51,6 +52,7 @@ fn relay_and_count(mode: ReceiveMode, gso: bool, same_size: bool) {
             source_address: None,
             queue_depth: 256,
             fec: None,
+            rist: None,
             srt: None,
         };
         outputs.push(OutputSocket::new(

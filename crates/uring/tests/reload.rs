@@ -39,6 +39,7 @@ fn flow(name: &str) -> Loop {
         ingress: IngressKind::Socket,
         receive_buffer_bytes: 4 << 20,
         fec: None,
+        rist: None,
     };
     let receiver = UdpSocket::bind((LOCALHOST, 0)).expect("bind");
     receiver.set_read_timeout(Some(DEADLINE)).expect("timeout");
@@ -53,6 +54,7 @@ fn flow(name: &str) -> Loop {
         source_address: None,
         queue_depth: 256,
         fec: None,
+        rist: None,
         srt: None,
     };
     let outputs = vec![OutputSocket::new(

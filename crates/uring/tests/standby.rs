@@ -37,6 +37,7 @@ fn flow(receiver: &UdpSocket) -> (FlowSockets, SocketAddr) {
         ingress: IngressKind::Socket,
         receive_buffer_bytes: 4 << 20,
         fec: None,
+        rist: None,
     };
     let out = Output {
         interface: "lo".into(),
@@ -46,6 +47,7 @@ fn flow(receiver: &UdpSocket) -> (FlowSockets, SocketAddr) {
         source_address: None,
         queue_depth: 256,
         fec: None,
+        rist: None,
         srt: None,
     };
     let sockets = FlowSockets::new(

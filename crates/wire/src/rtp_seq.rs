@@ -55,14 +55,37 @@ pub enum Step {
 }
 
 /// One leg's stream (RFC 3550 A.1, extended numbers).
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub struct LegSeq {
     synced: bool,
     ssrc: u32,
     /// The highest number, extended.
     max: u64,
-    /// A jump on probation: the number and SSRC that confirm it.
+    /// The number after the highest, as a `u32` ([`NONE`] before the
+    /// first datagram, which no 16-bit number equals): the fast path's
+    /// one compare.
+    next: u32,
+    /// A jump on probation: the number and SSRC that confirm it, valid
+    /// while the highest number is still `cand_max` (the stream moving
+    /// on ends the probation without a store on the fast path).
     cand: Option<(u16, u32)>,
+    cand_max: u64,
+}
+
+/// [`LegSeq::next`]'s value before the first datagram.
+const NONE: u32 = 1 << 16;
+
+impl Default for LegSeq {
+    fn default() -> Self {
+        Self {
+            synced: false,
+            ssrc: 0,
+            max: 0,
+            next: NONE,
+            cand: None,
+            cand_max: 0,
+        }
+    }
 }
 
 impl LegSeq {
@@ -81,13 +104,19 @@ impl LegSeq {
     /// nothing changed and [`Self::check`] says what it is.
     #[inline(always)]
     pub fn next(&mut self, seq: u16, ssrc: u32) -> bool {
-        let next = u16::try_from(self.max.wrapping_add(1) & 0xffff).unwrap_or(0);
-        if self.synced && ssrc == self.ssrc && seq == next {
+        if u32::from(seq) == self.next && ssrc == self.ssrc {
             self.max += 1;
-            self.cand = None;
+            self.next = u32::from(seq.wrapping_add(1));
             return true;
         }
         false
+    }
+
+    /// The highest number is now `max`.
+    #[inline(always)]
+    fn set_max(&mut self, max: u64) {
+        self.max = max;
+        self.next = u32::from(u16::try_from(max.wrapping_add(1) & 0xffff).unwrap_or(0));
     }
 
     /// Place `seq` of `ssrc` in the leg's stream.
@@ -98,8 +127,7 @@ impl LegSeq {
             let d = i64::from(i16::from_ne_bytes(seq.wrapping_sub(low).to_ne_bytes()));
             if d > 0 && d.unsigned_abs() <= MAX_STEP {
                 let d = d.unsigned_abs();
-                self.max += d;
-                self.cand = None;
+                self.set_max(self.max + d);
                 return Step::Ahead {
                     ext: self.max,
                     gap: d - 1,
@@ -119,11 +147,11 @@ impl LegSeq {
         if !self.synced {
             self.synced = true;
             self.ssrc = ssrc;
-            self.max = EXT_BASE + u64::from(seq);
+            self.set_max(EXT_BASE + u64::from(seq));
             self.cand = None;
             return Step::Start(self.max);
         }
-        if self.cand == Some((seq, ssrc)) {
+        if self.cand == Some((seq, ssrc)) && self.cand_max == self.max {
             return Step::Restart(self.restart(seq, ssrc));
         }
         let back = ssrc == self.ssrc
@@ -132,6 +160,7 @@ impl LegSeq {
                     .to_ne_bytes(),
             ) < 0;
         self.cand = Some((seq.wrapping_add(1), ssrc));
+        self.cand_max = self.max;
         if back { Step::Replay } else { Step::Stray }
     }
 
@@ -140,7 +169,7 @@ impl LegSeq {
     pub fn restart(&mut self, seq: u16, ssrc: u32) -> u64 {
         self.synced = true;
         self.ssrc = ssrc;
-        self.max = ((self.max >> 16) + 2) << 16 | u64::from(seq);
+        self.set_max(((self.max >> 16) + 2) << 16 | u64::from(seq));
         self.cand = None;
         self.max
     }
@@ -152,7 +181,7 @@ impl LegSeq {
     pub fn rejoin(&mut self, seq: u16, ssrc: u32, keep_max: bool) {
         if keep_max && self.synced && ssrc == self.ssrc {
             let e = extend(self.max, seq);
-            self.max = self.max.max(e);
+            self.set_max(self.max.max(e));
         } else {
             self.restart(seq, ssrc);
         }

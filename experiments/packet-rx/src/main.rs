@@ -235,6 +235,7 @@ fn recv(args: &RecvArgs) -> anyhow::Result<()> {
         ingress: IngressKind::Packet,
         receive_buffer_bytes: args.receive_buffer_bytes,
         fec: None,
+        rist: None,
     };
     let flow = mcrelay_sockets::packet::flow_match(&input);
     let ifindex = mcrelay_sockets::interface_index(&args.interface)?;

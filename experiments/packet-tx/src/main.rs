@@ -191,6 +191,7 @@ fn open(args: &SendArgs) -> anyhow::Result<Egress> {
                 source_address: Some(IpAddr::V4(args.source)),
                 queue_depth: 256,
                 fec: None,
+                rist: None,
                 srt: None,
             };
             Egress::Udp(

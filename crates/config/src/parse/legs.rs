@@ -448,7 +448,7 @@ mod tests {
             [
                 "t.toml:3:103: flow \"x\": inputs[1].address 239.1.1.300 is not an IP address",
                 "t.toml:3:125: flow \"x\": inputs[1].port 0 is not allowed; use 1-65535",
-                "t.toml:3:128: flow \"x\": unknown key \"colour\" in inputs[1] (expected one of: interface, address, port, source, ingress, receive_buffer_bytes, fec)",
+                "t.toml:3:128: flow \"x\": unknown key \"colour\" in inputs[1] (expected one of: interface, address, port, source, ingress, receive_buffer_bytes, fec, protocol, buffer_ms)",
             ]
         );
         let ssm =

@@ -20,7 +20,13 @@ pub(super) const SRT_ONLY_KEYS: &[&str] = &[
     "stream_id",
 ];
 /// Keys only a UDP output takes.
-const UDP_ONLY_KEYS: &[&str] = &["interface", "ttl", "source_address", "queue_depth"];
+const UDP_ONLY_KEYS: &[&str] = &[
+    "interface",
+    "ttl",
+    "source_address",
+    "queue_depth",
+    "buffer_ms",
+];
 /// libsrt's longest stream ID.
 const MAX_STREAM_ID: usize = 512;
 
@@ -32,13 +38,13 @@ impl Walker<'_> {
             return Some(false);
         };
         match self.string(v, p, Dotted(Indexed("outputs", i), "protocol"))? {
-            "udp" => Some(false),
+            "udp" | "rist" => Some(false),
             "srt" => Some(true),
             other => {
                 self.err(
                     &v.span(),
                     format!(
-                        "{p}outputs[{i}].protocol {other:?} is not known; use \"udp\" or \"srt\""
+                        "{p}outputs[{i}].protocol {other:?} is not known; use \"udp\", \"rist\" or \"srt\""
                     ),
                 );
                 None
@@ -257,6 +263,7 @@ impl Walker<'_> {
             source_address: None,
             queue_depth: DEFAULT_OUTPUT_QUEUE_DEPTH,
             fec: None,
+            rist: None,
             srt: Some(SrtOutput {
                 mode,
                 latency_ms,
@@ -342,8 +349,8 @@ mod tests {
     fn srt_errors_name_the_field_and_the_fix() {
         let cases = [
             (
-                r#"{ protocol = "rist", address = "0.0.0.0", port = 9000 }"#,
-                "outputs[0].protocol \"rist\" is not known; use \"udp\" or \"srt\"",
+                r#"{ protocol = "zixi", address = "0.0.0.0", port = 9000 }"#,
+                "outputs[0].protocol \"zixi\" is not known; use \"udp\", \"rist\" or \"srt\"",
             ),
             (
                 r#"{ protocol = "srt", address = "0.0.0.0", port = 900 }"#,

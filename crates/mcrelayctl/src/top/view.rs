@@ -9,6 +9,7 @@
 use mcrelay_control::{
     DaemonState, FlowSnapshot, FlowState, Snapshot, flow_drops_text, health_text,
     human_bits_per_second, human_bytes, human_count, human_duration, human_rate, output_drops_text,
+    protection_text,
 };
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -392,13 +393,19 @@ fn flow_cell(model: &Model, flow: &FlowSnapshot, col: Col) -> Span<'static> {
             flow_drops_text(flow, rates),
             flow.drops.total().saturating_add(flow.receive_errors) > 0,
         ),
-        Col::Health => match redundancy_summary(flow) {
-            Some((text, bad)) => alarm(text, bad),
-            None => alarm(
-                health_text(&flow.health),
-                flow.health.silent || flow.health.errors() > 0,
-            ),
-        },
+        Col::Health => {
+            let (text, bad) = redundancy_summary(flow).unwrap_or_else(|| {
+                (
+                    health_text(&flow.health),
+                    flow.health.silent || flow.health.errors() > 0,
+                )
+            });
+            // FEC and RIST after it: what they repaired, what they lost.
+            match protection_text(flow) {
+                Some((p, lost)) => alarm(format!("{text} · {p}"), bad || lost),
+                None => alarm(text, bad),
+            }
+        }
     }
 }
 
@@ -546,6 +553,9 @@ fn detail(frame: &mut Frame<'_>, area: Rect, model: &Model) {
     ));
     if let Some((text, bad)) = redundancy_summary(flow) {
         lines.push(alarm_line(text, bad));
+    }
+    if let Some((text, lost)) = protection_text(flow) {
+        lines.push(alarm_line(text, lost));
     }
     let mut reasons: Vec<String> = flow
         .drops
@@ -883,6 +893,47 @@ mod tests {
         let jumbo = line_with(&s, "jumbo");
         let pool = jumbo.rsplit('│').nth(1).unwrap_or_default();
         assert!(pool.trim_end().ends_with("5.00k         9"), "{jumbo}");
+    }
+
+    /// FEC's and RIST's counters show in the HEALTH cell and the flow's
+    /// pane, in red once something was lost after them.
+    #[test]
+    fn fec_and_rist_are_shown() {
+        let mut m = Model::new(Duration::from_secs(1));
+        let flows = || {
+            let mut a = flow("a", 100, 1);
+            a.health.payload = "rtp".into();
+            a.fec = Some(mcrelay_control::FecSnapshot {
+                packets: 40,
+                recovered: 12,
+                unrecoverable: 3,
+                duplicates: 0,
+                rejected: 0,
+            });
+            a.rist = Some(mcrelay_control::RistSnapshot {
+                nacks_sent: 9,
+                recovered: 8,
+                input_rtt_us: 20_500,
+                ..Default::default()
+            });
+            vec![a]
+        };
+        m.update(snapshot(1000, flows()));
+        m.update(snapshot(2000, flows()));
+        let s = screen(200, 48, &mut m);
+        let pane = line_with(&s, "fec: recovered 12, unrecoverable 3; rist in: nacked 9");
+        assert!(
+            pane.contains("recovered 8, unrecovered 0, rtt 20.5 ms"),
+            "{pane}"
+        );
+        let row = s.iter().position(|l| l.contains("▾ a ")).unwrap();
+        assert!(s[row].contains("fec: recovered 12"), "{}", s[row]);
+        let mut t = Terminal::new(TestBackend::new(200, 48)).unwrap();
+        draw_on(&mut t, &mut m);
+        let buf = t.backend().buffer();
+        let y = u16::try_from(row).unwrap();
+        let x = u16::try_from(s[row].find("fec:").unwrap()).unwrap();
+        assert_eq!(buf[(x, y)].fg, Color::Red, "a loss after FEC is an alarm");
     }
 
     #[test]

@@ -9,8 +9,8 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use mcrelay_config::Flow;
 use mcrelay_control::{
     DaemonState, FecSnapshot, FlowSnapshot, FlowState, IngressDropsSnapshot, LegSnapshot,
-    OutputSnapshot, PoolClassSnapshot, RedundancySnapshot, Snapshot, SrtCallerSnapshot,
-    SrtSnapshot, WorkerSnapshot,
+    OutputSnapshot, PoolClassSnapshot, RedundancySnapshot, RistSnapshot, Snapshot,
+    SrtCallerSnapshot, SrtSnapshot, WorkerSnapshot,
 };
 use mcrelay_relay::counters::{FlowCounters, FlowStats};
 use mcrelay_srt::RouteView;
@@ -36,6 +36,9 @@ pub(super) struct FlowEntry {
     legs: Vec<String>,
     /// An input has `fec`: the snapshot shows the FEC counters.
     fec: bool,
+    /// An input or output has `protocol = "rist"`: the snapshot shows
+    /// the RIST counters.
+    rist: bool,
     /// Kept across pauses: the counters go on where they stopped.
     pub(super) stats: FlowStats,
     /// While it runs, a second handle on the ingress socket, to read the
@@ -317,6 +320,21 @@ fn flow_snapshot(f: &FlowEntry, srt: &[RouteView]) -> FlowSnapshot {
             duplicates: c.fec.duplicates.get(),
             rejected: c.fec.rejected.get(),
         }),
+        rist: f.rist.then(|| rist_snapshot(&c.rist)),
+    }
+}
+
+fn rist_snapshot(r: &mcrelay_relay::counters::RistCounters) -> RistSnapshot {
+    RistSnapshot {
+        nacks_sent: r.nacks_sent.get(),
+        recovered: r.recovered.get(),
+        unrecovered: r.unrecovered.get(),
+        dropped: r.dropped.get(),
+        input_rtt_us: r.input_rtt_us.get(),
+        nacks_received: r.nacks_received.get(),
+        retransmitted: r.retransmitted.get(),
+        unrecoverable: r.unrecoverable.get(),
+        output_rtt_us: r.output_rtt_us.get(),
     }
 }
 
@@ -409,6 +427,8 @@ pub(super) fn new_entry(flow: &Flow, workers: &[usize]) -> FlowEntry {
         redundancy: flow.redundancy.as_str(),
         legs: if legs.len() > 1 { legs } else { Vec::new() },
         fec: flow.inputs.iter().any(|i| i.fec.is_some()),
+        rist: flow.inputs.iter().any(|i| i.rist.is_some())
+            || flow.outputs.iter().any(|o| o.rist.is_some()),
         stats: new_stats(flow),
         ingress: None,
         own: Vec::new(),

@@ -37,6 +37,19 @@ impl Worker {
                 tracing::warn!(flow = %flow.name, output = media.0, "FEC matrix refused: the output sends no FEC");
             }
         }
+        for r in &flow.rist {
+            let enabled = match r.end {
+                super::RistEnd::Leg(leg) => self.core.enable_rist_input(id, leg, r.buffer_ms),
+                super::RistEnd::Output(o) => self.core.enable_rist_output(
+                    id,
+                    mcrelay_relay::OutputId(u16::try_from(o).unwrap_or(u16::MAX)),
+                    r.buffer_ms,
+                ),
+            };
+            if !enabled {
+                tracing::warn!(flow = %flow.name, end = ?r.end, "RIST refused: no such input or output");
+            }
+        }
         if self.flows.len() <= id.index() {
             self.flows.resize_with(id.index() + 1, || None);
         }

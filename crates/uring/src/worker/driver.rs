@@ -71,6 +71,8 @@ pub(super) struct Worker {
     pub(super) attention: super::attention::Attention,
     /// Flows being removed, until their last send completes.
     pub(super) removing: Vec<FlowId>,
+    /// RIST's RTCP reads ([`Worker::service_rist`]).
+    pub(super) rist_io: super::rist::RistIo,
 }
 
 impl Worker {
@@ -175,6 +177,7 @@ impl Worker {
             wake_armed: false,
             attention: super::attention::Attention::default(),
             removing: Vec::new(),
+            rist_io: super::rist::RistIo::default(),
         };
         let flows = config.flows.len();
         for f in config.flows {
@@ -278,6 +281,9 @@ impl Worker {
             if by_interval {
                 wait_ns = wait_ns.min(interval_ns);
             }
+            if self.core.has_rist() {
+                wait_ns = wait_ns.min(super::rist::RIST_POLL_NS);
+            }
             // Busy polling: enter only to run task work and reap (a zero
             // timeout, still with GETEVENTS so receive completions are
             // posted), never to sleep.
@@ -339,6 +345,7 @@ impl Worker {
                 // came, the merge window, failover. What they release is
                 // sent now.
                 self.core.tick(self.now_ns);
+                self.service_rist();
                 self.flush_sends();
                 self.settle_health();
             }

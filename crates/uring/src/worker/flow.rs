@@ -74,6 +74,8 @@ pub(super) struct Flow {
     pub(super) fec_outputs: Vec<(OutputId, OutputId, OutputId, FecLayout)>,
     /// `latency = "low"`: counted in `Worker::busy_flows` while placed.
     pub(super) busy_poll: bool,
+    /// RTCP sockets of RIST legs and outputs (`Worker::service_rist`).
+    pub(super) rist: Vec<super::rist::RistRtcp>,
 }
 
 impl Flow {
@@ -86,6 +88,15 @@ impl Flow {
     pub(super) fn new(f: FlowSockets, gso: bool) -> (Self, CoreFlow) {
         let mut f = f;
         let configured = f.outputs.len();
+        let legs_in = f.legs.len();
+        let rist = std::mem::take(&mut f.rist)
+            .into_iter()
+            .filter(|s| match s.end {
+                super::RistEnd::Leg(l) => l.index() < legs_in,
+                super::RistEnd::Output(o) => o < configured,
+            })
+            .map(super::rist::RistRtcp::new)
+            .collect();
         let mut fec_outputs = Vec::new();
         for fo in std::mem::take(&mut f.fec_outputs) {
             if fo.output >= configured {
@@ -129,6 +140,7 @@ impl Flow {
             drained: false,
             fec_outputs,
             busy_poll: f.busy_poll,
+            rist,
         };
         let core = CoreFlow {
             outputs: specs,

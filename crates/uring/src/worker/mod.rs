@@ -28,6 +28,7 @@ mod commands;
 mod driver;
 mod flow;
 mod receive;
+mod rist;
 mod wake;
 mod xsk;
 
@@ -108,6 +109,38 @@ pub struct FlowSockets {
     /// `latency = "low"`: the worker serving it never sleeps (see
     /// [`FlowSockets::with_busy_poll`]).
     pub busy_poll: bool,
+    /// The RTCP sockets of RIST legs and outputs (see
+    /// [`FlowSockets::with_rist`]).
+    pub rist: Vec<RistSocket>,
+}
+
+/// Which side of a flow a RIST RTCP socket serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RistEnd {
+    /// A RIST input: NACKs and receiver reports go to its sender.
+    Leg(mcrelay_relay::LegId),
+    /// A RIST output (index in `outputs`): its receivers' NACKs come in,
+    /// sender reports go out.
+    Output(usize),
+}
+
+/// The RTCP socket (the media port + 1) of a RIST leg or output, and its
+/// buffer. The worker reads and writes it without io_uring (RTCP is a
+/// few datagrams per second and per NACK burst, not the packet path):
+/// non-blocking `recv_from`/`send_to` at most every millisecond.
+#[derive(Debug)]
+pub struct RistSocket {
+    pub end: RistEnd,
+    /// `buffer_ms`: kept for retransmission (output) or waited for
+    /// before a gap is skipped (input).
+    pub buffer_ms: u32,
+    /// A leg's: bound to its address, port + 1. An output's: not
+    /// connected (see `mcrelay_sockets::open_flow`).
+    pub socket: UdpSocket,
+    /// An output's: its address, port + 1 (where reports go; for a
+    /// unicast output, the only address RTCP is taken from). A leg's:
+    /// `None`, the sender's address is learned from its RTCP.
+    pub peer: Option<std::net::SocketAddr>,
 }
 
 /// An output's 2022-1 FEC: the matrix and the sockets its column (port +
@@ -145,6 +178,7 @@ impl FlowSockets {
             fec: Vec::new(),
             fec_outputs: Vec::new(),
             busy_poll: false,
+            rist: Vec::new(),
         }
     }
 
@@ -166,6 +200,7 @@ impl FlowSockets {
             fec: Vec::new(),
             fec_outputs: Vec::new(),
             busy_poll: false,
+            rist: Vec::new(),
         }
     }
 
@@ -192,6 +227,12 @@ impl FlowSockets {
             fec_outputs,
             ..self
         }
+    }
+
+    /// With RIST on the legs and outputs these sockets name (one naming
+    /// none is ignored by the worker).
+    pub fn with_rist(self, rist: Vec<RistSocket>) -> Self {
+        Self { rist, ..self }
     }
 
     /// With stream-health settings other than the default (`udp`).

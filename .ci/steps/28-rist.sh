@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# RIST simple profile (VSF TR-06-1) against librist, both ways, in
+# namespaces at 5 % random loss each way (iptables statistic) and 20 ms
+# RTT (the testkit's nfdelay NFQUEUE tool) with buffer_ms = 200:
+# ristsender -p 0 into mcrelayd's RIST input, and mcrelayd's RIST output
+# into ristreceiver -p 0, at most 1 in 2000 missing (0 in quiet runs out;
+# GStreamer's ristsrc is an ignored test, run by hand) (crates/mcrelayd/tests/rist.rs;
+# it skips without rist-tools, so the workspace run before this step may
+# have skipped it). MCRELAY_RIST_SECONDS sets the run (15 s here; the
+# issue's 60 s: MCRELAY_RIST_SECONDS=60).
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+need=()
+command -v ristsender >/dev/null || need+=(rist-tools)
+command -v iptables >/dev/null || need+=(iptables)
+if [ ${#need[@]} -gt 0 ]; then
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+# nfdelay (the delay tool the test drives), the helper mcrelayd starts, mcrelayctl (stats).
+cargo build -p mcrelay-testkit -p mcrelay-helper -p mcrelayctl --locked
+MCRELAY_RIST_SECONDS="${MCRELAY_RIST_SECONDS:-15}" \
+    cargo test -p mcrelayd --test rist --locked -- --nocapture --test-threads=1

@@ -1,0 +1,488 @@
+//! A RIST input's receiver side: finds gaps in the RTP numbering, NACKs
+//! them to the sender until they arrive or their time is up, holds what
+//! arrived after a gap for at most `buffer_ms`, and hands the flow an
+//! in-order stream.
+//!
+//! Latency: a datagram that arrives in order while nothing is missing
+//! goes straight on ([`Verdict::Deliver`], no copy); only datagrams
+//! behind a gap wait, copied into the ring, until the gap is filled or
+//! has waited `buffer_ms` (then it is skipped and counted unrecovered).
+//! So a clean stream pays nothing and a lossy one at most `buffer_ms`.
+//!
+//! NACK timing: a number is NACKed at the first [`RistReceiver::poll`]
+//! after its gap is seen, then again every RTT × 1.25 (at least 10 ms;
+//! 50 ms until a first RTT sample) while it can still arrive in time, at
+//! most [`MAX_NACKS`] times. The RTT is measured from a NACK to the
+//! retransmission it brought back (only numbers NACKed once, as Karn's
+//! rule for TCP).
+//!
+//! Pure: no socket, no clock (`now_ns` is passed in), storage allocated
+//! by [`RistReceiver::new`].
+
+use super::rtcp::{self, Packet, ReportBlock, Writer};
+use super::{MAX_DATAGRAM, slots_for};
+
+/// NACKs sent for one number, at most.
+pub const MAX_NACKS: u8 = 10;
+
+/// Ranges one NACK datagram names, at most (more wait for the next poll).
+pub const MAX_RANGES: usize = 64;
+
+const MIN_RETRY_NS: u64 = 10_000_000;
+const DEFAULT_RTT_NS: u64 = 40_000_000;
+
+/// What to do with a datagram just received.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Pass it on now, then drain [`RistReceiver::pop_ready`].
+    Deliver,
+    /// Kept behind a gap: drain [`RistReceiver::pop_ready`] later.
+    Held,
+    /// A number already received (a second retransmission, a network
+    /// duplicate): dropped.
+    Duplicate,
+    /// Behind what was already handed on (arrived after its gap was
+    /// skipped): dropped.
+    Late,
+    /// Far outside the window and not (yet) confirmed as a restart of
+    /// the numbering: dropped.
+    Stray,
+    /// A confirmed restart: drain [`RistReceiver::pop_ready`] (it now
+    /// hands on everything held), then call `receive` again with the
+    /// same datagram.
+    Flush,
+    /// Not RTP, or longer than a slot: dropped.
+    Rejected,
+}
+
+/// What a RIST receiver did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ReceiverStats {
+    /// Sequence numbers NACKed (each NACK of each number).
+    pub nacks_sent: u64,
+    /// NACK datagrams written.
+    pub nack_packets: u64,
+    /// Datagrams marked as retransmissions (SSRC's lowest bit set).
+    pub retransmissions: u64,
+    /// Gaps filled after a NACK.
+    pub recovered: u64,
+    /// Gaps filled before any NACK (reordering).
+    pub reordered: u64,
+    /// Numbers neither received nor recovered in `buffer_ms`: skipped.
+    pub unrecovered: u64,
+    pub duplicates: u64,
+    pub late: u64,
+    pub strays: u64,
+    /// Restarts of the numbering (confirmed jumps).
+    pub resets: u64,
+    pub rejected: u64,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Slot {
+    seq: u16,
+    len: u16,
+    present: bool,
+    missing: bool,
+    /// Handed on (not skipped): a later copy is a duplicate.
+    delivered: bool,
+    nacks: u8,
+    /// When the gap was seen.
+    since_ns: u64,
+    next_nack_ns: u64,
+    first_nack_ns: u64,
+}
+
+/// One RIST input's reorder/recovery buffer and NACK state.
+#[derive(Debug)]
+pub struct RistReceiver {
+    data: Box<[u8]>,
+    slots: Box<[Slot]>,
+    mask: usize,
+    buffer_ns: u64,
+    ssrc: u32,
+    started: bool,
+    /// The next number to hand on; `head..top` is the window.
+    head: u16,
+    top: u16,
+    cycles: u32,
+    missing: usize,
+    flushing: bool,
+    /// A far jump's number waiting for its successor to confirm it.
+    candidate: Option<u16>,
+    media_ssrc: u32,
+    /// The last sender report: its LSR and when it arrived.
+    last_sr: Option<(u32, u64)>,
+    rtt_ns: Option<u64>,
+    ranges: [(u16, u16); MAX_RANGES],
+    stats: ReceiverStats,
+}
+
+impl RistReceiver {
+    /// A receiver holding up to `buffer_ms` (and [`slots_for`] datagrams),
+    /// writing RTCP as `ssrc`.
+    pub fn new(buffer_ms: u32, ssrc: u32) -> Self {
+        let n = slots_for(buffer_ms);
+        Self {
+            data: vec![0; n * MAX_DATAGRAM].into_boxed_slice(),
+            slots: vec![Slot::default(); n].into_boxed_slice(),
+            mask: n - 1,
+            buffer_ns: u64::from(buffer_ms) * 1_000_000,
+            ssrc,
+            started: false,
+            head: 0,
+            top: 0,
+            cycles: 0,
+            missing: 0,
+            flushing: false,
+            candidate: None,
+            media_ssrc: 0,
+            last_sr: None,
+            rtt_ns: None,
+            ranges: [(0, 0); MAX_RANGES],
+            stats: ReceiverStats::default(),
+        }
+    }
+
+    pub fn stats(&self) -> &ReceiverStats {
+        &self.stats
+    }
+
+    /// The RTT measured from NACKs to their retransmissions (smoothed).
+    pub fn rtt_ns(&self) -> Option<u64> {
+        self.rtt_ns
+    }
+
+    /// Numbers missing in the window right now.
+    pub fn missing(&self) -> usize {
+        self.missing
+    }
+
+    /// Datagrams and gaps in the window right now.
+    pub fn window(&self) -> usize {
+        usize::from(self.top.wrapping_sub(self.head))
+    }
+
+    /// Datagrams the ring holds.
+    pub fn capacity(&self) -> usize {
+        self.mask + 1
+    }
+
+    fn retry_ns(&self) -> u64 {
+        let rtt = self.rtt_ns.unwrap_or(DEFAULT_RTT_NS);
+        (rtt + rtt / 4).max(MIN_RETRY_NS)
+    }
+
+    /// Datagram `d` arrived at `now_ns`.
+    pub fn receive(&mut self, now_ns: u64, d: &[u8]) -> Verdict {
+        let Some(h) = mcrelay_wire::rtp::parse(d) else {
+            self.stats.rejected += 1;
+            return Verdict::Rejected;
+        };
+        let Ok(len) = u16::try_from(d.len()) else {
+            self.stats.rejected += 1;
+            return Verdict::Rejected;
+        };
+        if d.len() > MAX_DATAGRAM {
+            self.stats.rejected += 1;
+            return Verdict::Rejected;
+        }
+        if h.ssrc & 1 == 1 {
+            self.stats.retransmissions += 1;
+        }
+        self.media_ssrc = h.ssrc & !1;
+        let seq = h.sequence;
+        if !self.started {
+            self.restart(seq);
+            return Verdict::Deliver;
+        }
+        let window = self.window();
+        let d_ahead = usize::from(seq.wrapping_sub(self.head));
+        if d_ahead >= 0x8000 {
+            // Behind the head: already handed on or skipped, unless it is
+            // far behind and confirmed as a restart.
+            let behind = 0x1_0000 - d_ahead;
+            if behind <= self.capacity() {
+                let s = &self.slots[usize::from(seq) & self.mask];
+                if s.seq == seq && s.delivered {
+                    self.stats.duplicates += 1;
+                    return Verdict::Duplicate;
+                }
+                self.stats.late += 1;
+                return Verdict::Late;
+            }
+            return self.far(seq);
+        }
+        if d_ahead < window {
+            let i = usize::from(seq) & self.mask;
+            let s = self.slots[i];
+            if !s.missing {
+                self.stats.duplicates += 1;
+                return Verdict::Duplicate;
+            }
+            self.missing -= 1;
+            if s.nacks > 0 {
+                self.stats.recovered += 1;
+                if s.nacks == 1 {
+                    self.rtt_sample(now_ns.saturating_sub(s.first_nack_ns));
+                }
+            } else {
+                self.stats.reordered += 1;
+            }
+            if d_ahead == 0 {
+                self.slots[i].missing = false;
+                self.slots[i].delivered = true;
+                self.head = self.head.wrapping_add(1);
+                return Verdict::Deliver;
+            }
+            self.store(i, seq, len, d);
+            return Verdict::Held;
+        }
+        if d_ahead >= self.capacity() {
+            return self.far(seq);
+        }
+        self.candidate = None;
+        if window == 0 && d_ahead == 0 {
+            // The fast path: in order, nothing missing, no copy.
+            self.slots[usize::from(seq) & self.mask] = Slot {
+                seq,
+                delivered: true,
+                ..Slot::default()
+            };
+            self.advance_top(seq);
+            self.head = self.top;
+            return Verdict::Deliver;
+        }
+        // New numbers past the top: the ones skipped are missing.
+        let mut s = self.top;
+        while s != seq {
+            let i = usize::from(s) & self.mask;
+            self.slots[i] = Slot {
+                seq: s,
+                missing: true,
+                since_ns: now_ns,
+                next_nack_ns: now_ns,
+                ..Slot::default()
+            };
+            self.missing += 1;
+            s = s.wrapping_add(1);
+        }
+        self.advance_top(seq);
+        let i = usize::from(seq) & self.mask;
+        self.store(i, seq, len, d);
+        Verdict::Held
+    }
+
+    fn advance_top(&mut self, seq: u16) {
+        let next = seq.wrapping_add(1);
+        if next < self.top || next == 0 {
+            self.cycles = self.cycles.wrapping_add(1);
+        }
+        self.top = next;
+    }
+
+    fn store(&mut self, i: usize, seq: u16, len: u16, d: &[u8]) {
+        let at = i * MAX_DATAGRAM;
+        self.data[at..at + d.len()].copy_from_slice(d);
+        self.slots[i] = Slot {
+            seq,
+            len,
+            present: true,
+            ..Slot::default()
+        };
+    }
+
+    fn restart(&mut self, seq: u16) {
+        if self.started {
+            self.stats.resets += 1;
+        }
+        self.slots[usize::from(seq) & self.mask] = Slot {
+            seq,
+            delivered: true,
+            ..Slot::default()
+        };
+        self.started = true;
+        self.candidate = None;
+        self.head = seq.wrapping_add(1);
+        self.top = self.head;
+        self.cycles = 0;
+    }
+
+    /// A number far from the window: a restart once its successor
+    /// follows it, a stray until then.
+    fn far(&mut self, seq: u16) -> Verdict {
+        let confirmed = self.candidate == Some(seq.wrapping_sub(1));
+        self.candidate = Some(seq);
+        if !confirmed {
+            self.stats.strays += 1;
+            return Verdict::Stray;
+        }
+        if self.window() > 0 {
+            self.flushing = true;
+            return Verdict::Flush;
+        }
+        self.restart(seq);
+        Verdict::Deliver
+    }
+
+    fn rtt_sample(&mut self, sample: u64) {
+        self.rtt_ns = Some(match self.rtt_ns {
+            None => sample,
+            Some(old) => old - old / 8 + sample / 8,
+        });
+    }
+
+    /// The next datagram to hand on in order, if it may leave now: a
+    /// gap at the head that has waited `buffer_ms` is skipped (counted
+    /// unrecovered). Drain until `None` after every `receive` and
+    /// periodically.
+    pub fn pop_ready(&mut self, now_ns: u64) -> Option<&[u8]> {
+        loop {
+            if self.head == self.top {
+                if self.flushing {
+                    self.flushing = false;
+                    // The window is empty: the held restart datagram
+                    // starts the new numbering when it comes back.
+                    self.started = false;
+                    self.stats.resets += 1;
+                }
+                return None;
+            }
+            let i = usize::from(self.head) & self.mask;
+            let s = self.slots[i];
+            if s.present {
+                self.slots[i].present = false;
+                self.slots[i].delivered = true;
+                self.head = self.head.wrapping_add(1);
+                let at = i * MAX_DATAGRAM;
+                return Some(&self.data[at..at + usize::from(s.len)]);
+            }
+            if self.flushing || !s.missing || now_ns.saturating_sub(s.since_ns) >= self.buffer_ns {
+                if s.missing {
+                    self.missing -= 1;
+                    self.stats.unrecovered += 1;
+                }
+                self.slots[i].missing = false;
+                self.head = self.head.wrapping_add(1);
+                continue;
+            }
+            return None;
+        }
+    }
+
+    /// When [`RistReceiver::poll`] or [`RistReceiver::pop_ready`] next
+    /// has something to do (a NACK due, a gap to skip); `None` with
+    /// nothing missing.
+    pub fn next_deadline(&self) -> Option<u64> {
+        if self.missing == 0 {
+            return None;
+        }
+        let head = self.slots[usize::from(self.head) & self.mask];
+        let mut at = if head.missing {
+            head.since_ns + self.buffer_ns
+        } else {
+            u64::MAX
+        };
+        let mut s = self.head;
+        while s != self.top {
+            let slot = &self.slots[usize::from(s) & self.mask];
+            if slot.missing && slot.nacks < MAX_NACKS {
+                at = at.min(slot.next_nack_ns);
+            }
+            s = s.wrapping_add(1);
+        }
+        Some(at)
+    }
+
+    /// Write the NACKs due at `now_ns` (a receiver report, SDES and a
+    /// RIST range NACK) into `buf`; returns the length (0: none due).
+    pub fn poll(&mut self, now_ns: u64, buf: &mut [u8]) -> usize {
+        if self.missing == 0 {
+            return 0;
+        }
+        let retry = self.retry_ns();
+        let mut n = 0usize;
+        let mut numbers = 0u64;
+        let mut s = self.head;
+        while s != self.top && n < MAX_RANGES {
+            let i = usize::from(s) & self.mask;
+            let slot = &mut self.slots[i];
+            let due = slot.missing
+                && slot.nacks < MAX_NACKS
+                && slot.next_nack_ns <= now_ns
+                && now_ns.saturating_sub(slot.since_ns) < self.buffer_ns;
+            if due {
+                if slot.nacks == 0 {
+                    slot.first_nack_ns = now_ns;
+                }
+                slot.nacks += 1;
+                slot.next_nack_ns = now_ns + retry;
+                numbers += 1;
+                match n.checked_sub(1).map(|last| &mut self.ranges[last]) {
+                    Some((start, extra)) if start.wrapping_add(*extra).wrapping_add(1) == s => {
+                        *extra += 1
+                    }
+                    _ => {
+                        self.ranges[n] = (s, 0);
+                        n += 1;
+                    }
+                }
+            }
+            s = s.wrapping_add(1);
+        }
+        if n == 0 {
+            return 0;
+        }
+        let report = self.report_block(now_ns);
+        let mut w = Writer::new(buf);
+        w.receiver_report(self.ssrc, self.last_sr.is_some().then_some(&report));
+        w.sdes_cname(self.ssrc);
+        w.range_nack(self.media_ssrc, &self.ranges[..n]);
+        if w.overflowed() {
+            return 0;
+        }
+        self.stats.nacks_sent += numbers;
+        self.stats.nack_packets += 1;
+        w.len()
+    }
+
+    fn report_block(&self, now_ns: u64) -> ReportBlock {
+        let (lsr, dlsr) = match self.last_sr {
+            Some((lsr, at)) => {
+                let d = (now_ns.saturating_sub(at) << 16) / 1_000_000_000;
+                (lsr, u32::try_from(d).unwrap_or(u32::MAX))
+            }
+            None => (0, 0),
+        };
+        ReportBlock {
+            ssrc: self.media_ssrc,
+            highest: (self.cycles << 16) | u32::from(self.top.wrapping_sub(1)),
+            lsr,
+            dlsr,
+        }
+    }
+
+    /// A receiver report and SDES (sent periodically: it tells the
+    /// sender where this receiver is and lets it measure the RTT).
+    pub fn receiver_report(&self, now_ns: u64, buf: &mut [u8]) -> usize {
+        let report = self.report_block(now_ns);
+        let mut w = Writer::new(buf);
+        // A report block only once a sender report came: an LSR of 0 is
+        // no RTT sample, and some senders take it for one.
+        w.receiver_report(
+            self.ssrc,
+            (self.started && self.last_sr.is_some()).then_some(&report),
+        );
+        w.sdes_cname(self.ssrc);
+        if w.overflowed() { 0 } else { w.len() }
+    }
+
+    /// An RTCP datagram from the sender (its sender reports).
+    pub fn receive_rtcp(&mut self, now_ns: u64, d: &[u8]) {
+        for p in rtcp::packets(d) {
+            if let Packet::SenderReport { ntp, .. } = p {
+                self.last_sr = Some((rtcp::ntp_middle(ntp), now_ns));
+            }
+        }
+    }
+}
