@@ -74,6 +74,7 @@ fn xdp_packet_path_does_not_allocate() {
             ingress: IngressKind::Xdp,
             receive_buffer_bytes: 4 << 20,
             fec: None,
+            rist: None,
         };
         let opened = mcrelay_sockets::xdp::open_xdp_ingress(&input, vr).expect("xdp ingress");
         let xdp = opened.xdp.expect("the UMEM and link");
@@ -103,6 +104,7 @@ fn xdp_packet_path_does_not_allocate() {
                 queue_depth: 256,
                 fec: None,
                 srt: None,
+                rist: None,
             };
             outputs.push(OutputSocket::new(
                 out.port.to_string(),
