@@ -1119,7 +1119,7 @@ impl<'t> Walker<'t> {
             }
             ok = false;
         }
-        if rist.is_some() && ingress == IngressKind::Packet {
+        if rist.is_some() && ingress != IngressKind::Socket {
             if let Some(v) = t.get("protocol") {
                 self.err(&v.span(), format!("{p}{path}.protocol \"rist\" needs ingress = \"socket\" (its RTCP is received and sent on a socket); remove ingress or protocol"));
             }
@@ -1575,6 +1575,8 @@ mod tests {
         assert!(error(&flow(v6, OUT)).contains("IPv4 inputs only"));
         let fec = r#"{ interface = "eth0", address = "239.1.1.1", port = 5000, ingress = "xdp", fec = "2022-1" }"#;
         assert!(error(&flow(fec, OUT)).contains("fec needs ingress = \"socket\""));
+        let rist = r#"{ interface = "eth0", address = "239.1.1.1", port = 5000, ingress = "xdp", protocol = "rist" }"#;
+        assert!(error(&flow(rist, OUT)).contains("protocol \"rist\" needs ingress = \"socket\""));
         // One XDP program per interface: a second xdp input on eth0 is
         // refused, one on eth2 is fine.
         let other = |iface: &str| {
