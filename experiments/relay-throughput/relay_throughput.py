@@ -480,6 +480,14 @@ class McrelayPacket(Mcrelay):
     ingress = "packet"
 
 
+class McrelayXdp(Mcrelay):
+    """mcrelay with ingress = "xdp" (issue 30): an XDP program on vRA
+    steers the group to an AF_XDP socket (copy mode on veth), below the
+    kernel's IP stack."""
+    name = "mcrelay-xdp"
+    ingress = "xdp"
+
+
 class McrelayBefore(Mcrelay):
     """mcrelay run by the --mcrelayd-before binary: a before/after
     comparison inside one interleaved run."""
@@ -572,6 +580,7 @@ class Kernel(Relay):
 
 
 CONTENDERS = {"mcrelay": Mcrelay, "mcrelay-before": McrelayBefore, "mcrelay-packet": McrelayPacket,
+              "mcrelay-xdp": McrelayXdp,
               "mcrelay-packet-before": McrelayPacketBefore, "mcrelay-rtp": McrelayRtp,
               "mcrelay-rtp-mpegts": McrelayRtpMpegts, "mcrelay-merge": McrelayMerge,
               "baseline": Baseline, "kernel": Kernel}
@@ -1111,6 +1120,10 @@ def main() -> int:
             continue
         dst = bindir / (getattr(o, attr).name + ("-before" if attr == "mcrelayd_before" else ""))
         shutil.copy2(getattr(o, attr), dst)
+        # mcrelayd runs the privileged helper program found beside it.
+        helper = getattr(o, attr).with_name("mcrelay-helper")
+        if attr == "mcrelayd" and helper.is_file():
+            shutil.copy2(helper, bindir / helper.name)
         setattr(o, attr, dst)
     log(f"logs: {logdir}")
     topo = Topology(o.tag, o.relay_cpu, o.harness_cpu, o.keep_uso, logdir)

@@ -100,7 +100,18 @@ pub enum IngressKind {
     Socket,
     /// AF_PACKET capture, bypassing the kernel's reverse-path filter.
     Packet,
+    /// An XDP program on the interface steering the flow's frames to an
+    /// AF_XDP socket, below the kernel's IP stack (IPv4, frames up to
+    /// [`MAX_XDP_FRAME`] bytes).
+    Xdp,
 }
+
+/// The largest frame (Ethernet header included) `ingress = "xdp"`
+/// receives: one 2048-byte UMEM frame less the kernel's 256 bytes of
+/// headroom. A larger frame (a jumbo MTU) is dropped by the kernel's XDP
+/// path, so the config refuses `ingress = "xdp"` on an interface whose
+/// MTU says it may carry one (checked when the sockets are opened).
+pub const MAX_XDP_FRAME: u32 = 1792;
 
 /// A flow's `input`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -404,6 +415,21 @@ pub struct Flow {
     pub spread: usize,
     /// What its datagrams carry and how their health is judged.
     pub health: Health,
+    /// `latency`: whether its worker sleeps between packets.
+    pub latency: Latency,
+}
+
+/// A flow's `latency`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Latency {
+    /// `"normal"`: the worker sleeps in the kernel until a packet or a
+    /// timer wakes it.
+    #[default]
+    Normal,
+    /// `"low"`: the worker that serves the flow never sleeps; it polls its
+    /// io_uring and rings without waiting, spending its whole core to
+    /// save the wake-up (several µs) per packet, for every ingress.
+    Low,
 }
 
 impl FlowKey {
@@ -432,6 +458,7 @@ impl fmt::Display for IngressKind {
         f.write_str(match self {
             IngressKind::Socket => "socket",
             IngressKind::Packet => "packet",
+            IngressKind::Xdp => "xdp",
         })
     }
 }
@@ -1026,6 +1053,7 @@ mod tests {
             core: None,
             spread: 1,
             health: Health::default(),
+            latency: Latency::Normal,
         }
     }
 

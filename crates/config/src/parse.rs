@@ -44,6 +44,7 @@ const FLOW_KEYS: &[&str] = &[
     "outputs",
     "core",
     "spread",
+    "latency",
     "payload",
     "silence_ms",
     "rtp_clock_hz",
@@ -907,6 +908,31 @@ impl<'t> Walker<'t> {
             self.err(&at, format!("{p}spread can't be used with an SRT input (one SRT connection feeds one worker); remove spread or the SRT input"));
             ok = false;
         }
+        if spread.is_some_and(|n| n > 1)
+            && inputs
+                .iter()
+                .flatten()
+                .any(|(i, _)| i.ingress == IngressKind::Xdp)
+        {
+            let at = t.get("spread").map_or(span.clone(), Spanned::span);
+            self.err(&at, format!("{p}spread can't be used with ingress = \"xdp\" (one AF_XDP socket per interface queue); remove spread or use ingress = \"packet\""));
+            ok = false;
+        }
+        let mut latency = Latency::Normal;
+        if let Some(v) = t.get("latency") {
+            match self.string(v, p, "latency") {
+                Some("normal") => {}
+                Some("low") => latency = Latency::Low,
+                Some(s) => {
+                    self.err(
+                        &v.span(),
+                        format!("{p}latency {s:?} is not valid; use \"normal\" or \"low\""),
+                    );
+                    ok = false;
+                }
+                None => ok = false,
+            }
+        }
         let health = self.health(t, p);
         ok &= health.is_some();
         let redundancy = self.redundancy(
@@ -929,6 +955,7 @@ impl<'t> Walker<'t> {
                 core,
                 spread,
                 health,
+                latency,
             });
         }
         parts
@@ -1040,11 +1067,19 @@ impl<'t> Walker<'t> {
             match self.string(v, p, Dotted(path, "ingress")) {
                 Some("socket") => ingress = IngressKind::Socket,
                 Some("packet") => ingress = IngressKind::Packet,
+                Some("xdp") if address.is_some_and(|a: IpAddr| !a.is_ipv4()) => {
+                    self.err(
+                        &v.span(),
+                        format!("{p}{path}.ingress = \"xdp\" takes IPv4 inputs only (the XDP program matches IPv4); use ingress = \"packet\" for IPv6"),
+                    );
+                    ok = false;
+                }
+                Some("xdp") => ingress = IngressKind::Xdp,
                 Some(s) => {
                     self.err(
                         &v.span(),
                         format!(
-                            "{p}{path}.ingress {s:?} is not valid; use \"socket\" or \"packet\""
+                            "{p}{path}.ingress {s:?} is not valid; use \"socket\", \"packet\" or \"xdp\""
                         ),
                     );
                     ok = false;
@@ -1070,7 +1105,7 @@ impl<'t> Walker<'t> {
         let mut fec = None;
         if let Some(v) = t.get("fec") {
             match self.string(v, p, Dotted(path, "fec")) {
-                Some("2022-1") if ingress == IngressKind::Packet => {
+                Some("2022-1") if ingress != IngressKind::Socket => {
                     self.err(&v.span(), format!("{p}{path}.fec needs ingress = \"socket\" (the FEC ports are received on sockets); remove ingress or fec"));
                     ok = false;
                 }
@@ -1109,7 +1144,7 @@ impl<'t> Walker<'t> {
             }
             ok = false;
         }
-        if rist.is_some() && ingress == IngressKind::Packet {
+        if rist.is_some() && ingress != IngressKind::Socket {
             if let Some(v) = t.get("protocol") {
                 self.err(&v.span(), format!("{p}{path}.protocol \"rist\" needs ingress = \"socket\" (its RTCP is received and sent on a socket); remove ingress or protocol"));
             }
@@ -1340,6 +1375,8 @@ impl<'t> Walker<'t> {
                     let mut inputs: HashMap<(String, IpAddr, u16, Option<IpAddr>), String> =
                         HashMap::new();
                     let mut srt_listeners: HashMap<SrtListenerKey, String> = HashMap::new();
+                    // An interface holds one XDP program: one xdp input each.
+                    let mut xdp_interfaces: HashMap<String, String> = HashMap::new();
                     for (i, item) in items.iter().enumerate() {
                         let parts = self.flow(i, item, cores);
                         if let Some((name, at)) = &parts.name {
@@ -1362,6 +1399,21 @@ impl<'t> Walker<'t> {
                                 ids.insert(id, name.clone());
                             }
                             for (input, at) in &parts.inputs {
+                                if input.ingress == IngressKind::Xdp {
+                                    let leg = format!("{name} ({input})");
+                                    match xdp_interfaces.get(&input.interface) {
+                                        Some(other) => {
+                                            self.errors.push((*at, format!(
+                                                "flow {name:?}: a second ingress = \"xdp\" input on interface {:?} (the first is flow {other}); an interface holds one XDP program, so give the other inputs ingress = \"packet\"",
+                                                input.interface
+                                            )));
+                                            all_ok = false;
+                                        }
+                                        None => {
+                                            xdp_interfaces.insert(input.interface.clone(), leg);
+                                        }
+                                    }
+                                }
                                 let key = (
                                     input.interface.clone(),
                                     input.address,
@@ -1523,6 +1575,52 @@ mod tests {
 
     const IN: &str = r#"{ interface = "eth0", address = "239.1.1.1", port = 5000 }"#;
     const OUT: &str = r#"[{ interface = "eth1", address = "239.2.2.2", port = 6000 }]"#;
+
+    #[test]
+    fn latency() {
+        let f = |extra: &str| format!("{}{extra}\n", flow(IN, OUT));
+        let c = parse(&f(""), "t.toml").expect("valid");
+        assert_eq!(c.flows.by_name("x").expect("x").latency, Latency::Normal);
+        let c = parse(&f("latency = \"low\""), "t.toml").expect("valid");
+        assert_eq!(c.flows.by_name("x").expect("x").latency, Latency::Low);
+        assert!(
+            error(&f("latency = \"fast\""))
+                .contains("latency \"fast\" is not valid; use \"normal\" or \"low\"")
+        );
+    }
+
+    #[test]
+    fn xdp_ingress() {
+        let xdp = r#"{ interface = "eth0", address = "239.1.1.1", port = 5000, ingress = "xdp" }"#;
+        let c = parse(&flow(xdp, OUT), "t.toml").expect("valid");
+        assert_eq!(
+            c.flows.by_name("x").expect("x").inputs[0].ingress,
+            IngressKind::Xdp
+        );
+        let v6 = r#"{ interface = "eth0", address = "ff3e::1", port = 5000, ingress = "xdp" }"#;
+        assert!(error(&flow(v6, OUT)).contains("IPv4 inputs only"));
+        let fec = r#"{ interface = "eth0", address = "239.1.1.1", port = 5000, ingress = "xdp", fec = "2022-1" }"#;
+        assert!(error(&flow(fec, OUT)).contains("fec needs ingress = \"socket\""));
+        let rist = r#"{ interface = "eth0", address = "239.1.1.1", port = 5000, ingress = "xdp", protocol = "rist" }"#;
+        assert!(error(&flow(rist, OUT)).contains("protocol \"rist\" needs ingress = \"socket\""));
+        // One XDP program per interface: a second xdp input on eth0 is
+        // refused, one on eth2 is fine.
+        let other = |iface: &str| {
+            format!(
+                "{}[[flow]]\nname = \"y\"\ninput = {{ interface = \"{iface}\", address = \"239.1.1.2\", port = 5000, ingress = \"xdp\" }}\noutputs = [{{ interface = \"eth1\", address = \"239.2.2.3\", port = 6000 }}]\n",
+                flow(xdp, OUT)
+            )
+        };
+        assert!(parse(&other("eth2"), "t.toml").is_ok());
+        assert!(
+            error(&other("eth0"))
+                .contains("a second ingress = \"xdp\" input on interface \"eth0\"")
+        );
+        let two = r#"[{ interface = "eth1", address = "239.2.2.2", port = 6000 },
+                      { interface = "eth1", address = "239.2.2.3", port = 6000 }]
+spread = 2"#;
+        assert!(error(&flow(xdp, two)).contains("spread can't be used with ingress = \"xdp\""));
+    }
 
     #[test]
     fn fec_on_inputs_and_outputs() {
@@ -1903,7 +2001,7 @@ outputs = [{ interface = "eth1", address = "239.2.2.2", port = 6000, ttl = 255, 
                 "t.toml:3:1: unknown key \"usr\" in daemon (expected one of: user, control_socket, cores, metrics_listen, metrics_allow, log_level, mode)",
                 "t.toml:5:1: unknown key \"tiny\" in pools (expected one of: small, standard, jumbo)",
                 "t.toml:9:70: flow \"x\": unknown key \"tll\" in outputs[0] (expected one of: interface, address, port, ttl, source_address, queue_depth, fec, protocol, mode, latency_ms, passphrase, key_length, max_callers, stream_id, buffer_ms)",
-                "t.toml:10:1: flow \"x\": unknown key \"core_\" (expected one of: name, input, inputs, outputs, core, spread, payload, silence_ms, rtp_clock_hz, redundancy, merge_delay_ms, merge_window_ms, failover_after_ms, failover_gap_factor, revert_after_s, rtp_rewrite)",
+                "t.toml:10:1: flow \"x\": unknown key \"core_\" (expected one of: name, input, inputs, outputs, core, spread, latency, payload, silence_ms, rtp_clock_hz, redundancy, merge_delay_ms, merge_window_ms, failover_after_ms, failover_gap_factor, revert_after_s, rtp_rewrite)",
             ]
         );
     }
@@ -2348,7 +2446,7 @@ outputs = [{ interface = "eth1", address = "239.2.2.2", port = 6000, ttl = 255, 
             r#"{ interface = "eth0", address = "239.1.1.1", port = 5000, ingress = "raw" }"#;
         assert_eq!(
             error(&flow(input, OUT)),
-            "t.toml:3:77: flow \"x\": input.ingress \"raw\" is not valid; use \"socket\" or \"packet\""
+            "t.toml:3:77: flow \"x\": input.ingress \"raw\" is not valid; use \"socket\", \"packet\" or \"xdp\""
         );
     }
 

@@ -61,9 +61,12 @@ impl Budget {
                     .inputs
                     .iter()
                     .map(|i| {
-                        let membership = i.ingress == mcrelay_config::IngressKind::Packet
+                        let membership = i.ingress != mcrelay_config::IngressKind::Socket
                             && i.address.is_multicast();
-                        2 + u64::from(membership)
+                        // An xdp leg also holds its UMEM's memfd and its
+                        // program's bpf_link.
+                        let xdp = i.ingress == mcrelay_config::IngressKind::Xdp;
+                        2 + u64::from(membership) + 2 * u64::from(xdp)
                     })
                     .sum::<u64>()
                     .saturating_mul(u64::try_from(f.spread).unwrap_or(u64::MAX));
@@ -209,6 +212,17 @@ mod tests {
         let config = mcrelay_config::parse(text, "t.toml").unwrap_or_else(|e| panic!("{e}"));
         // 2 + 3 (packet, group) + 2 (packet, unicast) + 1 output.
         assert_eq!(Budget::of(&config).flow_fds, 8);
+    }
+
+    #[test]
+    fn an_xdp_leg_adds_its_umem_and_link() {
+        let text = "[[flow]]\nname = \"x\"\n\
+                    input = { interface = \"a\", address = \"239.1.1.1\", port = 5000, ingress = \"xdp\" }\n\
+                    outputs = [{ interface = \"d\", address = \"239.2.2.2\", port = 5000 }]\n";
+        let config = mcrelay_config::parse(text, "t.toml").unwrap_or_else(|e| panic!("{e}"));
+        // 2 (the AF_XDP socket and its watch) + membership + UMEM + link
+        // + 1 output.
+        assert_eq!(Budget::of(&config).flow_fds, 6);
     }
 
     #[test]

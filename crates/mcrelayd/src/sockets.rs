@@ -353,6 +353,7 @@ impl Opener {
                 .with_health(crate::health::settings(flow))
                 .with_fec(fec)
                 .with_fec_outputs(fec_outputs(flow, parity_sockets))
+                .with_busy_poll(flow.latency == mcrelay_config::Latency::Low)
                 .with_rist(rist),
             pending,
         ))
@@ -363,7 +364,7 @@ impl Opener {
 /// kernel granted is checked here, once).
 fn udp_leg(flow: &Flow, input: &Input, leg: OpenedLeg) -> IngressSocket {
     let requested = usize::try_from(input.receive_buffer_bytes).unwrap_or(usize::MAX);
-    if leg.receive_buffer_bytes < requested {
+    if leg.receive_buffer_bytes < requested && input.ingress != IngressKind::Xdp {
         tracing::warn!(
             flow = %flow.name,
             input = %input,
@@ -378,6 +379,23 @@ fn udp_leg(flow: &Flow, input: &Input, leg: OpenedLeg) -> IngressSocket {
             socket: leg.socket,
             filter: flow_match(input),
             membership: leg.membership,
+        },
+        IngressKind::Xdp => match leg.xdp {
+            Some(xdp) => IngressSocket::Xdp {
+                socket: leg.socket,
+                filter: flow_match(input),
+                umem: xdp.umem,
+                link: xdp.link,
+                membership: leg.membership,
+            },
+            // The helper sent an xdp leg without its UMEM and link (never:
+            // `OpenedFlow::from_reply` pairs them); the worker then finds
+            // no ring and logs.
+            None => IngressSocket::Packet {
+                socket: leg.socket,
+                filter: flow_match(input),
+                membership: leg.membership,
+            },
         },
     }
 }

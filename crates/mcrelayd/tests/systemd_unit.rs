@@ -23,7 +23,12 @@ const UNIT_NAME: &str = "mcrelay.service";
 
 /// The capabilities the unit grants, and only these (see the comments in
 /// the unit for why each is needed).
-const CAPABILITIES: [&str; 3] = ["CAP_NET_RAW", "CAP_NET_ADMIN", "CAP_NET_BIND_SERVICE"];
+const CAPABILITIES: [&str; 4] = [
+    "CAP_NET_RAW",
+    "CAP_NET_ADMIN",
+    "CAP_NET_BIND_SERVICE",
+    "CAP_BPF",
+];
 
 /// Known-harmless `systemd-analyze verify` messages about the unit itself.
 /// None so far: add a substring here, with the reason, if a systemd version
@@ -258,7 +263,14 @@ fn unit_keeps_its_hardening_promises() {
 
     assert_eq!(
         unit.set("Service", "RestrictAddressFamilies"),
-        BTreeSet::from(["AF_UNIX", "AF_INET", "AF_INET6", "AF_NETLINK", "AF_PACKET"]),
+        BTreeSet::from([
+            "AF_UNIX",
+            "AF_INET",
+            "AF_INET6",
+            "AF_NETLINK",
+            "AF_PACKET",
+            "AF_XDP"
+        ]),
         "RestrictAddressFamilies= must be exactly these families"
     );
 
@@ -519,6 +531,7 @@ fn syscall_filter_allows_what_the_daemon_needs() {
         ("epoll_wait", "the control socket's event loop"),
         ("eventfd2", "waking workers"),
         ("umask", "control socket mode"),
+        ("bpf", "the helper's ingress = \"xdp\" program"),
     ];
     let missing: Vec<String> = needed
         .iter()
@@ -537,7 +550,6 @@ fn syscall_filter_allows_what_the_daemon_needs() {
         "setresuid",
         "setgroups",
         "chown",
-        "bpf",
         "chroot",
         "pivot_root",
         "mount",

@@ -16,8 +16,9 @@ use mcrelay_control::{FlowState, Snapshot};
 mod common;
 use common::*;
 
-/// CAP_NET_BIND_SERVICE, CAP_NET_ADMIN, CAP_NET_RAW: what the unit grants.
-const NET_CAPS: u64 = (1 << 10) | (1 << 12) | (1 << 13);
+/// CAP_NET_BIND_SERVICE, CAP_NET_ADMIN, CAP_NET_RAW, CAP_BPF: what the
+/// unit grants.
+const NET_CAPS: u64 = (1 << 10) | (1 << 12) | (1 << 13) | (1 << 39);
 
 /// `/proc/<pid>/status` field `key` (e.g. `CapEff`), trimmed.
 fn status_field(pid: u32, key: &str) -> Option<String> {
@@ -259,7 +260,7 @@ fn ambient_start_helper_comes_back_with_its_privileges() {
         &[
             &AMBIENT_START[..],
             &[
-                "--bounding-set=-all,+net_admin,+net_raw,+net_bind_service",
+                "--bounding-set=-all,+net_admin,+net_raw,+net_bind_service,+bpf",
                 "--no-new-privs",
             ],
         ]

@@ -290,8 +290,28 @@ impl HelperClient {
                 Some(here)
             })
             .collect();
+        // An `ingress = "xdp"` leg's UMEM (a memfd) and `bpf_link` follow
+        // its ingress (an AF_XDP socket, SOCK_RAW) and membership: not
+        // sockets at all.
+        let not_sockets: Vec<usize> = legs
+            .iter()
+            .zip(&ingress_at)
+            .filter(|(leg, _)| leg.xdp)
+            .flat_map(|(leg, at)| {
+                let after = at + 1 + usize::from(leg.membership);
+                [after, after + 1]
+            })
+            .collect();
         for (i, fd) in all.iter().enumerate() {
             let kind = socket2::SockRef::from(fd).r#type();
+            if not_sockets.contains(&i) {
+                if !matches!(&kind, Err(e) if e.raw_os_error() == Some(libc::ENOTSOCK)) {
+                    return malformed(format!(
+                        "an xdp leg's UMEM or link fd is a socket ({kind:?})"
+                    ));
+                }
+                continue;
+            }
             let raw_ingress =
                 ingress_at.contains(&i) && matches!(kind, Ok(t) if t == socket2::Type::RAW);
             if !raw_ingress && !matches!(kind, Ok(t) if t == socket2::Type::DGRAM) {

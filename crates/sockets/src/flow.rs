@@ -103,6 +103,7 @@ pub fn open_flow(flow: &Flow) -> Result<OpenedFlow, OpenFlowError> {
         let open = match input.ingress {
             IngressKind::Socket => open_ingress,
             IngressKind::Packet => open_packet_ingress,
+            IngressKind::Xdp => crate::xdp::open_xdp_ingress,
         };
         legs.push(
             open(input, ifindex).map_err(|source| OpenFlowError::Ingress {

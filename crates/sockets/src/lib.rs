@@ -2,7 +2,8 @@
 //!
 //! Where it sits: before a flow starts, never on the packet path. The one
 //! [`open_flow`] opens a flow's ingress sockets ([`udp`], or an AF_PACKET
-//! socket for `ingress = "packet"`, [`packet`]) and its output sockets,
+//! socket for `ingress = "packet"`, [`packet`]; an XDP program and an
+//! AF_XDP socket for `ingress = "xdp"`, [`xdp`]) and its output sockets,
 //! exactly as the configuration defines them. Two callers, one code path:
 //! the privileged helper program (crate `mcrelay-helper`, binary
 //! `mcrelay-helper`) for the flows its own configuration allows, and the
@@ -24,6 +25,7 @@ pub mod packet;
 pub mod protocol;
 pub mod spawn;
 pub mod udp;
+pub mod xdp;
 
 pub use client::{HelperClient, HelperError};
 pub use flow::{OpenFlowError, open_flow};

@@ -44,6 +44,7 @@ impl OpenedFlow {
                 .map(|l| LegHeader {
                     receive_buffer_bytes: l.receive_buffer_bytes,
                     membership: l.membership.is_some(),
+                    xdp: l.xdp.is_some(),
                 })
                 .collect(),
             count: self.fds().len(),
@@ -57,7 +58,9 @@ impl OpenedFlow {
         self.legs
             .iter()
             .flat_map(|l| {
-                std::iter::once(l.socket.as_fd()).chain(l.membership.iter().map(AsFd::as_fd))
+                std::iter::once(l.socket.as_fd())
+                    .chain(l.membership.iter().map(AsFd::as_fd))
+                    .chain(l.xdp.iter().flat_map(|x| [x.umem.as_fd(), x.link.as_fd()]))
             })
             .chain(self.outputs.iter().map(AsFd::as_fd))
             .collect()
@@ -90,10 +93,19 @@ impl OpenedFlow {
             else {
                 return Err("fewer fds than the legs need".into());
             };
+            let xdp = if leg.xdp {
+                let (Some(umem), Some(link)) = (fds.next(), fds.next()) else {
+                    return Err("fewer fds than the legs need".into());
+                };
+                Some(crate::xdp::XdpFds { umem, link })
+            } else {
+                None
+            };
             opened.push(OpenedLeg {
                 socket,
                 receive_buffer_bytes: leg.receive_buffer_bytes,
                 membership: membership.map(UdpSocket::from),
+                xdp,
             });
         }
         let outputs: Vec<UdpSocket> = fds.map(UdpSocket::from).collect();
@@ -135,11 +147,13 @@ mod tests {
                     socket: udp().into(),
                     receive_buffer_bytes: 100,
                     membership: None,
+                    xdp: None,
                 },
                 OpenedLeg {
                     socket: udp().into(),
                     receive_buffer_bytes: 200,
                     membership: Some(udp()),
+                    xdp: None,
                 },
             ],
             outputs: vec![udp(), udp()],
@@ -190,6 +204,7 @@ mod tests {
         let leg = |membership| LegHeader {
             receive_buffer_bytes: 1,
             membership,
+            xdp: false,
         };
         let fds = |n: usize| (0..n).map(|_| OwnedFd::from(udp())).collect::<Vec<_>>();
         // No leg (a flow whose inputs are all SRT): its outputs only.
@@ -199,5 +214,16 @@ mod tests {
         assert!(OpenedFlow::from_reply(&[leg(false)], fds(2), vec![(1, 5)]).is_err());
         let ok = OpenedFlow::from_reply(&[leg(false)], fds(2), vec![(0, 5)]).expect("ok");
         assert_eq!(ok.outputs.len(), 1);
+        // An xdp leg takes its UMEM and link after its membership.
+        let xdp = LegHeader {
+            receive_buffer_bytes: 0,
+            membership: true,
+            xdp: true,
+        };
+        assert!(OpenedFlow::from_reply(&[xdp], fds(3), vec![]).is_err());
+        let ok = OpenedFlow::from_reply(&[xdp], fds(5), vec![]).expect("ok");
+        assert!(ok.legs[0].membership.is_some() && ok.legs[0].xdp.is_some());
+        assert_eq!(ok.outputs.len(), 1);
+        assert_eq!(ok.fds().len(), 5);
     }
 }

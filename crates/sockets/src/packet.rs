@@ -71,6 +71,7 @@ pub fn open_packet_ingress(input: &Input, ifindex: u32) -> io::Result<Ingress> {
         socket: socket.into(),
         receive_buffer_bytes: granted,
         membership,
+        xdp: None,
     })
 }
 
@@ -108,7 +109,7 @@ fn bind_to_interface(socket: &Socket, ifindex: u32) -> io::Result<()> {
 /// the group on the input interface: the membership makes the host send
 /// IGMP/MLD reports, so snooping switches forward the group, and programs
 /// the NIC's multicast filter.
-fn membership_socket(input: &Input, ifindex: u32) -> io::Result<UdpSocket> {
+pub(crate) fn membership_socket(input: &Input, ifindex: u32) -> io::Result<UdpSocket> {
     let domain = match input.address {
         IpAddr::V4(_) => Domain::IPV4,
         IpAddr::V6(_) => Domain::IPV6,

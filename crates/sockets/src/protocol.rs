@@ -21,7 +21,10 @@
 //!   each output's socket in config order. `<legs>` says which: one item
 //!   per leg, comma-separated, each the receive buffer the kernel granted
 //!   its ingress socket, followed by `+m` when a membership socket comes
-//!   with it (`4194304,8388608+m`). When `count` exceeds what one message
+//!   with it (`4194304,8388608+m`), then by `+x` for an `ingress = "xdp"`
+//!   leg, whose ingress fd is its AF_XDP socket and whose membership (if
+//!   any) is followed by two more fds: the UMEM's memfd and the `bpf_link`
+//!   holding its XDP program on the interface. When `count` exceeds what one message
 //!   can carry, `MORE <n>` records follow, each with the next `n` fds;
 //! - `REFUSED <reason>` — a request that was malformed or not allowed, or
 //!   that failed; the connection stays usable.
@@ -104,12 +107,15 @@ pub struct LegHeader {
     /// A packet leg on a group: the UDP socket holding its membership
     /// follows its ingress fd.
     pub membership: bool,
+    /// An xdp leg: the UMEM memfd and the XDP program's link follow.
+    pub xdp: bool,
 }
 
 impl LegHeader {
-    /// Fds the leg takes in the reply: its ingress, and its membership.
+    /// Fds the leg takes in the reply: its ingress, its membership, and
+    /// an xdp leg's UMEM and link.
     pub fn fds(&self) -> usize {
-        1 + usize::from(self.membership)
+        1 + usize::from(self.membership) + 2 * usize::from(self.xdp)
     }
 }
 
@@ -206,10 +212,11 @@ fn number(s: &str) -> Result<usize, ProtocolError> {
         .map_err(|_| ProtocolError::BadNumber(Shown::new(s)))
 }
 
-/// `bytes[+m],...` of a `SOCKETS` reply: 1 to `MAX_LEGS` legs.
 /// The leg list of a `SOCKETS` reply with no leg.
 const NO_LEGS: &str = "-";
 
+/// `bytes[+m][+x],...` of a `SOCKETS` reply: no leg (`-`) or 1 to
+/// `MAX_LEGS` legs.
 fn leg_list(list: &str) -> Result<Vec<LegHeader>, ProtocolError> {
     // No leg the helper opens: a flow whose inputs are all SRT (the
     // daemon's own).
@@ -220,6 +227,10 @@ fn leg_list(list: &str) -> Result<Vec<LegHeader>, ProtocolError> {
         .split(',')
         .take(mcrelay_config::MAX_LEGS + 1)
         .map(|item| {
+            let (item, xdp) = match item.strip_suffix("+x") {
+                Some(rest) => (rest, true),
+                None => (item, false),
+            };
             let (bytes, membership) = match item.strip_suffix("+m") {
                 Some(bytes) => (bytes, true),
                 None => (item, false),
@@ -227,6 +238,7 @@ fn leg_list(list: &str) -> Result<Vec<LegHeader>, ProtocolError> {
             Ok(LegHeader {
                 receive_buffer_bytes: number(bytes)?,
                 membership,
+                xdp,
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
@@ -359,6 +371,9 @@ impl Reply {
                     if leg.membership {
                         text.push_str("+m");
                     }
+                    if leg.xdp {
+                        text.push_str("+x");
+                    }
                 }
                 text.push_str(&format!(" {count}"));
                 for (i, (index, errno)) in unconnected.iter().enumerate() {
@@ -435,7 +450,31 @@ mod tests {
         LegHeader {
             receive_buffer_bytes,
             membership,
+            xdp: false,
         }
+    }
+
+    #[test]
+    fn an_xdp_leg_round_trips() {
+        let reply = Reply::Sockets {
+            legs: vec![
+                LegHeader {
+                    receive_buffer_bytes: 0,
+                    membership: true,
+                    xdp: true,
+                },
+                leg(4096, false),
+            ],
+            count: 5,
+            unconnected: vec![],
+        };
+        let text = reply.encode();
+        assert_eq!(String::from_utf8_lossy(&text), "SOCKETS 0+m+x,4096 5");
+        assert_eq!(Reply::decode(&text).expect("decode"), reply);
+        let Reply::Sockets { legs, .. } = reply else {
+            unreachable!()
+        };
+        assert_eq!(legs[0].fds(), 4);
     }
 
     #[test]
@@ -443,7 +482,9 @@ mod tests {
         for bad in [
             "SOCKETS 1,2,3,4,5 9",
             "SOCKETS ,1 3",
-            "SOCKETS 1+x 3",
+            "SOCKETS 1+q 3",
+            "SOCKETS 1+x+m 3",
+            "SOCKETS +x 3",
             "SOCKETS +m 3",
             "SOCKETS 1,,2 3",
         ] {
@@ -588,16 +629,17 @@ mod tests {
             Just(Reply::Pong),
             any::<usize>().prop_map(|flows| Reply::Reloaded { flows }),
             (
-                proptest::collection::vec((any::<usize>(), any::<bool>()), 0..=4),
+                proptest::collection::vec((any::<usize>(), any::<bool>(), any::<bool>()), 0..=4),
                 any::<usize>(),
                 proptest::collection::vec((any::<usize>(), 0..i32::MAX), 0..8)
             )
                 .prop_map(|(legs, count, unconnected)| Reply::Sockets {
                     legs: legs
                         .into_iter()
-                        .map(|(receive_buffer_bytes, membership)| LegHeader {
+                        .map(|(receive_buffer_bytes, membership, xdp)| LegHeader {
                             receive_buffer_bytes,
-                            membership
+                            membership,
+                            xdp,
                         })
                         .collect(),
                     count,

@@ -30,6 +30,9 @@ pub struct Ingress {
     pub receive_buffer_bytes: usize,
     /// Packet ingress of a group: the UDP socket holding the membership.
     pub membership: Option<UdpSocket>,
+    /// `ingress = "xdp"`: the UMEM and the XDP program's link
+    /// ([`crate::xdp`]); `socket` is then the AF_XDP socket.
+    pub xdp: Option<crate::xdp::XdpFds>,
 }
 
 pub use mcrelay_sys::net::interface_index;
@@ -76,6 +79,7 @@ pub fn open_ingress(input: &Input, ifindex: u32) -> io::Result<Ingress> {
         socket: OwnedFd::from(socket),
         receive_buffer_bytes: granted,
         membership: None,
+        xdp: None,
     })
 }
 

@@ -21,3 +21,4 @@ pub mod ns;
 pub mod prctl;
 pub mod privileges;
 pub mod sockopt;
+pub mod xdp;

@@ -336,11 +336,13 @@ fn set_no_new_privs() -> io::Result<()> {
         .map_err(|e| io::Error::new(e.kind(), format!("PR_SET_NO_NEW_PRIVS: {e}")))
 }
 
-/// `CAP_NET_BIND_SERVICE`, `CAP_NET_ADMIN` and `CAP_NET_RAW`: what the
-/// helper needs (ports below 1024; `SO_RCVBUFFORCE`/`SO_SNDBUFFORCE`;
-/// `AF_PACKET` ingress and, before Linux 5.7, `SO_BINDTODEVICE`) and what
-/// the shipped unit grants.
-pub const HELPER_CAPABILITIES: u64 = (1 << 10) | (1 << 12) | (1 << 13);
+/// `CAP_NET_BIND_SERVICE`, `CAP_NET_ADMIN`, `CAP_NET_RAW` and `CAP_BPF`:
+/// what the helper needs (ports below 1024; `SO_RCVBUFFORCE`/
+/// `SO_SNDBUFFORCE`; `AF_PACKET` ingress and, before Linux 5.7,
+/// `SO_BINDTODEVICE`; `ingress = "xdp"`: the XDP program, its map and its
+/// attachment, with `CAP_NET_ADMIN`, and the AF_XDP socket, with
+/// `CAP_NET_RAW`) and what the shipped unit grants.
+pub const HELPER_CAPABILITIES: u64 = (1 << 10) | (1 << 12) | (1 << 13) | (1 << 39);
 
 /// Keep `keep` and nothing more, for good, in a process that must go on
 /// holding them (the zygote): the mirror of what systemd does with

@@ -27,6 +27,21 @@ pub enum IngressSocket {
         /// input.
         membership: Option<UdpSocket>,
     },
+    /// `ingress = "xdp"`: an AF_XDP socket bound to the input interface's
+    /// queue, fed by the XDP program the `link` holds on the interface.
+    Xdp {
+        /// The AF_XDP socket (its fill and RX rings are mapped from it).
+        socket: OwnedFd,
+        /// What the XDP program steers here, checked again on each frame.
+        filter: FlowMatch,
+        /// The UMEM's memfd, mapped by the worker.
+        umem: OwnedFd,
+        /// The `bpf_link` holding the program on the interface: closed
+        /// with the leg, which detaches the program.
+        link: OwnedFd,
+        /// As for `Packet`.
+        membership: Option<UdpSocket>,
+    },
 }
 
 impl IngressSocket {
@@ -34,7 +49,9 @@ impl IngressSocket {
     pub fn fd(&self) -> RawFd {
         match self {
             IngressSocket::Udp(s) => s.as_raw_fd(),
-            IngressSocket::Packet { socket, .. } => socket.as_raw_fd(),
+            IngressSocket::Packet { socket, .. } | IngressSocket::Xdp { socket, .. } => {
+                socket.as_raw_fd()
+            }
         }
     }
 
@@ -43,7 +60,9 @@ impl IngressSocket {
     pub fn try_clone_fd(&self) -> std::io::Result<OwnedFd> {
         match self {
             IngressSocket::Udp(s) => Ok(OwnedFd::from(s.try_clone()?)),
-            IngressSocket::Packet { socket, .. } => socket.try_clone(),
+            IngressSocket::Packet { socket, .. } | IngressSocket::Xdp { socket, .. } => {
+                socket.try_clone()
+            }
         }
     }
 
@@ -51,7 +70,21 @@ impl IngressSocket {
     pub(crate) fn packet_filter(&self) -> Option<FlowMatch> {
         match self {
             IngressSocket::Udp(_) => None,
-            IngressSocket::Packet { filter, .. } => Some(*filter),
+            IngressSocket::Packet { filter, .. } | IngressSocket::Xdp { filter, .. } => {
+                Some(*filter)
+            }
+        }
+    }
+
+    /// An xdp leg's fill and RX rings and UMEM, mapped.
+    pub(crate) fn xsk_rings(&self) -> Option<std::io::Result<mcrelay_sys::xdp::XskRings>> {
+        match self {
+            IngressSocket::Xdp { socket, umem, .. } => Some(mcrelay_sys::xdp::XskRings::map(
+                socket,
+                umem,
+                mcrelay_sys::xdp::INGRESS_GEOMETRY,
+            )),
+            _ => None,
         }
     }
 }

@@ -12,7 +12,8 @@ pub use mcrelay_sys::sockopt::{receive_drops, supports_gso};
 /// original. A UDP socket counts socket-buffer overflows (`SO_MEMINFO`); a
 /// packet socket counts every frame it dropped, ring full included, in
 /// `PACKET_STATISTICS` — which resets on each read, so the reads are
-/// summed here.
+/// summed here; an AF_XDP socket its RX-ring-full and other drops
+/// (`XDP_STATISTICS`, cumulative).
 ///
 /// A flow with several legs watches each leg's socket: [`KernelDrops::get`]
 /// is their sum, [`KernelDrops::leg`] one leg's.
@@ -54,7 +55,13 @@ impl KernelDrops {
         let (fd, packet_drops) = self.legs.get(leg)?;
         Some(match packet_statistics_drops(fd) {
             Some(new) => packet_drops.fetch_add(new, Relaxed) + new,
-            None => receive_drops(fd).unwrap_or(0),
+            None => match mcrelay_sys::xdp::xsk_statistics(fd) {
+                // An AF_XDP socket (`ingress = "xdp"`): frames dropped for
+                // a full RX ring, and for no free UMEM frame or one too
+                // small; cumulative.
+                Ok(x) => x.rx_dropped.saturating_add(x.rx_ring_full),
+                Err(_) => receive_drops(fd).unwrap_or(0),
+            },
         })
     }
 }

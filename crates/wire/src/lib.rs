@@ -35,6 +35,7 @@ pub mod rtp_seq;
 pub mod testframes;
 pub mod tpacket;
 pub mod ts;
+pub mod xdp;
 
 pub use frame::{Datagram, FlowMatch, Reject, parse};
 

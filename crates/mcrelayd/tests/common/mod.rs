@@ -87,8 +87,8 @@ pub const AMBIENT_START: [&str; 6] = [
     "--reuid=nobody",
     "--regid=nogroup",
     "--clear-groups",
-    "--inh-caps=+net_admin,+net_raw,+net_bind_service",
-    "--ambient-caps=+net_admin,+net_raw,+net_bind_service",
+    "--inh-caps=+net_admin,+net_raw,+net_bind_service,+bpf",
+    "--ambient-caps=+net_admin,+net_raw,+net_bind_service,+bpf",
 ];
 
 pub fn is_root() -> bool {

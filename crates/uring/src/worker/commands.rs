@@ -53,6 +53,12 @@ impl Worker {
         if self.flows.len() <= id.index() {
             self.flows.resize_with(id.index() + 1, || None);
         }
+        if flow.busy_poll {
+            self.busy_flows += 1;
+            if self.busy_flows == 1 {
+                tracing::info!(worker = self.index, flow = %flow.name, "latency = \"low\": busy polling, this worker's core stays busy");
+            }
+        }
         self.flows[id.index()] = Some(flow);
         self.attention.reserve(self.flows.len());
         self.removing
@@ -211,6 +217,9 @@ impl Worker {
             // and so is the last number it saw.
             let last_rtp = self.last_rtp(f);
             if let Some(flow) = self.flows[f.index()].take() {
+                if flow.busy_poll {
+                    self.busy_flows = self.busy_flows.saturating_sub(1);
+                }
                 self.core.forget(f);
                 tracing::info!(worker = self.index, flow = %flow.name, "flow removed");
                 self.report(Event::FlowRemoved {

@@ -49,6 +49,9 @@ pub(super) struct Worker {
     /// Indexed by [`FlowId`], as the core's flows; `None` is a free number.
     pub(super) flows: Vec<Option<Flow>>,
     pub(super) multishot: bool,
+    /// Flows with `latency = "low"` placed here: while any, the loop never
+    /// waits.
+    pub(super) busy_flows: usize,
     pub(super) gso_enabled: bool,
     pub(super) index: usize,
     cpu: Option<usize>,
@@ -161,6 +164,7 @@ impl Worker {
             core,
             flows: Vec::with_capacity(config.flows.len()),
             multishot,
+            busy_flows: 0,
             gso_enabled: config.gso,
             index: worker,
             cpu: config.cpu,
@@ -280,7 +284,13 @@ impl Worker {
             if self.core.has_rist() {
                 wait_ns = wait_ns.min(super::rist::RIST_POLL_NS);
             }
-            let want = usize::from(wait_ns > 0 && !ring_pending);
+            // Busy polling: enter only to run task work and reap (a zero
+            // timeout, still with GETEVENTS so receive completions are
+            // posted), never to sleep.
+            if self.busy_flows > 0 {
+                wait_ns = 0;
+            }
+            let want = usize::from((wait_ns > 0 || self.busy_flows > 0) && !ring_pending);
             let tick = Timespec::new().nsec(u32::try_from(wait_ns).unwrap_or(100_000_000));
             let args = SubmitArgs::new().timespec(&tick);
             match self.uring.submitter().submit_with_args(want, &args) {
@@ -375,7 +385,7 @@ impl Worker {
                 return;
             }
             for leg in legs.clone() {
-                if self.leg(f, leg).is_some_and(|l| l.packet_ring.is_some()) {
+                if self.leg(f, leg).is_some_and(|l| l.has_ring()) {
                     // Blocks filled meanwhile wake nobody: walk them.
                     self.service_ring(f, leg);
                 }
@@ -444,7 +454,7 @@ impl Worker {
         let leg_needs = |l: &Leg| {
             l.ring_pending
                 || l.walks_by_interval()
-                || (!l.armed && (l.packet.is_none() || l.packet_ring.is_some()))
+                || (!l.armed && (l.packet.is_none() || l.has_ring()))
         };
         if self.core.is_paused(f) || flow.legs.iter().any(leg_needs) {
             self.attention.notice(f);

@@ -42,6 +42,10 @@ pub(super) struct Leg {
     /// it could not be set up: then the leg receives nothing, logged).
     /// Unmapped before the socket closes (field order).
     pub(super) packet_ring: Option<PacketRing>,
+    /// XDP ingress: the AF_XDP socket's mapped fill and RX rings and UMEM
+    /// (`None` only if they could not be mapped: logged, and the leg
+    /// receives nothing). Unmapped before the socket closes.
+    pub(super) xsk: Option<mcrelay_sys::xdp::XskRings>,
     /// Closed when the flow goes (which leaves its group), after the packet
     /// ring no longer names its fd.
     _ingress: IngressSocket,
@@ -68,6 +72,8 @@ pub(super) struct Flow {
     /// (after the configured ones) and the matrix, for
     /// `Core::enable_fec_output` once the flow has its number.
     pub(super) fec_outputs: Vec<(OutputId, OutputId, OutputId, FecLayout)>,
+    /// `latency = "low"`: counted in `Worker::busy_flows` while placed.
+    pub(super) busy_poll: bool,
     /// RTCP sockets of RIST legs and outputs (`Worker::service_rist`).
     pub(super) rist: Vec<super::rist::RistRtcp>,
 }
@@ -133,6 +139,7 @@ impl Flow {
             _outputs: f.outputs.into_iter().map(|o| o.socket).collect(),
             drained: false,
             fec_outputs,
+            busy_poll: f.busy_poll,
             rist,
         };
         let core = CoreFlow {
@@ -161,6 +168,12 @@ impl Flow {
 }
 
 impl Leg {
+    /// Frames are read from a mapped ring (packet or XDP ingress), whose
+    /// poll (not a receive) is armed.
+    pub(super) fn has_ring(&self) -> bool {
+        self.packet_ring.is_some() || self.xsk.is_some()
+    }
+
     /// Packet ingress on a frame-slot ring that is busy enough to be
     /// walked every `WAKE_INTERVAL` rather than woken per frame.
     pub(super) fn walks_by_interval(&self) -> bool {
@@ -170,36 +183,50 @@ impl Leg {
     }
 
     fn new(flow: &str, index: usize, ingress: IngressSocket) -> Self {
-        let packet_ring =
-            ingress
-                .packet_filter()
-                .and_then(|_| match PacketRing::new(ingress.fd()) {
-                    Ok(ring) => {
-                        match ring.layout() {
-                            Layout::Blocks => tracing::info!(
-                                flow,
-                                leg = index,
-                                blocks = ring.blocks(),
-                                "packet ingress on a TPACKET_V3 ring"
-                            ),
-                            Layout::Frames => tracing::info!(
-                                flow,
-                                leg = index,
-                                blocks = ring.blocks(),
-                                "packet ingress on a TPACKET_V2 ring (woken per frame when idle)"
-                            ),
-                        }
-                        Some(ring)
-                    }
-                    Err(e) => {
-                        tracing::error!(
+        let packet_ring = ingress
+            .packet_filter()
+            .filter(|_| !matches!(ingress, IngressSocket::Xdp { .. }))
+            .and_then(|_| match PacketRing::new(ingress.fd()) {
+                Ok(ring) => {
+                    match ring.layout() {
+                        Layout::Blocks => tracing::info!(
                             flow,
                             leg = index,
-                            "no packet ring ({e}): this packet leg receives nothing"
-                        );
-                        None
+                            blocks = ring.blocks(),
+                            "packet ingress on a TPACKET_V3 ring"
+                        ),
+                        Layout::Frames => tracing::info!(
+                            flow,
+                            leg = index,
+                            blocks = ring.blocks(),
+                            "packet ingress on a TPACKET_V2 ring (woken per frame when idle)"
+                        ),
                     }
-                });
+                    Some(ring)
+                }
+                Err(e) => {
+                    tracing::error!(
+                        flow,
+                        leg = index,
+                        "no packet ring ({e}): this packet leg receives nothing"
+                    );
+                    None
+                }
+            });
+        let xsk = ingress.xsk_rings().and_then(|r| match r {
+            Ok(rings) => {
+                tracing::info!(flow, leg = index, "xdp ingress on an AF_XDP socket");
+                Some(rings)
+            }
+            Err(e) => {
+                tracing::error!(
+                    flow,
+                    leg = index,
+                    "AF_XDP rings not mapped ({e}): this xdp leg receives nothing"
+                );
+                None
+            }
+        });
         Self {
             fd: ingress.fd(),
             armed: false,
@@ -207,6 +234,7 @@ impl Leg {
             packet: ingress.packet_filter(),
             ring_pending: false,
             packet_ring,
+            xsk,
             _ingress: ingress,
         }
     }

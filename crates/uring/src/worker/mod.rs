@@ -30,6 +30,7 @@ mod flow;
 mod receive;
 mod rist;
 mod wake;
+mod xsk;
 
 use std::io;
 use std::net::UdpSocket;
@@ -105,6 +106,9 @@ pub struct FlowSockets {
     /// SMPTE 2022-1 FEC of outputs with `fec` (see
     /// [`FlowSockets::with_fec_outputs`]).
     pub fec_outputs: Vec<FecOutput>,
+    /// `latency = "low"`: the worker serving it never sleeps (see
+    /// [`FlowSockets::with_busy_poll`]).
+    pub busy_poll: bool,
     /// The RTCP sockets of RIST legs and outputs (see
     /// [`FlowSockets::with_rist`]).
     pub rist: Vec<RistSocket>,
@@ -173,6 +177,7 @@ impl FlowSockets {
             redundancy: Redundancy::Single,
             fec: Vec::new(),
             fec_outputs: Vec::new(),
+            busy_poll: false,
             rist: Vec::new(),
         }
     }
@@ -194,8 +199,18 @@ impl FlowSockets {
             redundancy,
             fec: Vec::new(),
             fec_outputs: Vec::new(),
+            busy_poll: false,
             rist: Vec::new(),
         }
+    }
+
+    /// Busy-polled (`latency = "low"`): while the worker serves this flow
+    /// it never waits in the kernel; each loop turn enters it only to
+    /// collect completions (a zero timeout), so a datagram is picked up
+    /// within a loop turn instead of after a wake-up, at the cost of the
+    /// whole core.
+    pub fn with_busy_poll(self, busy_poll: bool) -> Self {
+        Self { busy_poll, ..self }
     }
 
     /// With 2022-1 FEC decoded on the legs these sockets name (a leg at

@@ -68,6 +68,10 @@ impl Worker {
                 // wake-up per frame only while nearly idle.
                 Layout::Frames => poll.build(),
             }
+        } else if leg.xsk.is_some() {
+            // One-shot, re-armed by the loop turn after the walk, as a
+            // frame-slot packet ring's.
+            opcode::PollAdd::new(Fd(leg.fd), u32::from(libc::POLLIN.unsigned_abs())).build()
         } else if leg.packet.is_some() {
             // Its packet ring could not be set up (logged when the flow was
             // added).
@@ -116,7 +120,7 @@ impl Worker {
             .get_mut(f.index())
             .and_then(Option::as_mut)
             .and_then(|fl| fl.leg_mut(l))
-            .filter(|leg| leg.packet_ring.is_some())
+            .filter(|leg| leg.has_ring())
         {
             if !cqueue::more(flags) {
                 leg.armed = false;
@@ -127,7 +131,7 @@ impl Worker {
                     self.core.counters(f),
                     leg,
                     (worker, f, l),
-                    "poll on the packet ring",
+                    "poll on the packet ring or AF_XDP socket",
                     -result,
                 );
             }
@@ -215,6 +219,9 @@ impl Worker {
             return;
         };
         leg.ring_pending = false;
+        if leg.xsk.is_some() {
+            return self.service_xsk(f, l);
+        }
         let (Some(mut ring), Some(filter)) = (leg.packet_ring.take(), leg.packet) else {
             return;
         };
