@@ -239,6 +239,12 @@ impl Window {
 
     /// Try the FEC packet `h` with recovery payload `payload`.
     fn try_recover(&mut self, h: &FecHeader, payload: &[u8], stats: &mut FecStats) -> Outcome {
+        if self.highest.is_none() {
+            // No media packet yet (the stream's first row lost, its row
+            // FEC first to arrive): it waits for its group like one
+            // missing two.
+            return Outcome::Waiting;
+        }
         let mut missing = None;
         for i in 0..h.na {
             let seq = h.member(i);

@@ -363,12 +363,7 @@ fn random_loss_case(
     );
     // The same count as peeling each matrix with the FEC packets that
     // arrived (emission order: a column after its last packet, then a
-    // row after its last; recomputed here from the encoder's rule) after
-    // the first media packet: before it the decoder has no stream to
-    // place a group in (a receiver joining mid-stream can't tell the
-    // stream's first packets lost from ones sent before it joined), so
-    // it drops them, as GStreamer's decoder does.
-    let first_received = (0..count).find(|i| !lost.contains(i)).unwrap_or(count);
+    // row after its last; recomputed here from the encoder's rule).
     let mut want = 0;
     let mut fec_index = 0;
     for m in 0..matrices {
@@ -378,13 +373,12 @@ fn random_loss_case(
         let mut cols_ok = vec![false; l];
         for k in 0..block {
             let (r, c) = (k / l, k % l);
-            let after_first = m * block + k >= first_received;
             if rows > 0 && r + 1 == d {
-                cols_ok[c] = !lost_fec.contains(&fec_index) && after_first;
+                cols_ok[c] = !lost_fec.contains(&fec_index);
                 fec_index += 1;
             }
             if c + 1 == l && layout.row_stream {
-                rows_ok[r] = !lost_fec.contains(&fec_index) && after_first;
+                rows_ok[r] = !lost_fec.contains(&fec_index);
                 fec_index += 1;
             }
         }
@@ -400,12 +394,9 @@ fn random_loss_case(
 }
 
 /// A case proptest found: the first row of the first matrix lost, its
-/// row FEC arriving before any media packet of the stream, which the
-/// decoder drops (it has no stream yet; GStreamer's decoder does the
-/// same, and `fec.rs`'s interop test compares the two): the column FEC
-/// repairs the first packet, the second stays lost.
+/// row FEC arriving before any media packet of the stream.
 #[test]
-fn fec_before_the_streams_first_packet_is_not_used() {
+fn a_row_lost_before_the_streams_first_packet_is_repaired_as_peeling_does() {
     random_loss_case(2, 3, true, 3, 0, 18, 6, 7_273_871_360_526_073_452, &[0]).unwrap();
 }
 
