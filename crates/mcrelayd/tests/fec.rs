@@ -322,8 +322,10 @@ fn ffmpeg_prompeg_repaired_by_mcrelay_at_least_as_well_as_gstreamer() {
             assert_eq!(o, bytes, "{seq} changed");
         }
     }
+    // 2 % of ~800 numbers is 16 on average, and a run with 9 happens
+    // (about 4 % of runs): the rule only has to have dropped something.
     assert!(
-        lost.len() >= 10,
+        lost.len() >= 3,
         "the loss rule dropped too little: {summary}"
     );
     assert!(relay_repaired > 0, "{summary}");
@@ -507,8 +509,10 @@ fn mcrelay_fec_output_repaired_by_gstreamer() {
         ours.len()
     );
     eprintln!("{summary}");
+    // 2 % of ~800 numbers is 16 on average, and a run with 9 happens
+    // (about 4 % of runs): the rule only has to have dropped something.
     assert!(
-        lost.len() >= 10,
+        lost.len() >= 3,
         "the loss rule dropped too little: {summary}"
     );
     assert!(!columns.is_empty() && !rows.is_empty(), "{summary}");
