@@ -708,7 +708,7 @@ pub struct Poll {
 }
 
 /// Most ready sockets reported by one wait (the rest wait for the next).
-const READY_MAX: usize = 1024;
+pub(crate) const READY_MAX: usize = 1024;
 
 impl Poll {
     pub fn new() -> Result<Poll, SrtError> {

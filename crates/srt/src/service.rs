@@ -176,6 +176,8 @@ impl SrtService {
             routes: Vec::new(),
             retired: Vec::new(),
             last_tick: Instant::now(),
+            srt_ready: Vec::with_capacity(ffi::READY_MAX),
+            sys_ready: Vec::with_capacity(ffi::READY_MAX),
         };
         let thread = std::thread::Builder::new()
             .name("mcrelay-srt".into())
@@ -317,6 +319,11 @@ struct Thread {
     /// worker's receive spin) until the worker closes its end.
     retired: Vec<UnixDatagram>,
     last_tick: Instant,
+    /// What the last wait found ready (SRT sockets, then system fds),
+    /// copied out of the poll so the thread may act on them: sized for
+    /// the most one wait returns, so no wake-up allocates.
+    srt_ready: Vec<i32>,
+    sys_ready: Vec<i32>,
 }
 
 fn now_unix() -> u64 {
@@ -332,21 +339,27 @@ impl Thread {
             while let Ok((spec, feed, direction)) = self.rx.try_recv() {
                 self.add(spec, feed, direction);
             }
-            let (srt_ready, sys_ready) = match self.poll.wait(100) {
-                Ok((s, f)) => (s.to_vec(), f.to_vec()),
+            let mut srt_ready = std::mem::take(&mut self.srt_ready);
+            let mut sys_ready = std::mem::take(&mut self.sys_ready);
+            srt_ready.clear();
+            sys_ready.clear();
+            match self.poll.wait(100) {
+                Ok((s, f)) => {
+                    srt_ready.extend_from_slice(s);
+                    sys_ready.extend_from_slice(f);
+                }
                 Err(e) => {
                     tracing::error!(error = %e, "SRT epoll wait failed");
                     std::thread::sleep(Duration::from_millis(100));
-                    (Vec::new(), Vec::new())
                 }
-            };
+            }
             // A flow replaced by a reload registers its new feed before its
             // old one ends: take registrations first, so an old feed's end
             // finds its successor.
             while let Ok((spec, feed, direction)) = self.rx.try_recv() {
                 self.add(spec, feed, direction);
             }
-            for fd in sys_ready {
+            for &fd in &sys_ready {
                 if let Some(k) = self.retired.iter().position(|f| f.as_raw_fd() == fd) {
                     if self.retired.get(k).is_some_and(drain_closed) {
                         self.poll.remove_fd(fd);
@@ -361,9 +374,11 @@ impl Thread {
                     self.pump(i, fd, &mut buf);
                 }
             }
-            for id in srt_ready {
+            for &id in &srt_ready {
                 self.ready(id, &mut buf);
             }
+            self.srt_ready = srt_ready;
+            self.sys_ready = sys_ready;
             self.sweep();
             if self.last_tick.elapsed() >= Duration::from_secs(1) {
                 self.last_tick = Instant::now();
