@@ -234,6 +234,11 @@ impl Failover {
             .is_some_and(|t| now.saturating_sub(t) < self.limit(leg))
     }
 
+    /// Whether no leg is healthy at `now`.
+    fn all_silent(&self, now: u64) -> bool {
+        (0..self.legs).all(|leg| !self.healthy(leg, now))
+    }
+
     /// When `leg` is (or was) last heard of, counting the flow's start.
     fn heard_ns(&self, leg: u8, now: u64) -> u64 {
         self.last_ns
@@ -288,25 +293,22 @@ impl Failover {
             let Some(s) = self.seqs.get_mut(l) else {
                 return Pass::NotRtp;
             };
-            let step = s.check(h.sequence, h.ssrc);
-            let silent = (0..self.legs).all(|other| !self.healthy(other, now));
-            let Some(s) = self.seqs.get_mut(l) else {
-                return Pass::NotRtp;
-            };
-            let restart = match step {
+            let restart = match s.check(h.sequence, h.ssrc) {
+                Step::Restart(_) => true,
+                Step::Start(_) | Step::Ahead { .. } | Step::Behind(_) => false,
                 // Every leg silent past its detection time: nothing to
                 // protect, the leg starts afresh as at its first
                 // datagram (an encoder restarted after a pause loses
                 // nothing). While another leg is healthy a leg sending a
                 // broken stream stays unhealthy.
-                Step::Stray | Step::Replay if silent => {
-                    s.restart(h.sequence, h.ssrc);
+                Step::Stray | Step::Replay if self.all_silent(now) => {
+                    if let Some(s) = self.seqs.get_mut(l) {
+                        s.restart(h.sequence, h.ssrc);
+                    }
                     true
                 }
                 Step::Stray => return Pass::Stray,
                 Step::Replay => return Pass::Replay,
-                Step::Restart(_) => true,
-                Step::Start(_) | Step::Ahead { .. } | Step::Behind(_) => false,
             };
             ticket = Some((h.sequence, h.ssrc, restart));
         }
