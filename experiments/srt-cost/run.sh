@@ -5,7 +5,9 @@
 # interleaved, REPS times each, in one run. The figure is the relay
 # process's CPU (user + system, every thread: workers, the SRT thread and
 # libsrt's) over the send window, divided by the datagrams delivered
-# (unicast: the outputs' packets_out; SRT: what the callers were sent).
+# (unicast: the outputs' packets_out; SRT: what the callers were sent,
+# those that left included). SRT runs also print what the callers
+# received (their bytes, counted by wc -c) and where the rest went.
 #
 #   experiments/srt-cost/run.sh                      # release build, then measure
 #   experiments/srt-cost/run.sh --bin target/release --rate 2000 --seconds 10 --reps 3
@@ -28,7 +30,7 @@ while (($#)); do
         --counts) counts=$2; shift 2 ;;
         --ceiling) ceiling=$2; shift 2 ;;
         --ceiling-seconds) ceiling_seconds=$2; shift 2 ;;
-        -h | --help) sed -n '2,18p' "$0"; exit 0 ;;
+        -h | --help) sed -n '2,21p' "$0"; exit 0 ;;
         *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -78,7 +80,8 @@ n = 0
 for f in s["flows"]:
     for o in f["outputs"]:
         if kind == "srt":
-            n += sum(c["sent"] for c in (o.get("srt") or {}).get("callers", []))
+            # Every caller'"'"'s, those that left included.
+            n += (o.get("srt") or {}).get("sent", 0)
         else:
             n += o["packets_out"]
 print(n)' "$2"
