@@ -30,7 +30,7 @@ while (($#)); do
         --counts) counts=$2; shift 2 ;;
         --ceiling) ceiling=$2; shift 2 ;;
         --ceiling-seconds) ceiling_seconds=$2; shift 2 ;;
-        -h | --help) sed -n '2,21p' "$0"; exit 0 ;;
+        -h | --help) sed -n '2,19p' "$0"; exit 0 ;;
         *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
     esac
 done
