@@ -70,7 +70,13 @@ impl Budget {
                     })
                     .sum::<u64>()
                     .saturating_mul(u64::try_from(f.spread).unwrap_or(u64::MAX));
-                legs.saturating_add(u64::try_from(f.outputs.len()).unwrap_or(u64::MAX))
+                // An xdp output also holds its AF_XDP socket and UMEM.
+                let outputs: u64 = f
+                    .outputs
+                    .iter()
+                    .map(|o| 1 + 2 * u64::from(o.egress == mcrelay_config::EgressKind::Xdp))
+                    .sum();
+                legs.saturating_add(outputs)
             })
             .fold(0u64, u64::saturating_add);
         Budget {

@@ -32,6 +32,13 @@ pub struct OpenedFlow {
     /// `outputs`, with the errno): opened but not connected; the daemon
     /// retries the connection ([`crate::udp::connect_egress`]).
     pub unconnected: Vec<(usize, i32)>,
+    /// The AF_XDP sockets of `egress = "xdp"` outputs, in output order
+    /// (the outputs themselves keep their UDP socket in `outputs`). On the
+    /// connection they follow the outputs' sockets; [`OpenedFlow::from_reply`]
+    /// leaves them at the end of `outputs`, and the daemon, which knows
+    /// from its configuration how many there are, takes them back with
+    /// [`OpenedFlow::take_xdp_outputs`].
+    pub xdp_outputs: Vec<crate::xdp::XdpEgressFds>,
 }
 
 impl OpenedFlow {
@@ -63,7 +70,32 @@ impl OpenedFlow {
                     .chain(l.xdp.iter().flat_map(|x| [x.umem.as_fd(), x.link.as_fd()]))
             })
             .chain(self.outputs.iter().map(AsFd::as_fd))
+            .chain(
+                self.xdp_outputs
+                    .iter()
+                    .flat_map(|x| [x.socket.as_fd(), x.umem.as_fd()]),
+            )
             .collect()
+    }
+
+    /// The `count` xdp outputs' fds: `xdp_outputs` when it has them (the
+    /// sockets were opened in this process), else the last `2 × count`
+    /// fds of `outputs` (they came in a reply). `None` when there aren't
+    /// that many.
+    pub fn take_xdp_outputs(&mut self, count: usize) -> Option<Vec<crate::xdp::XdpEgressFds>> {
+        if self.xdp_outputs.len() == count {
+            return Some(std::mem::take(&mut self.xdp_outputs));
+        }
+        if !self.xdp_outputs.is_empty() {
+            return None;
+        }
+        let from = self.outputs.len().checked_sub(2 * count)?;
+        let mut fds = self.outputs.split_off(from).into_iter().map(OwnedFd::from);
+        let mut taken = Vec::with_capacity(count);
+        while let (Some(socket), Some(umem)) = (fds.next(), fds.next()) {
+            taken.push(crate::xdp::XdpEgressFds { socket, umem });
+        }
+        Some(taken)
     }
 
     /// The sockets of a `SOCKETS` reply (`legs`, `unconnected`) from its
@@ -119,6 +151,7 @@ impl OpenedFlow {
             legs: opened,
             outputs,
             unconnected,
+            xdp_outputs: Vec::new(),
         })
     }
 }
@@ -158,6 +191,7 @@ mod tests {
             ],
             outputs: vec![udp(), udp()],
             unconnected: vec![(1, 101)],
+            xdp_outputs: Vec::new(),
         };
         let Reply::Sockets {
             legs,
@@ -197,6 +231,47 @@ mod tests {
             .collect();
         assert_eq!(outs, ports[3..]);
         assert_eq!(back.unconnected, [(1, 101)]);
+    }
+
+    #[test]
+    fn xdp_outputs_travel_after_the_outputs_and_are_taken_back() {
+        let x = || crate::xdp::XdpEgressFds {
+            socket: udp().into(),
+            umem: udp().into(),
+        };
+        let mut flow = OpenedFlow {
+            legs: vec![OpenedLeg {
+                socket: udp().into(),
+                receive_buffer_bytes: 100,
+                membership: None,
+                xdp: None,
+            }],
+            outputs: vec![udp(), udp()],
+            unconnected: vec![],
+            xdp_outputs: vec![x(), x()],
+        };
+        let Reply::Sockets { legs, count, .. } = flow.header() else {
+            panic!("not a SOCKETS reply");
+        };
+        assert_eq!(count, 1 + 2 + 4);
+        let fds: Vec<OwnedFd> = flow
+            .fds()
+            .iter()
+            .map(|fd| fd.try_clone_to_owned().expect("dup"))
+            .collect();
+        let ports: Vec<u16> = fds.iter().map(port).collect();
+        let mut back = OpenedFlow::from_reply(&legs, fds, vec![]).expect("valid");
+        assert!(back.take_xdp_outputs(4).is_none(), "only 2 are there");
+        let taken = back.take_xdp_outputs(2).expect("two");
+        assert_eq!(back.outputs.len(), 2);
+        let got: Vec<u16> = taken
+            .iter()
+            .flat_map(|x| [port(&x.socket), port(&x.umem)])
+            .collect();
+        assert_eq!(got, ports[3..]);
+        // Opened in this process: the field itself.
+        assert_eq!(flow.take_xdp_outputs(2).expect("two").len(), 2);
+        assert_eq!(flow.outputs.len(), 2);
     }
 
     #[test]
