@@ -17,6 +17,7 @@ fi
 cargo test -p mcrelay-sys --test xdp --locked
 cargo test -p mcrelay-uring --test no_alloc_xdp --locked
 cargo test -p mcrelayd --test xdp --locked
+cargo test -p mcrelayd --test xdp_egress --locked
 # A program is freed once its last reference (link, fd) is gone; the
 # kernel does that asynchronously (RCU), so allow it a few seconds.
 for _ in $(seq 1 50); do

@@ -113,9 +113,11 @@ impl HelperClient {
                 legs,
                 count,
                 unconnected,
+                xdp_outputs,
             } => {
-                let sockets = client.collect_sockets(count, &legs, fds)?;
-                OpenedFlow::from_reply(&legs, sockets, unconnected).map_err(HelperError::Malformed)
+                let sockets = client.collect_sockets(count, &legs, xdp_outputs, fds)?;
+                OpenedFlow::from_reply(&legs, sockets, unconnected, xdp_outputs)
+                    .map_err(HelperError::Malformed)
             }
             other => unexpected(other, &fds),
         })
@@ -241,6 +243,7 @@ impl HelperClient {
         &mut self,
         count: usize,
         legs: &[crate::protocol::LegHeader],
+        xdp_outputs: usize,
         first: Vec<OwnedFd>,
     ) -> Result<Vec<OwnedFd>, HelperError> {
         let malformed = |what: String| Err(HelperError::Malformed(what));
@@ -302,8 +305,24 @@ impl HelperClient {
                 [after, after + 1]
             })
             .collect();
+        // Last, each `egress = "xdp"` output's AF_XDP socket (SOCK_RAW)
+        // and UMEM (a memfd, not a socket).
+        let xdp_from = all.len().saturating_sub(2 * xdp_outputs);
         for (i, fd) in all.iter().enumerate() {
             let kind = socket2::SockRef::from(fd).r#type();
+            if i >= xdp_from {
+                let ok = if (i - xdp_from) % 2 == 0 {
+                    matches!(kind, Ok(t) if t == socket2::Type::RAW)
+                } else {
+                    matches!(&kind, Err(e) if e.raw_os_error() == Some(libc::ENOTSOCK))
+                };
+                if !ok {
+                    return malformed(format!(
+                        "an xdp output's AF_XDP socket or UMEM fd is of the wrong kind ({kind:?})"
+                    ));
+                }
+                continue;
+            }
             if not_sockets.contains(&i) {
                 if !matches!(&kind, Err(e) if e.raw_os_error() == Some(libc::ENOTSOCK)) {
                     return malformed(format!(

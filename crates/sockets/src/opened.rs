@@ -34,10 +34,8 @@ pub struct OpenedFlow {
     pub unconnected: Vec<(usize, i32)>,
     /// The AF_XDP sockets of `egress = "xdp"` outputs, in output order
     /// (the outputs themselves keep their UDP socket in `outputs`). On the
-    /// connection they follow the outputs' sockets; [`OpenedFlow::from_reply`]
-    /// leaves them at the end of `outputs`, and the daemon, which knows
-    /// from its configuration how many there are, takes them back with
-    /// [`OpenedFlow::take_xdp_outputs`].
+    /// connection they follow the outputs' sockets, counted in the reply's
+    /// header (`+x<n>`).
     pub xdp_outputs: Vec<crate::xdp::XdpEgressFds>,
 }
 
@@ -56,6 +54,7 @@ impl OpenedFlow {
                 .collect(),
             count: self.fds().len(),
             unconnected: self.unconnected.clone(),
+            xdp_outputs: self.xdp_outputs.len(),
         }
     }
 
@@ -78,24 +77,10 @@ impl OpenedFlow {
             .collect()
     }
 
-    /// The `count` xdp outputs' fds: `xdp_outputs` when it has them (the
-    /// sockets were opened in this process), else the last `2 × count`
-    /// fds of `outputs` (they came in a reply). `None` when there aren't
-    /// that many.
+    /// The `count` xdp outputs' fds, `None` when there aren't exactly
+    /// that many (the daemon's configuration and the helper's disagree).
     pub fn take_xdp_outputs(&mut self, count: usize) -> Option<Vec<crate::xdp::XdpEgressFds>> {
-        if self.xdp_outputs.len() == count {
-            return Some(std::mem::take(&mut self.xdp_outputs));
-        }
-        if !self.xdp_outputs.is_empty() {
-            return None;
-        }
-        let from = self.outputs.len().checked_sub(2 * count)?;
-        let mut fds = self.outputs.split_off(from).into_iter().map(OwnedFd::from);
-        let mut taken = Vec::with_capacity(count);
-        while let (Some(socket), Some(umem)) = (fds.next(), fds.next()) {
-            taken.push(crate::xdp::XdpEgressFds { socket, umem });
-        }
-        Some(taken)
+        (self.xdp_outputs.len() == count).then(|| std::mem::take(&mut self.xdp_outputs))
     }
 
     /// The sockets of a `SOCKETS` reply (`legs`, `unconnected`) from its
@@ -105,7 +90,20 @@ impl OpenedFlow {
         legs: &[LegHeader],
         fds: Vec<OwnedFd>,
         unconnected: Vec<(usize, i32)>,
+        xdp_outputs: usize,
     ) -> Result<Self, String> {
+        let mut fds = fds;
+        let Some(xdp_from) = fds.len().checked_sub(2 * xdp_outputs) else {
+            return Err(format!(
+                "{} fds for {xdp_outputs} xdp outputs that need two each",
+                fds.len()
+            ));
+        };
+        let mut xdp_fds = fds.split_off(xdp_from).into_iter();
+        let mut xdp = Vec::with_capacity(xdp_outputs);
+        while let (Some(socket), Some(umem)) = (xdp_fds.next(), xdp_fds.next()) {
+            xdp.push(crate::xdp::XdpEgressFds { socket, umem });
+        }
         // No leg is fine: a flow whose inputs are all SRT (the daemon's
         // own); the daemon checks the count against its configuration.
         let leg_fds: usize = legs.iter().map(LegHeader::fds).sum();
@@ -151,7 +149,7 @@ impl OpenedFlow {
             legs: opened,
             outputs,
             unconnected,
-            xdp_outputs: Vec::new(),
+            xdp_outputs: xdp,
         })
     }
 }
@@ -197,6 +195,7 @@ mod tests {
             legs,
             count,
             unconnected,
+            ..
         } = flow.header()
         else {
             panic!("not a SOCKETS reply");
@@ -216,7 +215,7 @@ mod tests {
             .iter()
             .map(|fd| fd.try_clone_to_owned().expect("dup"))
             .collect();
-        let back = OpenedFlow::from_reply(&legs, fds, unconnected).expect("valid");
+        let back = OpenedFlow::from_reply(&legs, fds, unconnected, 0).expect("valid");
         assert_eq!(back.legs.len(), 2);
         assert_eq!(port(&back.legs[0].socket), ports[0]);
         assert!(back.legs[0].membership.is_none());
@@ -250,17 +249,29 @@ mod tests {
             unconnected: vec![],
             xdp_outputs: vec![x(), x()],
         };
-        let Reply::Sockets { legs, count, .. } = flow.header() else {
+        let Reply::Sockets {
+            legs,
+            count,
+            xdp_outputs,
+            ..
+        } = flow.header()
+        else {
             panic!("not a SOCKETS reply");
         };
-        assert_eq!(count, 1 + 2 + 4);
+        assert_eq!((count, xdp_outputs), (1 + 2 + 4, 2));
+        assert_eq!(
+            String::from_utf8(flow.header().encode()).expect("text"),
+            "SOCKETS 100 7+x2"
+        );
         let fds: Vec<OwnedFd> = flow
             .fds()
             .iter()
             .map(|fd| fd.try_clone_to_owned().expect("dup"))
             .collect();
         let ports: Vec<u16> = fds.iter().map(port).collect();
-        let mut back = OpenedFlow::from_reply(&legs, fds, vec![]).expect("valid");
+        let fds_short = || (0..7).map(|_| OwnedFd::from(udp())).collect::<Vec<_>>();
+        assert!(OpenedFlow::from_reply(&legs, fds_short(), vec![], 4).is_err());
+        let mut back = OpenedFlow::from_reply(&legs, fds, vec![], 2).expect("valid");
         assert!(back.take_xdp_outputs(4).is_none(), "only 2 are there");
         let taken = back.take_xdp_outputs(2).expect("two");
         assert_eq!(back.outputs.len(), 2);
@@ -283,11 +294,11 @@ mod tests {
         };
         let fds = |n: usize| (0..n).map(|_| OwnedFd::from(udp())).collect::<Vec<_>>();
         // No leg (a flow whose inputs are all SRT): its outputs only.
-        let srt_only = OpenedFlow::from_reply(&[], fds(2), vec![]).expect("no leg");
+        let srt_only = OpenedFlow::from_reply(&[], fds(2), vec![], 0).expect("no leg");
         assert_eq!((srt_only.legs.len(), srt_only.outputs.len()), (0, 2));
-        assert!(OpenedFlow::from_reply(&[leg(true), leg(false)], fds(2), vec![]).is_err());
-        assert!(OpenedFlow::from_reply(&[leg(false)], fds(2), vec![(1, 5)]).is_err());
-        let ok = OpenedFlow::from_reply(&[leg(false)], fds(2), vec![(0, 5)]).expect("ok");
+        assert!(OpenedFlow::from_reply(&[leg(true), leg(false)], fds(2), vec![], 0).is_err());
+        assert!(OpenedFlow::from_reply(&[leg(false)], fds(2), vec![(1, 5)], 0).is_err());
+        let ok = OpenedFlow::from_reply(&[leg(false)], fds(2), vec![(0, 5)], 0).expect("ok");
         assert_eq!(ok.outputs.len(), 1);
         // An xdp leg takes its UMEM and link after its membership.
         let xdp = LegHeader {
@@ -295,8 +306,8 @@ mod tests {
             membership: true,
             xdp: true,
         };
-        assert!(OpenedFlow::from_reply(&[xdp], fds(3), vec![]).is_err());
-        let ok = OpenedFlow::from_reply(&[xdp], fds(5), vec![]).expect("ok");
+        assert!(OpenedFlow::from_reply(&[xdp], fds(3), vec![], 0).is_err());
+        let ok = OpenedFlow::from_reply(&[xdp], fds(5), vec![], 0).expect("ok");
         assert!(ok.legs[0].membership.is_some() && ok.legs[0].xdp.is_some());
         assert_eq!(ok.outputs.len(), 1);
         assert_eq!(ok.fds().len(), 5);
