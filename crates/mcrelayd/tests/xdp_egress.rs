@@ -97,8 +97,8 @@ fn xdp_ingress_and_xdp_egress_relay_byte_exact() {
 /// A second link from R to B, vRC 10.10.3.1 <-> vC 10.10.3.2.
 fn second_output_link(t: &Topology) {
     sh(&[
-        "ip", "link", "add", "vRC", "netns", &t.r, "type", "veth", "peer", "name", "vC",
-        "netns", &t.b,
+        "ip", "link", "add", "vRC", "netns", &t.r, "type", "veth", "peer", "name", "vC", "netns",
+        &t.b,
     ]);
     t.ip(&t.r, &["addr", "add", "10.10.3.1/24", "dev", "vRC"]);
     t.ip(&t.b, &["addr", "add", "10.10.3.2/24", "dev", "vC"]);
