@@ -218,6 +218,19 @@ fn link_flap_and_reload_keep_the_xdp_output_working() {
         }
     });
     relays_byte_exact(&t, "vB", &["239.2.2.2:6000"]);
+
+    // A reload that changes the flow (its output's TTL) can't start the
+    // new flow while the old one holds queue 0 of vRB (a replaced flow
+    // stops only once its successor runs): the reload says so, naming
+    // the fix. (Remove the flow in one reload, add it in the next.)
+    std::fs::write(
+        &path,
+        text.replace("egress = \"xdp\"", "egress = \"xdp\", ttl = 9"),
+    )
+    .expect("rewrite");
+    let (code, said) = ctl(&socket, &["reload"]);
+    assert_ne!(code, 0, "{said}");
+    assert!(said.contains("already has an AF_XDP socket"), "{said}");
     relay.stop();
 }
 

@@ -112,12 +112,19 @@ pub struct XdpEgressFds {
     pub umem: OwnedFd,
 }
 
+/// How long [`open_xdp_egress`] retries a bind the queue refuses (`EBUSY`).
+const BIND_RETRY: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Open an `egress = "xdp"` output's AF_XDP socket on `ifindex`, queue
 /// [`QUEUE`], with a TX ring. `EBUSY` (said with the fix) when the queue
 /// already has an AF_XDP socket.
 pub fn open_xdp_egress(output: &Output, ifindex: u32) -> io::Result<XdpEgressFds> {
     let socket = xdp::xsk_socket()?;
-    let (umem, zero_copy) = xdp::setup_xsk_tx(&socket, ifindex, QUEUE, xdp::EGRESS_GEOMETRY)
+    // A socket closed a moment ago (its flow removed by a reload) lets go
+    // of the queue a little later: the kernel releases its buffer pool
+    // from a work queue. Bind is retried for a while.
+    let bound = xdp::setup_xsk_tx(&socket, ifindex, QUEUE, xdp::EGRESS_GEOMETRY, BIND_RETRY);
+    let (umem, zero_copy) = bound
         .map_err(|e| {
             if e.raw_os_error() == Some(libc::EBUSY) {
                 io::Error::new(

@@ -339,20 +339,38 @@ pub fn setup_xsk(
     queue: u32,
     geometry: XskGeometry,
 ) -> io::Result<(OwnedFd, bool)> {
-    setup(xsk, ifindex, queue, geometry, Direction::Receive)
+    setup(
+        xsk,
+        ifindex,
+        queue,
+        geometry,
+        Direction::Receive,
+        std::time::Duration::ZERO,
+    )
 }
 
 /// Like [`setup_xsk`] for an egress socket (`egress = "xdp"`): a UMEM of
 /// `geometry.frames` frames, a TX ring and a completion ring of
 /// `geometry.ring` entries (and the small fill ring bind insists on), no
-/// RX ring. Returns the memfd and whether the socket is zero-copy.
+/// RX ring. Returns the memfd and whether the socket is zero-copy. A bind
+/// the queue refuses with `EBUSY` is retried for up to `busy_wait` (a
+/// socket closed a moment ago holds the queue until the kernel's work
+/// queue has released its buffer pool).
 pub fn setup_xsk_tx(
     xsk: &OwnedFd,
     ifindex: u32,
     queue: u32,
     geometry: XskGeometry,
+    busy_wait: std::time::Duration,
 ) -> io::Result<(OwnedFd, bool)> {
-    setup(xsk, ifindex, queue, geometry, Direction::Transmit)
+    setup(
+        xsk,
+        ifindex,
+        queue,
+        geometry,
+        Direction::Transmit,
+        busy_wait,
+    )
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -367,6 +385,7 @@ fn setup(
     queue: u32,
     geometry: XskGeometry,
     direction: Direction,
+    busy_wait: std::time::Duration,
 ) -> io::Result<(OwnedFd, bool)> {
     let umem =
         nix::sys::memfd::memfd_create(c"mcrelay-umem", nix::sys::memfd::MFdFlags::MFD_CLOEXEC)?;
@@ -416,17 +435,25 @@ fn setup(
         sxdp_queue_id: queue,
         sxdp_shared_umem_fd: 0,
     };
-    // SAFETY: `addr` is a live `sockaddr_xdp` of the length given; the
-    // kernel only reads it.
-    let rc = unsafe {
-        libc::bind(
-            xsk.as_raw_fd(),
-            (&raw const addr).cast(),
-            libc::socklen_t::try_from(size_of::<libc::sockaddr_xdp>()).unwrap_or(0),
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
+    let deadline = std::time::Instant::now() + busy_wait;
+    loop {
+        // SAFETY: `addr` is a live `sockaddr_xdp` of the length given; the
+        // kernel only reads it.
+        let rc = unsafe {
+            libc::bind(
+                xsk.as_raw_fd(),
+                (&raw const addr).cast(),
+                libc::socklen_t::try_from(size_of::<libc::sockaddr_xdp>()).unwrap_or(0),
+            )
+        };
+        if rc == 0 {
+            break;
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EBUSY) || std::time::Instant::now() >= deadline {
+            return Err(e);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
     let options: libc::xdp_options = get(xsk, libc::SOL_XDP, libc::XDP_OPTIONS)?;
     Ok((umem, options.flags & libc::XDP_OPTIONS_ZEROCOPY != 0))
