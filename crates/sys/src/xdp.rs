@@ -303,13 +303,17 @@ pub const INGRESS_GEOMETRY: XskGeometry = XskGeometry {
 };
 
 /// The UMEM frames and ring entries of every `egress = "xdp"` output's
-/// socket: 1024 frames of 2 KiB (2 MiB of locked memory), a TX ring and
-/// a completion ring of 1024 entries. A frame is taken from the free list
-/// when a datagram is written, and comes back through the completion ring
-/// once the kernel has sent it (copy mode: copied it into an skb).
+/// socket: 256 frames of 2 KiB (512 KiB of locked memory, counted against
+/// `RLIMIT_MEMLOCK` like the ingress UMEM: four xdp outputs and an xdp
+/// input fit the default 8 MiB), a TX ring and a completion ring of 256
+/// entries. A frame is taken from the free list when a datagram is
+/// written, and comes back through the completion ring once the kernel
+/// has sent it (copy mode: copied it into an skb). The worker kicks after
+/// every flush (at most a completion batch, 64 datagrams, per output), so
+/// the ring holds several flushes.
 pub const EGRESS_GEOMETRY: XskGeometry = XskGeometry {
-    frames: 1024,
-    ring: 1024,
+    frames: 256,
+    ring: 256,
 };
 
 /// Ring sizes and frame count of one AF_XDP socket (powers of two).
