@@ -48,7 +48,7 @@ impl Drop for Namespaces {
 /// Datagram `i`: its length and bytes name it.
 fn datagram(i: usize, buf: &mut [u8]) -> usize {
     let len = 8 + i % 1400;
-    buf[..8].copy_from_slice(&(i as u64).to_be_bytes());
+    buf[..8].copy_from_slice(&u64::try_from(i).unwrap_or(u64::MAX).to_be_bytes());
     for (k, b) in buf[8..len].iter_mut().enumerate() {
         *b = u8::try_from((i + k) % 251).unwrap_or(0);
     }
@@ -156,7 +156,8 @@ fn xdp_egress_packet_path_does_not_allocate() {
         let mut got = 0;
         let check = |len: usize, rx: &[u8], got: &mut usize| {
             let mut want = [0u8; 2048];
-            let i = u64::from_be_bytes(rx[..8].try_into().expect("8 bytes")) as usize;
+            let i = usize::try_from(u64::from_be_bytes(rx[..8].try_into().expect("8 bytes")))
+                .expect("a datagram number");
             let wlen = datagram(i, &mut want);
             assert_eq!(&rx[..len], &want[..wlen], "datagram {i} byte-exact");
             *got += 1;
