@@ -232,6 +232,17 @@ mod tests {
     }
 
     #[test]
+    fn an_xdp_output_adds_its_af_xdp_socket_and_umem() {
+        let text = "[[flow]]\nname = \"x\"\n\
+                    input = { interface = \"a\", address = \"239.1.1.1\", port = 5000 }\n\
+                    outputs = [{ interface = \"d\", address = \"239.2.2.2\", port = 5000, egress = \"xdp\" }]\n";
+        let config = mcrelay_config::parse(text, "t.toml").unwrap_or_else(|e| panic!("{e}"));
+        // 2 (socket and its watch) + the output's UDP socket, AF_XDP
+        // socket and UMEM.
+        assert_eq!(Budget::of(&config).flow_fds, 5);
+    }
+
+    #[test]
     fn each_shard_of_a_spread_flow_holds_its_own_legs() {
         let text = "[[flow]]\nname = \"s\"\nspread = 2\n\
                     input = { interface = \"a\", address = \"239.1.1.1\", port = 5000 }\n\
