@@ -474,6 +474,35 @@ mod tests {
         UdpSocket::bind("127.0.0.1:0").expect("bind")
     }
 
+    /// An fd that is no socket, passed where a reply's memfd goes.
+    fn not_a_socket() -> UdpSocket {
+        UdpSocket::from(OwnedFd::from(
+            std::fs::File::open("/dev/null").expect("/dev/null"),
+        ))
+    }
+
+    #[test]
+    fn an_xdp_outputs_fds_must_be_a_raw_socket_then_a_non_socket() {
+        // A UDP socket where the AF_XDP socket goes: refused.
+        let mut c = scripted(vec![(
+            b"SOCKETS 4096 4+x1".to_vec(),
+            vec![udp(), udp(), udp(), not_a_socket()],
+        )]);
+        let e = c.open_flow("x").expect_err("malformed");
+        assert!(e.to_string().contains("xdp output"), "{e}");
+        if !nix::unistd::Uid::effective().is_root() {
+            eprintln!("SKIPPED the accepted case: an AF_XDP socket needs CAP_NET_RAW");
+            return;
+        }
+        let xsk = UdpSocket::from(mcrelay_sys::xdp::xsk_socket().expect("AF_XDP socket"));
+        let mut c = scripted(vec![(
+            b"SOCKETS 4096 4+x1".to_vec(),
+            vec![udp(), udp(), xsk, not_a_socket()],
+        )]);
+        let f = c.open_flow("x").expect("accepted");
+        assert_eq!((f.outputs.len(), f.xdp_outputs.len()), (1, 1));
+    }
+
     #[test]
     fn refusals_keep_the_connection_and_bad_replies_break_it() {
         let mut c = scripted(vec![(b"REFUSED no flow named \"x\"".to_vec(), vec![])]);
