@@ -97,6 +97,23 @@ impl XskEgress {
     }
 }
 
+impl Drop for XskEgress {
+    /// Says what the kernel made of the frames (its socket's counters),
+    /// once, when the output goes: frames still in the TX ring and
+    /// descriptors it refused are frames counted in `packets_out` that
+    /// never left.
+    fn drop(&mut self) {
+        let stats = mcrelay_sys::xdp::xsk_statistics(&self._socket);
+        tracing::info!(
+            unsent = self.tx.unsent(),
+            free_frames = self.tx.free_frames(),
+            tx_invalid_descs = stats.as_ref().map_or(0, |s| s.tx_invalid_descs),
+            tx_ring_empty_descs = stats.as_ref().map_or(0, |s| s.tx_ring_empty_descs),
+            "xdp egress closed"
+        );
+    }
+}
+
 /// Hand `req` to its xdp output if it has one: `None` when the output is a
 /// socket one, else whether it was taken (its completion queued in
 /// `done`, which never grows past its capacity).
