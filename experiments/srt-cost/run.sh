@@ -183,6 +183,7 @@ v = [int(x) // 1316 for x in sys.stdin.read().split()]
 print(sum(v), min(v) if v else 0)")
         rm -f "$dir"/fifo-* "$dir"/rx-* "$dir"/pid-*
     fi
+    # The last run's relay log, for a look at why (disconnects, warnings).
     cp "$dir/relay.log" "/tmp/mcsrt-last-relay.log" 2>/dev/null || true
     teardown
     python3 -c "
