@@ -74,17 +74,7 @@ impl Core {
         if !f.rist.is_empty() {
             return self.receive_rist(flow, leg, payload, now_ns);
         }
-        // [`Core::admit_on`], without looking the flow up again.
-        if !matches!(f.mode, Mode::Single) {
-            return self.receive_redundant(flow, leg, payload, now_ns, true);
-        }
-        let parts = Parts {
-            pool: &mut self.pool,
-            in_flight: &mut self.in_flight,
-            reserve: &mut self.reserve,
-            dirty: &mut self.dirty,
-        };
-        admit_single(parts, f, flow, leg, payload, self.standby, true)
+        self.admit_on(flow, leg, payload, now_ns, true)
     }
 
     /// [`Core::receive_on`] for a flow with FEC on some leg: on such a
@@ -232,13 +222,30 @@ impl Core {
         if !matches!(f.mode, Mode::Single) {
             return self.receive_redundant(flow, leg, payload, now_ns, wire);
         }
-        let parts = Parts {
+        if let Err(dropped) = f.count_in(leg, payload.len(), self.standby, wire) {
+            return dropped;
+        }
+        let mut parts = Parts {
             pool: &mut self.pool,
             in_flight: &mut self.in_flight,
             reserve: &mut self.reserve,
             dirty: &mut self.dirty,
         };
-        admit_single(parts, f, flow, leg, payload, self.standby, wire)
+        let (buf, uses) =
+            match parts.admit(&f.outputs, &f.counters, &mut f.held, &mut f.paused, payload) {
+                Ok(admitted) => admitted,
+                Err(dropped) => return dropped,
+            };
+        // `legs` is at most the counters' length.
+        if let Some(c) = f.counters.redundancy.forwarded.get(leg.index()) {
+            c.inc();
+        }
+        parts.enqueue_uses(flow, &mut f.outputs, &mut f.held, buf, uses);
+        if f.resuming {
+            // A guard may have ended with this datagram.
+            f.refresh_plain();
+        }
+        Received::Queued
     }
 
     /// [`Core::receive_on`] for a merge or failover flow. Inlined: out of
@@ -455,41 +462,6 @@ enum Ticket {
     Failover(Option<(u16, u32, bool)>),
     /// Its extended sequence number.
     Merge(u64),
-}
-
-/// A one-leg flow's admission and queueing (its rule decided nothing):
-/// counted in, a buffer taken and filled, queued on every output with
-/// room. (A [`Flow::plain`] flow takes the same steps in
-/// [`Core::receive_on`], asking nothing of resume guards, FEC or RIST.)
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn admit_single(
-    mut parts: Parts<'_>,
-    f: &mut Flow,
-    flow: FlowId,
-    leg: LegId,
-    payload: &[u8],
-    standby: bool,
-    wire: bool,
-) -> Received {
-    if let Err(dropped) = f.count_in(leg, payload.len(), standby, wire) {
-        return dropped;
-    }
-    let (buf, uses) =
-        match parts.admit(&f.outputs, &f.counters, &mut f.held, &mut f.paused, payload) {
-            Ok(admitted) => admitted,
-            Err(dropped) => return dropped,
-        };
-    // `legs` is at most the counters' length.
-    if let Some(c) = f.counters.redundancy.forwarded.get(leg.index()) {
-        c.inc();
-    }
-    parts.enqueue_uses(flow, &mut f.outputs, &mut f.held, buf, uses);
-    if f.resuming {
-        // A guard may have ended with this datagram.
-        f.refresh_plain();
-    }
-    Received::Queued
 }
 
 /// Count a datagram a redundancy rule dropped.
