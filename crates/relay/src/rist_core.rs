@@ -89,6 +89,11 @@ impl Core {
     /// RTCP from the receivers of RIST output `media` of `flow`: its
     /// NACKs are answered with retransmissions queued on the output.
     pub fn rist_output_rtcp(&mut self, flow: FlowId, media: OutputId, now_ns: u64, rtcp: &[u8]) {
+        // A standby worker sends nothing (`crate::standby`): no
+        // retransmissions either.
+        if self.standby {
+            return;
+        }
         let Some(f) = self.flows.get_mut(flow.index()).and_then(Option::as_mut) else {
             return;
         };
@@ -253,6 +258,10 @@ impl Core {
         if self.rist.count == 0 {
             return None;
         }
+        // A standby worker writes no RTCP (`crate::standby`): its legs
+        // keep ordering what arrives and NACK what is still missing once
+        // it takes over.
+        let quiet = self.standby;
         let reports = now_ns >= self.rist.next_report_ns;
         if reports {
             self.rist.next_report_ns = now_ns + REPORT_INTERVAL_NS;
@@ -273,7 +282,7 @@ impl Core {
                 s.tick(now_ns);
                 // The first report as soon as there is a stream: it tells
                 // the receivers where to send their NACKs.
-                if reports || !s.has_reported() {
+                if !quiet && (reports || !s.has_reported()) {
                     let n = s.sender_report(now_ns, ntp, &mut rtcp);
                     if n > 0 {
                         let id = OutputId(u16::try_from(i).unwrap_or(u16::MAX));
@@ -290,13 +299,15 @@ impl Core {
                     continue;
                 };
                 let id = LegId(u8::try_from(leg).unwrap_or(u8::MAX));
-                let n = r.poll(now_ns, &mut rtcp);
-                if n > 0 {
-                    send(RtcpTo::Leg(flow, id), &rtcp[..n]);
-                } else if reports {
-                    let n = r.receiver_report(now_ns, &mut rtcp);
+                if !quiet {
+                    let n = r.poll(now_ns, &mut rtcp);
                     if n > 0 {
                         send(RtcpTo::Leg(flow, id), &rtcp[..n]);
+                    } else if reports {
+                        let n = r.receiver_report(now_ns, &mut rtcp);
+                        if n > 0 {
+                            send(RtcpTo::Leg(flow, id), &rtcp[..n]);
+                        }
                     }
                 }
                 if self.rist_release(flow, id, now_ns) == (Received::Full { newly: true }) {
