@@ -20,7 +20,7 @@
 
 mod common;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::net::{SocketAddr, UdpSocket};
 use std::process::{Child, Command, Stdio};
@@ -135,7 +135,7 @@ fn receiver(
     at: SocketAddr,
     offset: usize,
     stop: Arc<AtomicBool>,
-) -> JoinHandle<(BTreeSet<u64>, u64)> {
+) -> JoinHandle<(BTreeSet<u64>, u64, BTreeMap<u64, u16>)> {
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let thread = std::thread::spawn(move || {
         mcrelay_testkit::enter_netns(&ns);
@@ -149,6 +149,9 @@ fn receiver(
             .expect("timeout");
         let _ = ready_tx.send(());
         let mut seen = BTreeSet::new();
+        // The RTP sequence number each stream number came with (when the
+        // datagrams are RTP): names a missing number in a sender's log.
+        let mut rtp_seq = BTreeMap::new();
         let mut corrupt = 0;
         let mut buf = [0u8; 2048];
         while !stop.load(Ordering::Relaxed) {
@@ -167,8 +170,11 @@ fn receiver(
                 continue;
             }
             seen.insert(number);
+            if offset >= 12 {
+                rtp_seq.insert(number, u16::from_be_bytes([buf[2], buf[3]]));
+            }
         }
-        (seen, corrupt)
+        (seen, corrupt, rtp_seq)
     });
     ready_rx.recv_timeout(DEADLINE).expect("receiver ready");
     thread
@@ -191,6 +197,41 @@ fn spawn_in(t: &Topology, ns: &str, program: &str, args: &[&str], log: &str) -> 
         .stderr(fs::File::create(t.dir.join(log)).expect("log"))
         .spawn()
         .expect("spawn")
+}
+
+/// The totals of librist's per-interval statistics (its `-S` JSON lines
+/// in `log`): each numeric field named in `keys`, summed over every
+/// interval and peer, e.g. `retransmitted`, `bloat_skipped` (NACKs it
+/// ignored as coming too soon after the last one for that number).
+fn librist_totals(log: &str, keys: &[&str]) -> String {
+    fn walk(v: &serde_json::Value, key: &str, sum: &mut f64) {
+        match v {
+            serde_json::Value::Object(m) => {
+                for (k, x) in m {
+                    if k == key {
+                        *sum += x.as_f64().unwrap_or(0.0);
+                    } else {
+                        walk(x, key, sum);
+                    }
+                }
+            }
+            serde_json::Value::Array(a) => a.iter().for_each(|x| walk(x, key, sum)),
+            _ => {}
+        }
+    }
+    let values: Vec<serde_json::Value> = log
+        .lines()
+        .filter_map(|l| l.find('{').map(|i| &l[i..]))
+        .filter_map(|j| serde_json::from_str(j).ok())
+        .collect();
+    keys.iter()
+        .map(|k| {
+            let mut sum = 0.0;
+            values.iter().for_each(|v| walk(v, k, &mut sum));
+            format!("{k} {sum}")
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Until the receiver has seen nothing new for a second (the last
@@ -253,6 +294,13 @@ fn ristsender_to_mcrelay_rist_input() {
         12,
         Arc::clone(&stop),
     );
+    // MCRELAY_RIST_DEBUG=FILE: librist logs every NACK it takes or skips
+    // and every retransmission, and its log is copied to FILE.
+    let verbose = if std::env::var_os("MCRELAY_RIST_DEBUG").is_some() {
+        "7"
+    } else {
+        "6"
+    };
     let mut rist = spawn_in(
         &t,
         &t.a,
@@ -262,6 +310,8 @@ fn ristsender_to_mcrelay_rist_input() {
             "0",
             "-S",
             "1000",
+            "-v",
+            verbose,
             "-b",
             "1000",
             "-i",
@@ -283,30 +333,44 @@ fn ristsender_to_mcrelay_rist_input() {
     .join()
     .expect("sender");
     settle(&stop, || packets_in(&socket, "ristin"));
-    let (seen, corrupt) = rx.join().expect("receiver");
+    let (seen, corrupt, rtp_seq) = rx.join().expect("receiver");
     let f = flow_json(&socket, "ristin");
     let _ = rist.kill();
     let _ = rist.wait();
     let log = relay.stop();
     let gaps = gaps(&seen);
+    // A missing number's RTP sequence number: its predecessor's plus one.
+    let missing_seq: Vec<(u64, Option<u16>)> = gaps
+        .iter()
+        .take(10)
+        .map(|&n| {
+            let before = rtp_seq.range(..n).next_back();
+            (n, before.map(|(&m, &q)| q.wrapping_add(u16::try_from((n - m) % 65_536).unwrap_or(0))))
+        })
+        .collect();
     let summary = format!(
-        "{} of {count} numbers out ({:?}..{:?}), {} missing in between {:?}, {corrupt} corrupt; rist {}; outputs {}; ristsender: {}",
+        "{} of {count} numbers out ({:?}..{:?}), {} missing in between (number, RTP seq) {:?}, {corrupt} corrupt; rist {}; outputs {}; ristsender: {}",
         seen.len(),
         seen.first(),
         seen.last(),
         gaps.len(),
-        &gaps[..gaps.len().min(10)],
+        missing_seq,
         f["rist"],
         f["outputs"],
-        fs::read_to_string(t.dir.join("ristsender.log"))
-            .unwrap_or_default()
-            .lines()
-            .rev()
-            .take(3)
-            .collect::<Vec<_>>()
-            .join(" | ")
+        librist_totals(
+            &fs::read_to_string(t.dir.join("ristsender.log")).unwrap_or_default(),
+            &[
+                "retransmitted",
+                "bloat_skipped",
+                "retransmit_skipped",
+                "bandwidth_skipped",
+            ]
+        )
     );
     eprintln!("{summary}");
+    if let Some(keep) = std::env::var_os("MCRELAY_RIST_DEBUG") {
+        let _ = fs::copy(t.dir.join("ristsender.log"), keep);
+    }
     assert_eq!(corrupt, 0, "{summary}");
     assert!(seen.len() as u64 >= count * 9 / 10, "{summary}\n{log}");
     // Not 0 yet: over 60 s on a loaded machine 3 to 7 of 30 000 numbers
@@ -443,7 +507,7 @@ fn rist_output_to(program: &str, args: &[&str], offset: usize, buffer_ms: u32) {
             .as_u64()
             .unwrap_or(0)
     });
-    let (seen, corrupt) = rx.join().expect("receiver");
+    let (seen, corrupt, rtp_seq) = rx.join().expect("receiver");
     let f = flow_json(&socket, "ristout");
     let _ = rist.kill();
     let _ = rist.wait();

@@ -11,19 +11,19 @@
 //!
 //! NACK timing: a number is NACKed at the first [`RistReceiver::poll`]
 //! after its gap is seen, then again every RTT × 1.25 (at least 10 ms;
-//! 50 ms until a first RTT sample) while it can still arrive in time, at
-//! most [`MAX_NACKS`] times. The RTT is measured from a NACK to the
-//! retransmission it brought back (only numbers NACKed once, as Karn's
-//! rule for TCP).
+//! 50 ms until a first RTT sample) for as long as a retransmission asked
+//! for then can still arrive within `buffer_ms`: no fixed count, so a
+//! sender that takes only some NACKs (librist's takes one per 4 RTT for
+//! a number) is asked again until the buffer's end, and no NACK goes out
+//! whose answer would come too late. The RTT is measured from a NACK to
+//! the retransmission it brought back (only numbers NACKed once, as
+//! Karn's rule for TCP).
 //!
 //! Pure: no socket, no clock (`now_ns` is passed in), storage allocated
 //! by [`RistReceiver::new`].
 
 use super::rtcp::{self, Packet, ReportBlock, Writer};
 use super::{MAX_DATAGRAM, slots_for};
-
-/// NACKs sent for one number, at most.
-pub const MAX_NACKS: u8 = 10;
 
 /// Ranges one NACK datagram names, at most (more wait for the next poll).
 pub const MAX_RANGES: usize = 64;
@@ -91,6 +91,13 @@ struct Slot {
     since_ns: u64,
     next_nack_ns: u64,
     first_nack_ns: u64,
+}
+
+/// Whether a NACK for `slot`'s number sent at `at` can still bring its
+/// retransmission back (one RTT later, when measured) before the gap's
+/// `buffer_ns` are up.
+fn in_time(slot: &Slot, at: u64, buffer_ns: u64, rtt_ns: Option<u64>) -> bool {
+    at.saturating_add(rtt_ns.unwrap_or(0)) < slot.since_ns.saturating_add(buffer_ns)
 }
 
 /// One RIST input's reorder/recovery buffer and NACK state.
@@ -386,7 +393,7 @@ impl RistReceiver {
         let mut s = self.head;
         while s != self.top {
             let slot = &self.slots[usize::from(s) & self.mask];
-            if slot.missing && slot.nacks < MAX_NACKS {
+            if slot.missing && in_time(slot, slot.next_nack_ns, self.buffer_ns, self.rtt_ns) {
                 at = at.min(slot.next_nack_ns);
             }
             s = s.wrapping_add(1);
@@ -408,14 +415,13 @@ impl RistReceiver {
             let i = usize::from(s) & self.mask;
             let slot = &mut self.slots[i];
             let due = slot.missing
-                && slot.nacks < MAX_NACKS
                 && slot.next_nack_ns <= now_ns
-                && now_ns.saturating_sub(slot.since_ns) < self.buffer_ns;
+                && in_time(slot, now_ns, self.buffer_ns, self.rtt_ns);
             if due {
                 if slot.nacks == 0 {
                     slot.first_nack_ns = now_ns;
                 }
-                slot.nacks += 1;
+                slot.nacks = slot.nacks.saturating_add(1);
                 slot.next_nack_ns = now_ns + retry;
                 numbers += 1;
                 match n.checked_sub(1).map(|last| &mut self.ranges[last]) {
