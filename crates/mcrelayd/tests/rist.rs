@@ -265,20 +265,155 @@ fn packets_in(socket: &std::path::Path, name: &str) -> u64 {
     flow_json(socket, name)["packets_in"].as_u64().unwrap_or(0)
 }
 
+/// `ristsender -p 0` into a RIST input with `buffer_ms = 500`: nothing
+/// missing. (500, not the issue's 200: librist 0.2.7's sender takes a
+/// NACK for a number at most once per 4 × its last RTT sample, see
+/// `ristsender_to_mcrelay_rist_input_at_200_ms`; at 300 ms a 60 s run on
+/// the loaded machine still left 2 of 30 000, with 133 NACKs skipped by
+/// librist, its RTT samples inflated by the load.)
 #[test]
 fn ristsender_to_mcrelay_rist_input() {
+    let Some((gaps, count, summary)) = ristsender_into_mcrelay(500) else {
+        return;
+    };
+    assert!(gaps == 0, "residual loss: {summary}");
+    let _ = count;
+}
+
+/// The same at the issue's `buffer_ms = 200`: 60 s runs left 1, 1 and 3
+/// of 30 000 numbers missing (15 s: 0-2 of 7 500), and the cause is
+/// librist's sender, not this receiver: its debug log
+/// (`MCRELAY_RIST_DEBUG=FILE`) shows every missing number NACKed again
+/// every ~30 ms until the buffer's end, and librist skipping each repeat
+/// within 4 RTT of the last one it took ("already queued (too soon to add
+/// another one), skipped"): two retransmissions per number in 200 ms, so
+/// one lost twice (0.05² of ~1 500 losses) stays missing. librist's own
+/// `ristreceiver -b 200` loses the same way
+/// (`ristsender_to_ristreceiver_reference`); the core model
+/// (`rist::tests::against_librists_sender_*`) reproduces both figures.
+/// Asserted: at most 1 in 2 000, each counted as unrecovered.
+#[test]
+fn ristsender_to_mcrelay_rist_input_at_200_ms() {
+    let Some((gaps, count, summary)) = ristsender_into_mcrelay(200) else {
+        return;
+    };
+    assert!(gaps * 2000 <= count, "residual loss: {summary}");
+}
+
+/// librist to librist through the same path (`ristsender -p 0` into
+/// `ristreceiver -p 0 -b 200` in R, relaying to B): the reference for
+/// what the sender allows at 200 ms. Run by hand:
+/// `cargo test -p mcrelayd --test rist -- --ignored reference`.
+#[test]
+#[ignore = "a reference measurement of librist alone, run by hand"]
+fn ristsender_to_ristreceiver_reference() {
+    if !have("ristsender") || !have("ristreceiver") {
+        eprintln!("SKIPPED: needs librist's rist-tools");
+        return;
+    }
+    let Some(t) = Topology::new() else { return };
+    lose(&t.r, "vRA");
+    lose(&t.a, "vA");
+    let _d1 = delay(&t.r, "vRA", 11);
+    let _d2 = delay(&t.a, "vA", 12);
+    let stop = Arc::new(AtomicBool::new(false));
+    let rx = receiver(
+        t.b.clone(),
+        "10.10.2.2:6000".parse().expect("addr"),
+        0,
+        Arc::clone(&stop),
+    );
+    let mut rr = spawn_in(
+        &t,
+        &t.r,
+        "ristreceiver",
+        &[
+            "-p",
+            "0",
+            "-S",
+            "1000",
+            "-b",
+            "200",
+            "-i",
+            "rist://@10.10.1.2:5000",
+            "-o",
+            "udp://10.10.2.2:6000",
+        ],
+        "ristreceiver.log",
+    );
+    let mut rs = spawn_in(
+        &t,
+        &t.a,
+        "ristsender",
+        &[
+            "-p",
+            "0",
+            "-S",
+            "1000",
+            "-b",
+            "1000",
+            "-i",
+            "udp://127.0.0.1:10000",
+            "-o",
+            "rist://10.10.1.2:5000",
+        ],
+        "ristsender.log",
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let count = seconds() * RATE;
+    sender(
+        t.a.clone(),
+        "127.0.0.1:0".parse().expect("addr"),
+        "127.0.0.1:10000".parse().expect("addr"),
+        count,
+        false,
+    )
+    .join()
+    .expect("sender");
+    std::thread::sleep(Duration::from_secs(2));
+    stop.store(true, Ordering::Relaxed);
+    let (seen, corrupt, _) = rx.join().expect("receiver");
+    for c in [&mut rr, &mut rs] {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    let gaps = gaps(&seen);
+    eprintln!(
+        "librist alone: {} of {count} numbers out, {} missing in between {:?}, {corrupt} corrupt; ristsender: {}",
+        seen.len(),
+        gaps.len(),
+        &gaps[..gaps.len().min(10)],
+        librist_totals(
+            &fs::read_to_string(t.dir.join("ristsender.log")).unwrap_or_default(),
+            &["retransmitted", "bloat_skipped"]
+        )
+    );
+    assert_eq!(corrupt, 0);
+}
+
+/// A counter stream in A, wrapped by `ristsender -p 0`, into mcrelayd's
+/// RIST input (`buffer_ms`), relayed as plain UDP to B: in order and
+/// byte-exact; returns the numbers missing, the count sent and a summary
+/// (`None`: skipped).
+fn ristsender_into_mcrelay(buffer_ms: u32) -> Option<(u64, u64, String)> {
+    ristsender_into_mcrelay_at(buffer_ms, "10.10.1.2")
+}
+
+/// [`ristsender_into_mcrelay`] with the RIST stream sent to `address`
+/// (mcrelayd's address on vRA, or a multicast group A sends to on vA).
+fn ristsender_into_mcrelay_at(buffer_ms: u32, address: &str) -> Option<(u64, u64, String)> {
     if !have("ristsender") {
         eprintln!(
             "SKIPPED: needs librist's ristsender (CI installs rist-tools: .ci/steps/28-rist.sh)"
         );
-        return;
+        return None;
     }
-    let Some(t) = Topology::new() else { return };
+    let t = Topology::new()?;
     let socket = t.dir.join("control.sock");
     let config = format!(
         "[daemon]\nuser = \"nobody\"\ncontrol_socket = \"{}\"\n\
          [[flow]]\nname = \"ristin\"\n\
-         input = {{ interface = \"vRA\", address = \"10.10.1.2\", port = 5000, protocol = \"rist\", buffer_ms = 200 }}\n\
+         input = {{ interface = \"vRA\", address = \"{address}\", port = 5000, protocol = \"rist\", buffer_ms = {buffer_ms} }}\n\
          outputs = [{{ interface = \"vRB\", address = \"10.10.2.2\", port = 6000 }}]\n",
         socket.display()
     );
@@ -294,6 +429,11 @@ fn ristsender_to_mcrelay_rist_input() {
         12,
         Arc::clone(&stop),
     );
+    let destination = if address.parse::<std::net::Ipv4Addr>().is_ok_and(|a| a.is_multicast()) {
+        format!("rist://{address}:5000?miface=vA")
+    } else {
+        format!("rist://{address}:5000")
+    };
     // MCRELAY_RIST_DEBUG=FILE: librist logs every NACK it takes or skips
     // and every retransmission, and its log is copied to FILE.
     let verbose = if std::env::var_os("MCRELAY_RIST_DEBUG").is_some() {
@@ -317,7 +457,7 @@ fn ristsender_to_mcrelay_rist_input() {
             "-i",
             "udp://127.0.0.1:10000",
             "-o",
-            "rist://10.10.1.2:5000",
+            &destination,
         ],
         "ristsender.log",
     );
@@ -373,15 +513,6 @@ fn ristsender_to_mcrelay_rist_input() {
     }
     assert_eq!(corrupt, 0, "{summary}");
     assert!(seen.len() as u64 >= count * 9 / 10, "{summary}\n{log}");
-    // Not 0 yet: over 60 s on a loaded machine 3 to 7 of 30 000 numbers
-    // (of about 1 500 lost on the wire) stayed missing, with some of
-    // librist's retransmissions arriving after the 200 ms (counted as
-    // `dropped`); 5 % loss unrepaired would be about 1 500. At most
-    // 1 in 2 000 (0.05 %) passes here; the report says what is missing.
-    assert!(
-        gaps.len() as u64 * 2000 <= count,
-        "residual loss: {summary}"
-    );
     assert_eq!(
         f["rist"]["unrecovered"].as_u64(),
         Some(gaps.len() as u64),
@@ -389,6 +520,7 @@ fn ristsender_to_mcrelay_rist_input() {
     );
     assert!(f["rist"]["nacks_sent"].as_u64() > Some(0), "{summary}");
     assert!(f["rist"]["recovered"].as_u64() > Some(0), "{summary}");
+    Some((gaps.len() as u64, count, summary))
 }
 
 #[test]
@@ -469,13 +601,19 @@ fn mcrelay_rist_output_to_gstreamer_ristsrc() {
 /// receives to 127.0.0.1:7000 (the payload at `offset`): every number
 /// arrives, byte-exact.
 fn rist_output_to(program: &str, args: &[&str], offset: usize, buffer_ms: u32) {
+    rist_output_to_at(program, args, offset, buffer_ms, "10.10.2.2");
+}
+
+/// [`rist_output_to`] with the RIST output sent to `address` (B's
+/// address, or a multicast group on vRB that the receiver in B joins).
+fn rist_output_to_at(program: &str, args: &[&str], offset: usize, buffer_ms: u32, address: &str) {
     let Some(t) = Topology::new() else { return };
     let socket = t.dir.join("control.sock");
     let config = format!(
         "[daemon]\nuser = \"nobody\"\ncontrol_socket = \"{}\"\n\
          [[flow]]\nname = \"ristout\"\n\
          input = {{ interface = \"vRA\", address = \"10.10.1.2\", port = 5000 }}\n\
-         outputs = [{{ interface = \"vRB\", address = \"10.10.2.2\", port = 6000, protocol = \"rist\", buffer_ms = {buffer_ms} }}]\n",
+         outputs = [{{ interface = \"vRB\", address = \"{address}\", port = 6000, protocol = \"rist\", buffer_ms = {buffer_ms} }}]\n",
         socket.display()
     );
     let relay = t.relay(&config, &[]);
@@ -507,7 +645,7 @@ fn rist_output_to(program: &str, args: &[&str], offset: usize, buffer_ms: u32) {
             .as_u64()
             .unwrap_or(0)
     });
-    let (seen, corrupt, rtp_seq) = rx.join().expect("receiver");
+    let (seen, corrupt, _) = rx.join().expect("receiver");
     let f = flow_json(&socket, "ristout");
     let _ = rist.kill();
     let _ = rist.wait();
@@ -541,4 +679,157 @@ fn rist_output_to(program: &str, args: &[&str], offset: usize, buffer_ms: u32) {
     );
     assert!(f["rist"]["retransmitted"].as_u64() > Some(0), "{summary}");
     assert!(f["rist"]["output_rtt_us"].as_u64() > Some(0), "{summary}");
+}
+
+/// 2022-7 over two RIST legs: one `ristsender -p 0` sends the same RTP
+/// stream (one numbering) to both of mcrelayd's RIST inputs, over two
+/// paths from A to R. Leg 0 loses 5 % each way at 20 ms RTT (repaired
+/// by its RIST receiver); leg 1 is clean but cut completely for the
+/// middle third of the run (an outage its RIST buffer cannot cover).
+/// Each leg is repaired and ordered by its own receiver, then merged:
+/// nothing is missing at B, byte-exact.
+#[test]
+fn two_rist_legs_repaired_then_merged_2022_7() {
+    if !have("ristsender") {
+        eprintln!(
+            "SKIPPED: needs librist's ristsender (CI installs rist-tools: .ci/steps/28-rist.sh)"
+        );
+        return;
+    }
+    let Some(t) = Topology::two_legs("rm", 47) else {
+        return;
+    };
+    let socket = t.dir.join("control.sock");
+    let config = format!(
+        "[daemon]\nuser = \"nobody\"\ncontrol_socket = \"{}\"\n\
+         [[flow]]\nname = \"merged\"\n\
+         inputs = [{{ interface = \"vRA1\", address = \"10.47.1.2\", port = 5000, protocol = \"rist\", buffer_ms = 500 }}, \
+                   {{ interface = \"vRA2\", address = \"10.47.3.2\", port = 5000, protocol = \"rist\", buffer_ms = 500 }}]\n\
+         outputs = [{{ interface = \"vRB\", address = \"10.47.2.2\", port = 6000 }}]\n\
+         payload = \"rtp\"\nredundancy = \"merge\"\nmerge_window_ms = 1000\n",
+        socket.display()
+    );
+    let relay = t.relay(&config, &[]);
+    lose(&t.r, "vRA1");
+    lose(&t.a, "vA1");
+    let _d1 = delay(&t.r, "vRA1", 21);
+    let _d2 = delay(&t.a, "vA1", 22);
+    let stop = Arc::new(AtomicBool::new(false));
+    let rx = receiver(
+        t.b.clone(),
+        "10.47.2.2:6000".parse().expect("addr"),
+        12,
+        Arc::clone(&stop),
+    );
+    let mut rist = spawn_in(
+        &t,
+        &t.a,
+        "ristsender",
+        &[
+            "-p",
+            "0",
+            "-S",
+            "1000",
+            "-b",
+            "1000",
+            "-i",
+            "udp://127.0.0.1:10000",
+            "-o",
+            "rist://10.47.1.2:5000,rist://10.47.3.2:5000",
+        ],
+        "ristsender.log",
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let secs = seconds();
+    let count = secs * RATE;
+    let tx = sender(
+        t.a.clone(),
+        "127.0.0.1:0".parse().expect("addr"),
+        "127.0.0.1:10000".parse().expect("addr"),
+        count,
+        false,
+    );
+    // Leg 1 down for the middle third.
+    std::thread::sleep(Duration::from_secs(secs / 3));
+    let cut = ["-t", "raw", "-I", "PREROUTING", "-i", "vRA2", "-j", "DROP"];
+    t.iptables(&t.r, &cut);
+    std::thread::sleep(Duration::from_secs(secs / 3));
+    t.iptables(&t.r, &["-t", "raw", "-D", "PREROUTING", "-i", "vRA2", "-j", "DROP"]);
+    tx.join().expect("sender");
+    settle(&stop, || packets_in(&socket, "merged"));
+    let (seen, corrupt, _) = rx.join().expect("receiver");
+    let f = flow_json(&socket, "merged");
+    let _ = rist.kill();
+    let _ = rist.wait();
+    let log = relay.stop();
+    let gaps = gaps(&seen);
+    let summary = format!(
+        "{} of {count} numbers out ({:?}..{:?}), {} missing in between {:?}, {corrupt} corrupt; rist {}; redundancy {}",
+        seen.len(),
+        seen.first(),
+        seen.last(),
+        gaps.len(),
+        &gaps[..gaps.len().min(10)],
+        f["rist"],
+        f["redundancy"],
+    );
+    eprintln!("{summary}");
+    assert_eq!(corrupt, 0, "{summary}");
+    assert!(seen.len() as u64 >= count * 9 / 10, "{summary}\n{log}");
+    assert!(gaps.is_empty(), "residual loss: {summary}");
+    // Leg 0 was repaired: its NACKs brought retransmissions back; the
+    // merge took numbers from both legs (leg 0 alone while leg 1 was
+    // cut) and lost none.
+    assert!(f["rist"]["recovered"].as_u64() > Some(0), "{summary}");
+    for leg in 0..2 {
+        let forwarded = f["redundancy"]["legs"][leg]["forwarded"].as_u64();
+        assert!(forwarded > Some(count / 10), "leg {leg}: {summary}");
+    }
+    assert_eq!(f["redundancy"]["lost"].as_u64(), Some(0), "{summary}");
+}
+
+/// A RIST input on a multicast group: `ristsender -p 0` in A sends to
+/// 239.10.0.47 on vA; mcrelayd's RIST input joins it (media and RTCP,
+/// port + 1) and NACKs to the sender's unicast address (learned from its
+/// sender reports). 5 % loss each way, 20 ms RTT, `buffer_ms = 500`:
+/// nothing missing.
+#[test]
+fn ristsender_to_mcrelay_rist_input_on_multicast() {
+    let Some((gaps, _, summary)) = ristsender_into_mcrelay_at(500, "239.10.0.47") else {
+        return;
+    };
+    assert!(gaps == 0, "residual loss: {summary}");
+}
+
+/// A RIST output on a multicast group: mcrelayd sends to 239.10.0.48 on
+/// vRB (media, and sender reports to port + 1), `ristreceiver -p 0` in B
+/// joins it and NACKs to mcrelayd's unicast address. 5 % loss each way,
+/// 20 ms RTT, buffers of 200 ms (mcrelay answers every NACK: nothing
+/// missing, as into unicast).
+#[test]
+fn mcrelay_rist_output_on_multicast_to_ristreceiver() {
+    if !have("ristreceiver") {
+        eprintln!(
+            "SKIPPED: needs librist's ristreceiver (CI installs rist-tools: .ci/steps/28-rist.sh)"
+        );
+        return;
+    }
+    rist_output_to_at(
+        "ristreceiver",
+        &[
+            "-p",
+            "0",
+            "-S",
+            "1000",
+            "-b",
+            "200",
+            "-i",
+            "rist://@239.10.0.48:6000?miface=vB",
+            "-o",
+            "udp://127.0.0.1:7000",
+        ],
+        0,
+        200,
+        "239.10.0.48",
+    );
 }
