@@ -39,13 +39,81 @@ impl Core {
         let Some(f) = self.flows.get_mut(flow.index()).and_then(Option::as_mut) else {
             return Received::Dropped;
         };
-        if f.fec_duplicate(leg, payload) {
-            return Received::Dropped;
+        if !f.fec.is_empty() {
+            return self.receive_fec_media(flow, leg, payload, now_ns);
         }
         if !f.rist.is_empty() {
             return self.receive_rist(flow, leg, payload, now_ns);
         }
         self.admit_on(flow, leg, payload, now_ns, true)
+    }
+
+    /// [`Core::receive_on`] for a flow with FEC on some leg: on such a
+    /// leg the decoder keeps a copy first and drops (counted) a packet it
+    /// already repaired; then the packet goes on, followed by any packet
+    /// the waiting FEC packets it completes repair.
+    #[inline(never)]
+    fn receive_fec_media(
+        &mut self,
+        flow: FlowId,
+        leg: LegId,
+        payload: &[u8],
+        now_ns: u64,
+    ) -> Received {
+        let Some(f) = self.flows.get_mut(flow.index()).and_then(Option::as_mut) else {
+            return Received::Dropped;
+        };
+        let mut scratch = std::mem::take(&mut self.fec_scratch);
+        let mut ends = std::mem::take(&mut self.fec_ends);
+        scratch.clear();
+        ends.clear();
+        let duplicate = f.fec_duplicate(leg, payload, |p| {
+            // Sized for every repair one packet can chain
+            // (`Core::enable_fec`): no allocation.
+            if scratch.capacity() - scratch.len() >= p.len() && ends.len() < ends.capacity() {
+                scratch.extend_from_slice(p);
+                ends.push(scratch.len());
+            }
+        });
+        let mut result = if duplicate {
+            Received::Dropped
+        } else if !f.rist.is_empty() {
+            self.receive_rist(flow, leg, payload, now_ns)
+        } else {
+            self.admit_on(flow, leg, payload, now_ns, true)
+        };
+        if !ends.is_empty() {
+            self.sum_fec_stats(flow);
+        }
+        let mut start = 0;
+        for &end in &ends {
+            let r = self.admit_on(flow, leg, &scratch[start..end], now_ns, false);
+            if r == (Received::Full { newly: true }) {
+                result = r;
+            }
+            start = end;
+        }
+        self.fec_scratch = scratch;
+        self.fec_ends = ends;
+        result
+    }
+
+    /// Set the flow's FEC counters to the sum of its legs' decoders (at
+    /// most 4).
+    fn sum_fec_stats(&mut self, flow: FlowId) {
+        let Some(f) = self.flows.get_mut(flow.index()).and_then(Option::as_mut) else {
+            return;
+        };
+        let (mut recovered, mut unrecoverable, mut rejected) = (0, 0, 0);
+        for s in f.fec.iter().flatten().map(|d| d.stats()) {
+            recovered += s.recovered;
+            unrecoverable += s.unrecoverable;
+            rejected += s.fec_rejected;
+        }
+        let c = &f.counters.fec;
+        c.recovered.set(recovered);
+        c.unrecoverable.set(unrecoverable);
+        c.rejected.set(rejected);
     }
 
     /// A datagram on one of leg `leg`'s FEC ports: the packets it
@@ -78,17 +146,7 @@ impl Core {
                 ends.push(scratch.len());
             }
         });
-        // The flow's counters sum its legs' decoders (at most 4).
-        let (mut recovered, mut unrecoverable, mut rejected) = (0, 0, 0);
-        for s in f.fec.iter().flatten().map(|d| d.stats()) {
-            recovered += s.recovered;
-            unrecoverable += s.unrecoverable;
-            rejected += s.fec_rejected;
-        }
-        let c = &f.counters.fec;
-        c.recovered.set(recovered);
-        c.unrecoverable.set(unrecoverable);
-        c.rejected.set(rejected);
+        self.sum_fec_stats(flow);
         let mut result = Received::Queued;
         let mut start = 0;
         for &end in &ends {
@@ -369,13 +427,19 @@ fn drop(counter: &crate::counters::Counter) -> Received {
 }
 
 impl Flow {
-    /// On a leg with 2022-1 FEC, the decoder keeps a copy of `payload`;
-    /// `true` (counted) when it had already repaired it: then it is
-    /// dropped.
+    /// On a leg with 2022-1 FEC, the decoder keeps a copy of `payload`
+    /// (and `recovered` gets what the waiting FEC packets it completes
+    /// repair); `true` (counted) when it had already repaired it: then
+    /// it is dropped.
     #[inline(always)]
-    pub(crate) fn fec_duplicate(&mut self, leg: LegId, payload: &[u8]) -> bool {
+    pub(crate) fn fec_duplicate(
+        &mut self,
+        leg: LegId,
+        payload: &[u8],
+        recovered: impl FnMut(&[u8]),
+    ) -> bool {
         if let Some(Some(d)) = self.fec.get_mut(leg.index())
-            && d.media(payload) == MediaVerdict::Duplicate
+            && d.media(payload, recovered) == MediaVerdict::Duplicate
         {
             self.counters.packets_in.inc();
             self.counters.bytes_in.add(payload.len() as u64);

@@ -801,6 +801,72 @@ fn fec_repairs_go_to_the_outputs_byte_exact() {
     assert_eq!(counters.fec.duplicates.get(), 1);
 }
 
+/// The FEC packets of each group read before its last media packet (they
+/// arrive on other sockets): the media packet completes them, and what
+/// they repair goes to the outputs after it.
+#[test]
+fn fec_read_before_the_last_media_packet_of_its_group_still_repairs() {
+    use super::fec::{FecEncoder, FecLayout};
+    let mut core = core(256);
+    let (id, counters, _) = add(&mut core, &[512], false);
+    assert!(core.enable_fec(id, LegId(0)));
+    let mut enc = FecEncoder::new(FecLayout {
+        columns: 5,
+        rows: 5,
+        row_stream: true,
+    });
+    let packet = |seq: u16| {
+        let mut p = vec![0x80, 33];
+        p.extend_from_slice(&seq.to_be_bytes());
+        p.extend_from_slice(&[0, 0, 0, 9, 1, 2, 3, 4]);
+        p.extend((0..=255u8).cycle().take(60 + usize::from(seq)));
+        p
+    };
+    // 7 lost; row 1's FEC packet (5..9) is read before 9.
+    let mut order = Vec::new();
+    for seq in 0..25u16 {
+        let p = packet(seq);
+        let mut fec = Vec::new();
+        enc.push(&p, |_, f| fec.push(f.to_vec()));
+        if seq == 9 {
+            for f in &fec {
+                core.receive_fec(id, LegId(0), f, 0);
+            }
+            assert_eq!(counters.fec.recovered.get(), 0, "row 1 misses 7 and 9");
+        }
+        if seq != 7 {
+            core.receive_on(id, LegId(0), &p, 0);
+            order.push(seq);
+            if seq == 9 {
+                order.push(7);
+            }
+        }
+        if seq != 9 {
+            for f in &fec {
+                core.receive_fec(id, LegId(0), f, 0);
+            }
+        }
+    }
+    let mut sent = Vec::new();
+    for (_, slots) in flush_all(&mut core) {
+        for slot in slots {
+            let b = core.in_flight().buffer(slot).expect("parked");
+            sent.push(core.pool().bytes(b).to_vec());
+        }
+    }
+    let seqs: Vec<u16> = sent
+        .iter()
+        .map(|b| u16::from_be_bytes([b[2], b[3]]))
+        .collect();
+    assert_eq!(seqs, order, "7 right after 9, which completed row 1");
+    assert_eq!(
+        sent[order.iter().position(|&s| s == 7).expect("7")],
+        packet(7)
+    );
+    assert_eq!(counters.packets_in.get(), 24);
+    assert_eq!(counters.fec.recovered.get(), 1);
+}
+
 /// 2022-1 FEC on an output: its column and row packets leave on the two
 /// outputs named for them (which take no media), and a decoder repairs
 /// a loss from them.
@@ -851,7 +917,7 @@ fn fec_output_sends_parity_that_repairs() {
     }
     let mut dec = FecDecoder::new();
     for p in by_output[&0].iter().filter(|p| p[3] != 6) {
-        dec.media(p);
+        dec.media(p, |_| {});
     }
     let mut repaired = Vec::new();
     for p in by_output[&1].iter().chain(&by_output[&2]) {
