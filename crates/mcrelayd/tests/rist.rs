@@ -429,7 +429,10 @@ fn ristsender_into_mcrelay_at(buffer_ms: u32, address: &str) -> Option<(u64, u64
         12,
         Arc::clone(&stop),
     );
-    let destination = if address.parse::<std::net::Ipv4Addr>().is_ok_and(|a| a.is_multicast()) {
+    let destination = if address
+        .parse::<std::net::Ipv4Addr>()
+        .is_ok_and(|a| a.is_multicast())
+    {
         format!("rist://{address}:5000?miface=vA")
     } else {
         format!("rist://{address}:5000")
@@ -485,7 +488,10 @@ fn ristsender_into_mcrelay_at(buffer_ms: u32, address: &str) -> Option<(u64, u64
         .take(10)
         .map(|&n| {
             let before = rtp_seq.range(..n).next_back();
-            (n, before.map(|(&m, &q)| q.wrapping_add(u16::try_from((n - m) % 65_536).unwrap_or(0))))
+            (
+                n,
+                before.map(|(&m, &q)| q.wrapping_add(u16::try_from((n - m) % 65_536).unwrap_or(0))),
+            )
         })
         .collect();
     let summary = format!(
@@ -574,26 +580,28 @@ fn mcrelay_rist_output_to_gstreamer_ristsrc() {
         );
         return;
     }
-    rist_output_to(
-        "gst-launch-1.0",
-        &[
-            "-q",
-            "ristsrc",
-            "address=0.0.0.0",
-            "port=6000",
-            "receiver-buffer=1000",
-            // Its default waits 70 ms for reordering before a first NACK.
-            "reorder-section=5",
-            "!",
-            "udpsink",
-            "host=127.0.0.1",
-            "port=7000",
-            "sync=false",
-            "async=false",
-        ],
-        12,
-        1000,
-    );
+    // MCRELAY_RISTSRC_EXTRA: more ristsrc properties, space-separated
+    // (for experiments).
+    let extra = std::env::var("MCRELAY_RISTSRC_EXTRA").unwrap_or_default();
+    let mut args = vec![
+        "-q",
+        "ristsrc",
+        "address=0.0.0.0",
+        "port=6000",
+        "receiver-buffer=1000",
+        // Its default waits 70 ms for reordering before a first NACK.
+        "reorder-section=5",
+    ];
+    args.extend(extra.split_whitespace());
+    args.extend([
+        "!",
+        "udpsink",
+        "host=127.0.0.1",
+        "port=7000",
+        "sync=false",
+        "async=false",
+    ]);
+    rist_output_to("gst-launch-1.0", &args, 12, 1000);
 }
 
 /// An RTP counter stream from A to mcrelayd, relayed by a RIST output
@@ -754,7 +762,10 @@ fn two_rist_legs_repaired_then_merged_2022_7() {
     let cut = ["-t", "raw", "-I", "PREROUTING", "-i", "vRA2", "-j", "DROP"];
     t.iptables(&t.r, &cut);
     std::thread::sleep(Duration::from_secs(secs / 3));
-    t.iptables(&t.r, &["-t", "raw", "-D", "PREROUTING", "-i", "vRA2", "-j", "DROP"]);
+    t.iptables(
+        &t.r,
+        &["-t", "raw", "-D", "PREROUTING", "-i", "vRA2", "-j", "DROP"],
+    );
     tx.join().expect("sender");
     settle(&stop, || packets_in(&socket, "merged"));
     let (seen, corrupt, _) = rx.join().expect("receiver");

@@ -1138,7 +1138,10 @@ fn a_standby_worker_sends_no_rist_rtcp_or_retransmissions() {
         }
     }
     assert_eq!(nacked, [2]);
-    assert!(rtcp.iter().any(|(to, _)| *to == RtcpTo::Output(id, OutputId(0))));
+    assert!(
+        rtcp.iter()
+            .any(|(to, _)| *to == RtcpTo::Output(id, OutputId(0)))
+    );
     core.rist_output_rtcp(id, OutputId(0), 401 * ms, &b[..n]);
     assert_eq!(sent_by_output(&mut core)[&0].len(), 1);
     assert_eq!(counters.rist.retransmitted.get(), 1);
