@@ -162,7 +162,13 @@ impl Core {
         let Some(r) = f.rist.get_mut(leg.index()).and_then(Option::as_mut) else {
             return self.admit_on(flow, leg, payload, now_ns, true);
         };
-        let mut verdict = r.receive(now_ns, payload);
+        // While the outputs are full, what could go on waits in the ring
+        // (released in order as they drain) rather than meeting them full.
+        let mut verdict = if has_room(&f.outputs) {
+            r.receive(now_ns, payload)
+        } else {
+            r.receive_holding(now_ns, payload)
+        };
         if verdict == Verdict::Flush {
             self.rist_release(flow, leg, now_ns);
             let Some(r) = self.receiver(flow, leg) else {
@@ -215,9 +221,7 @@ impl Core {
             // batch's queue (the rest waits for the next turn, after the
             // sends were handed over), unless the ring is half full: then
             // admission drops and counts what finds no room.
-            let room = f.outputs.iter().all(|o| {
-                o.parity || (o.in_flight < o.depth && o.queue.len() < crate::queue::QUEUE_CAPACITY)
-            });
+            let room = has_room(&f.outputs);
             let Some(r) = f.rist.get_mut(leg.index()).and_then(Option::as_deref_mut) else {
                 break;
             };
@@ -342,6 +346,14 @@ impl Parts<'_> {
             }
         }
     }
+}
+
+/// Whether every output (parity outputs aside) has room for one more
+/// datagram, in flight and in this batch's queue.
+fn has_room(outputs: &[crate::Output]) -> bool {
+    outputs.iter().all(|o| {
+        o.parity || (o.in_flight < o.depth && o.queue.len() < crate::queue::QUEUE_CAPACITY)
+    })
 }
 
 /// Copy a flow's RIST receivers' numbers into its counters.

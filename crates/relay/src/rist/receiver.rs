@@ -182,6 +182,18 @@ impl RistReceiver {
 
     /// Datagram `d` arrived at `now_ns`.
     pub fn receive(&mut self, now_ns: u64, d: &[u8]) -> Verdict {
+        self.receive_or_hold(now_ns, d, false)
+    }
+
+    /// Datagram `d` arrived at `now_ns` while what it would go on to has
+    /// no room: one that could go on now is held (copied into the ring,
+    /// [`Verdict::Held`]) and leaves in order through
+    /// [`RistReceiver::pop_ready`].
+    pub fn receive_holding(&mut self, now_ns: u64, d: &[u8]) -> Verdict {
+        self.receive_or_hold(now_ns, d, true)
+    }
+
+    fn receive_or_hold(&mut self, now_ns: u64, d: &[u8], hold: bool) -> Verdict {
         let Some(h) = mcrelay_wire::rtp::parse(d) else {
             self.stats.rejected += 1;
             return Verdict::Rejected;
@@ -236,7 +248,7 @@ impl RistReceiver {
             } else {
                 self.stats.reordered += 1;
             }
-            if d_ahead == 0 {
+            if d_ahead == 0 && !hold {
                 self.slots[i].missing = false;
                 self.slots[i].delivered = true;
                 self.head = self.head.wrapping_add(1);
@@ -249,7 +261,7 @@ impl RistReceiver {
             return self.far(seq);
         }
         self.candidate = None;
-        if window == 0 && d_ahead == 0 {
+        if window == 0 && d_ahead == 0 && !hold {
             // The fast path: in order, nothing missing, no copy.
             self.slots[usize::from(seq) & self.mask] = Slot {
                 seq,
