@@ -40,7 +40,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use common::{DEADLINE, Topology, sh, stats_json};
+use common::{DEADLINE, Topology, ctl, sh, stats_json};
 use mcrelay_testkit::delay::DelayedLink;
 
 const LOSS: &str = "0.05";
@@ -873,4 +873,94 @@ fn mcrelay_rist_output_on_multicast_to_ristreceiver() {
         200,
         "239.10.0.48",
     );
+}
+
+/// A standby daemon (`mode = "standby"`, as keepalived's BACKUP runs it)
+/// sends nothing onto the network for a RIST input: no NACKs for the
+/// gaps it sees, no receiver reports (`ristsender`'s RTCP peer receives
+/// nothing from it) and counts no gap it skips as unrecovered, while it
+/// counts what arrives. Made active (`mcrelayctl active`), it NACKs and
+/// reports at once.
+#[test]
+fn a_standby_daemon_sends_no_rist_rtcp() {
+    if !have("ristsender") {
+        eprintln!(
+            "SKIPPED: needs librist's ristsender (CI installs rist-tools: .ci/steps/28-rist.sh)"
+        );
+        return;
+    }
+    let Some(t) = Topology::new() else { return };
+    let socket = t.dir.join("control.sock");
+    let config = format!(
+        "[daemon]\nuser = \"nobody\"\ncontrol_socket = \"{}\"\nmode = \"standby\"\n\
+         [[flow]]\nname = \"ristin\"\n\
+         input = {{ interface = \"vRA\", address = \"10.10.1.2\", port = 5000, protocol = \"rist\", buffer_ms = 1000 }}\n\
+         outputs = [{{ interface = \"vRB\", address = \"10.10.2.2\", port = 6000 }}]\n",
+        socket.display()
+    );
+    let relay = t.relay(&config, &[]);
+    lose(&t.r, "vRA");
+    let mut rist = spawn_in(
+        &t,
+        &t.a,
+        "ristsender",
+        &[
+            "-p",
+            "0",
+            "-S",
+            "500",
+            "-b",
+            "1000",
+            "-i",
+            "udp://127.0.0.1:10000",
+            "-o",
+            "rist://10.10.1.2:5000",
+        ],
+        "ristsender.log",
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let stream = |count: u64| {
+        sender(
+            t.a.clone(),
+            "127.0.0.1:0".parse().expect("addr"),
+            "127.0.0.1:10000".parse().expect("addr"),
+            count,
+            false,
+        )
+        .join()
+        .expect("sender");
+    };
+    // 4 s in standby: about 100 datagrams lost on the way in.
+    stream(4 * RATE);
+    // Its statistics cover the last interval: wait for one more.
+    std::thread::sleep(Duration::from_millis(1200));
+    let log = || fs::read_to_string(t.dir.join("ristsender.log")).unwrap_or_default();
+    let standby_rtcp = librist_totals(&log(), &["received"]);
+    let f = flow_json(&socket, "ristin");
+    let summary = format!("standby: rist {}; ristsender {standby_rtcp}", f["rist"]);
+    assert!(f["packets_in"].as_u64() > Some(RATE), "{summary}");
+    assert_eq!(f["rist"]["nacks_sent"].as_u64(), Some(0), "{summary}");
+    // Gaps skipped unNACKed while standing by are no unrecovered loss.
+    assert_eq!(f["rist"]["unrecovered"].as_u64(), Some(0), "{summary}");
+    assert_eq!(standby_rtcp, "received 0", "{summary}");
+    let (code, out) = ctl(&socket, &["active"]);
+    assert_eq!(code, 0, "{out}");
+    stream(4 * RATE);
+    std::thread::sleep(Duration::from_millis(1200));
+    let f = flow_json(&socket, "ristin");
+    let active_rtcp = librist_totals(&log(), &["received"]);
+    let _ = rist.kill();
+    let _ = rist.wait();
+    let daemon = relay.stop();
+    let summary = format!(
+        "{summary}; active: rist {}; ristsender {active_rtcp}",
+        f["rist"]
+    );
+    eprintln!("{summary}");
+    assert!(
+        f["rist"]["nacks_sent"].as_u64() > Some(0),
+        "{summary}\n{daemon}"
+    );
+    assert!(f["rist"]["recovered"].as_u64() > Some(0), "{summary}");
+    assert_ne!(active_rtcp, "received 0", "{summary}");
 }

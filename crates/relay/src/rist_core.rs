@@ -74,7 +74,9 @@ impl Core {
         if f.rist[leg.index()].is_none() {
             self.rist.count += 1;
         }
-        f.rist[leg.index()] = Some(Box::new(RistReceiver::new(buffer_ms, ssrc)));
+        let mut r = RistReceiver::new(buffer_ms, ssrc);
+        r.set_standby(self.standby);
+        f.rist[leg.index()] = Some(Box::new(r));
         self.rist.scratch.reserve(rist::MAX_DATAGRAM);
         self.rist.rtcp.reserve(1500);
         true

@@ -47,6 +47,11 @@ impl Core {
             }
         }
         self.standby = standby;
+        for f in self.flows.iter_mut().flatten() {
+            for r in f.rist.iter_mut().flatten() {
+                r.set_standby(standby);
+            }
+        }
     }
 
     /// Whether this core is in standby.

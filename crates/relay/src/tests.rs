@@ -1120,6 +1120,30 @@ fn rist_input_holds_in_order_datagrams_while_the_output_is_full() {
     assert_eq!(in_use(&core), 0);
 }
 
+/// A gap a standby RIST leg skips at its buffer's end was never NACKed:
+/// it is not counted as unrecovered (an alert on that would fire on every
+/// healthy standby), and once active a gap is again.
+#[test]
+fn a_standby_rist_leg_counts_no_unrecovered() {
+    let mut core = core(256);
+    core.set_standby(true);
+    let (id, counters, _) = add(&mut core, &[512], false);
+    assert!(core.enable_rist_input(id, LegId(0), 100));
+    let ms = 1_000_000u64;
+    for seq in [0u16, 1, 3, 4] {
+        core.receive_on(id, LegId(0), &rtp_packet(seq), ms);
+    }
+    core.rist_tick(200 * ms, 0, |_, _| {});
+    assert_eq!(counters.rist.unrecovered.get(), 0);
+    core.set_standby(false);
+    for seq in [5u16, 7] {
+        core.receive_on(id, LegId(0), &rtp_packet(seq), 300 * ms);
+    }
+    core.rist_tick(500 * ms, 0, |_, _| {});
+    assert_eq!(counters.rist.unrecovered.get(), 1);
+    let _ = flush_all(&mut core);
+}
+
 /// A standby worker sends nothing (`crate::standby`), RTCP included: no
 /// NACKs for its RIST legs' gaps, no receiver or sender reports, no
 /// retransmissions for what its RIST outputs' receivers NACK. Taking

@@ -70,6 +70,9 @@ pub struct ReceiverStats {
     pub reordered: u64,
     /// Numbers neither received nor recovered in `buffer_ms`: skipped.
     pub unrecovered: u64,
+    /// Numbers skipped so while standing by (no NACK was sent for them:
+    /// see [`RistReceiver::set_standby`]), not counted as unrecovered.
+    pub standby_skipped: u64,
     pub duplicates: u64,
     pub late: u64,
     pub strays: u64,
@@ -123,6 +126,9 @@ pub struct RistReceiver {
     rtt_ns: Option<u64>,
     ranges: [(u16, u16); MAX_RANGES],
     stats: ReceiverStats,
+    /// Standing by: NACKs are not sent, so gaps skipped are not
+    /// `unrecovered` (an alert on those stays quiet on a healthy standby).
+    standby: bool,
 }
 
 impl RistReceiver {
@@ -148,7 +154,15 @@ impl RistReceiver {
             rtt_ns: None,
             ranges: [(0, 0); MAX_RANGES],
             stats: ReceiverStats::default(),
+            standby: false,
         }
+    }
+
+    /// Stand by (`true`: the driver sends none of this receiver's RTCP,
+    /// see `crate::standby`) or be active: gaps skipped while standing by
+    /// count as `standby_skipped`, not `unrecovered`.
+    pub fn set_standby(&mut self, standby: bool) {
+        self.standby = standby;
     }
 
     pub fn stats(&self) -> &ReceiverStats {
@@ -379,7 +393,11 @@ impl RistReceiver {
             if self.flushing || !s.missing || now_ns.saturating_sub(s.since_ns) >= self.buffer_ns {
                 if s.missing {
                     self.missing -= 1;
-                    self.stats.unrecovered += 1;
+                    if self.standby {
+                        self.stats.standby_skipped += 1;
+                    } else {
+                        self.stats.unrecovered += 1;
+                    }
                 }
                 self.slots[i].missing = false;
                 self.head = self.head.wrapping_add(1);
