@@ -5,7 +5,8 @@
 # RIST input (1000 ms: nothing missing; 200 ms: at most 1 in 2000, librist's
 # sender retransmits a number once per 4 RTT), on unicast and on a
 # multicast group, two RIST legs merged by 2022-7, and mcrelayd's RIST
-# output into ristreceiver -p 0 (unicast and multicast). GStreamer's
+# output into ristreceiver -p 0 (unicast and multicast), and a standby
+# daemon that must send ristsender no RTCP. GStreamer's
 # ristsrc is an ignored test, run by hand (crates/mcrelayd/tests/rist.rs;
 # it skips without rist-tools, so the workspace run before this step may
 # have skipped it). MCRELAY_RIST_SECONDS sets the run (15 s here; the
