@@ -39,13 +39,52 @@ impl Core {
         let Some(f) = self.flows.get_mut(flow.index()).and_then(Option::as_mut) else {
             return Received::Dropped;
         };
+        let mut parts = Parts {
+            pool: &mut self.pool,
+            in_flight: &mut self.in_flight,
+            reserve: &mut self.reserve,
+            dirty: &mut self.dirty,
+        };
+        // The one-leg relay nearly every flow is: admission and queueing
+        // as before redundancy, resume guards, FEC and RIST existed
+        // (nothing of theirs asked per datagram or per output).
+        if f.plain {
+            if let Err(dropped) = f.count_in(leg, payload.len(), self.standby, true) {
+                return dropped;
+            }
+            let (buf, uses) = match parts.admit_as::<true>(
+                &f.outputs,
+                &f.counters,
+                &mut f.held,
+                &mut f.paused,
+                payload,
+            ) {
+                Ok(admitted) => admitted,
+                Err(dropped) => return dropped,
+            };
+            if let Some(c) = f.counters.redundancy.forwarded.get(leg.index()) {
+                c.inc();
+            }
+            parts.enqueue_as::<true>(flow, &mut f.outputs, &mut f.held, buf, uses);
+            return Received::Queued;
+        }
         if !f.fec.is_empty() {
             return self.receive_fec_media(flow, leg, payload, now_ns);
         }
         if !f.rist.is_empty() {
             return self.receive_rist(flow, leg, payload, now_ns);
         }
-        self.admit_on(flow, leg, payload, now_ns, true)
+        // [`Core::admit_on`], without looking the flow up again.
+        if !matches!(f.mode, Mode::Single) {
+            return self.receive_redundant(flow, leg, payload, now_ns, true);
+        }
+        let parts = Parts {
+            pool: &mut self.pool,
+            in_flight: &mut self.in_flight,
+            reserve: &mut self.reserve,
+            dirty: &mut self.dirty,
+        };
+        admit_single(parts, f, flow, leg, payload, self.standby, true)
     }
 
     /// [`Core::receive_on`] for a flow with FEC on some leg: on such a
@@ -60,14 +99,21 @@ impl Core {
         payload: &[u8],
         now_ns: u64,
     ) -> Received {
-        let Some(f) = self.flows.get_mut(flow.index()).and_then(Option::as_mut) else {
+        let Core {
+            flows,
+            fec_scratch: scratch,
+            fec_ends: ends,
+            ..
+        } = self;
+        let Some(f) = flows.get_mut(flow.index()).and_then(Option::as_mut) else {
             return Received::Dropped;
         };
-        let mut scratch = std::mem::take(&mut self.fec_scratch);
-        let mut ends = std::mem::take(&mut self.fec_ends);
-        scratch.clear();
-        ends.clear();
+        // `ends` is empty between datagrams: nothing to set up unless a
+        // repair comes.
         let duplicate = f.fec_duplicate(leg, payload, |p| {
+            if ends.is_empty() {
+                scratch.clear();
+            }
             // Sized for every repair one packet can chain
             // (`Core::enable_fec`): no allocation.
             if scratch.capacity() - scratch.len() >= p.len() && ends.len() < ends.capacity() {
@@ -82,9 +128,12 @@ impl Core {
         } else {
             self.admit_on(flow, leg, payload, now_ns, true)
         };
-        if !ends.is_empty() {
-            self.sum_fec_stats(flow);
+        if self.fec_ends.is_empty() {
+            return result;
         }
+        self.sum_fec_stats(flow);
+        let scratch = std::mem::take(&mut self.fec_scratch);
+        let mut ends = std::mem::take(&mut self.fec_ends);
         let mut start = 0;
         for &end in &ends {
             let r = self.admit_on(flow, leg, &scratch[start..end], now_ns, false);
@@ -93,6 +142,7 @@ impl Core {
             }
             start = end;
         }
+        ends.clear();
         self.fec_scratch = scratch;
         self.fec_ends = ends;
         result
@@ -157,6 +207,7 @@ impl Core {
             start = end;
         }
         self.fec_scratch = scratch;
+        ends.clear();
         self.fec_ends = ends;
         result
     }
@@ -175,33 +226,19 @@ impl Core {
         let Some(f) = self.flows.get_mut(flow.index()).and_then(Option::as_mut) else {
             return Received::Dropped;
         };
-        // The one-leg relay nearly every flow is: one branch on the rule,
-        // then admission and queueing as before redundancy existed (no
-        // ticket, no timer, no second look at the outputs, nothing of
-        // the other rules' state live in its registers).
+        // A one-leg flow: one branch on the rule, then admission and
+        // queueing (no ticket, no timer, no second look at the outputs,
+        // nothing of the other rules' state live in its registers).
         if !matches!(f.mode, Mode::Single) {
             return self.receive_redundant(flow, leg, payload, now_ns, wire);
         }
-        if let Err(dropped) = f.count_in(leg, payload.len(), self.standby, wire) {
-            return dropped;
-        }
-        let mut parts = Parts {
+        let parts = Parts {
             pool: &mut self.pool,
             in_flight: &mut self.in_flight,
             reserve: &mut self.reserve,
             dirty: &mut self.dirty,
         };
-        let (buf, uses) =
-            match parts.admit(&f.outputs, &f.counters, &mut f.held, &mut f.paused, payload) {
-                Ok(admitted) => admitted,
-                Err(dropped) => return dropped,
-            };
-        // `legs` is at most the counters' length.
-        if let Some(c) = f.counters.redundancy.forwarded.get(leg.index()) {
-            c.inc();
-        }
-        parts.enqueue_uses(flow, &mut f.outputs, &mut f.held, buf, uses);
-        Received::Queued
+        admit_single(parts, f, flow, leg, payload, self.standby, wire)
     }
 
     /// [`Core::receive_on`] for a merge or failover flow. Inlined: out of
@@ -418,6 +455,41 @@ enum Ticket {
     Failover(Option<(u16, u32, bool)>),
     /// Its extended sequence number.
     Merge(u64),
+}
+
+/// A one-leg flow's admission and queueing (its rule decided nothing):
+/// counted in, a buffer taken and filled, queued on every output with
+/// room. (A [`Flow::plain`] flow takes the same steps in
+/// [`Core::receive_on`], asking nothing of resume guards, FEC or RIST.)
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn admit_single(
+    mut parts: Parts<'_>,
+    f: &mut Flow,
+    flow: FlowId,
+    leg: LegId,
+    payload: &[u8],
+    standby: bool,
+    wire: bool,
+) -> Received {
+    if let Err(dropped) = f.count_in(leg, payload.len(), standby, wire) {
+        return dropped;
+    }
+    let (buf, uses) =
+        match parts.admit(&f.outputs, &f.counters, &mut f.held, &mut f.paused, payload) {
+            Ok(admitted) => admitted,
+            Err(dropped) => return dropped,
+        };
+    // `legs` is at most the counters' length.
+    if let Some(c) = f.counters.redundancy.forwarded.get(leg.index()) {
+        c.inc();
+    }
+    parts.enqueue_uses(flow, &mut f.outputs, &mut f.held, buf, uses);
+    if f.resuming {
+        // A guard may have ended with this datagram.
+        f.refresh_plain();
+    }
+    Received::Queued
 }
 
 /// Count a datagram a redundancy rule dropped.

@@ -271,6 +271,53 @@ fn numbers_per_output(core: &mut Core, outputs: usize) -> Vec<Vec<u16>> {
     seen
 }
 
+/// Whether `f` takes the plain one-leg path.
+fn plain(c: &Core, f: FlowId) -> bool {
+    c.flows[f.index()].as_ref().is_some_and(|f| f.plain)
+}
+
+#[test]
+fn only_a_one_leg_flow_with_nothing_to_ask_per_output_is_plain() {
+    let mut c = core(64);
+    let (f, _, _) = add(&mut c, &[8, 8, 8], false);
+    assert!(plain(&c, f));
+    assert!(c.enable_fec_output(
+        f,
+        OutputId(0),
+        OutputId(1),
+        OutputId(2),
+        super::fec::FecLayout {
+            columns: 4,
+            rows: 4,
+            row_stream: true
+        }
+    ));
+    assert!(!plain(&c, f), "FEC output");
+    let (g, _, _) = add(&mut c, &[8], false);
+    assert!(c.enable_fec(g, LegId(0)));
+    assert!(!plain(&c, g), "FEC input");
+    let (h, _, _) = add(&mut c, &[8], false);
+    assert!(c.enable_rist_output(h, OutputId(0), 100));
+    assert!(!plain(&c, h), "RIST output");
+    let (i, _, _) = add(&mut c, &[8], false);
+    assert!(c.enable_rist_input(i, LegId(0), 100));
+    assert!(!plain(&c, i), "RIST input");
+    let (specs, _) = outputs(&[8], false);
+    let m = c
+        .add_flow(
+            specs,
+            Arc::default(),
+            2,
+            Redundancy::Merge {
+                window_ns: 1_000_000,
+                delay_ns: 0,
+            },
+            64,
+        )
+        .expect("room");
+    assert!(!plain(&c, m), "merge");
+}
+
 #[test]
 fn an_output_resuming_after_a_reload_skips_what_its_predecessor_sent() {
     let mut c = core(64);
@@ -283,11 +330,13 @@ fn an_output_resuming_after_a_reload_skips_what_its_predecessor_sent() {
     let f = c
         .add_flow(specs, Arc::clone(&counters), 1, Redundancy::Single, 64)
         .expect("room");
+    assert!(!plain(&c, f), "guarded outputs take the full path");
     // The new sockets joined at 100: 100..=110 arrive, one a stray
     // non-RTP datagram.
     for seq in 100..=110 {
         c.receive(f, &rtp(seq));
     }
+    assert!(plain(&c, f), "both guards ended: the plain path again");
     let seen = numbers_per_output(&mut c, 3);
     assert_eq!(seen[0], (106..=110).collect::<Vec<_>>());
     assert_eq!(seen[1], (103..=110).collect::<Vec<_>>());
