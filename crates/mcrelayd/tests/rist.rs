@@ -583,6 +583,7 @@ fn mcrelay_rist_output_to_ristreceiver() {
 ///   more than 1.5 s old, beyond its own 1000 ms buffer (mcrelay counts
 ///   them as `unrecoverable`): its timers ran seconds behind, it dropped
 ///   the burst itself. mcrelay retransmitted what it still kept each time.
+///
 /// At `receiver-buffer=200` it left 24-35 of 4 000 missing (its RTCP
 /// pacing, 100 ms minimum interval, fits fewer requests into 200 ms).
 /// Run by hand: `cargo test -p mcrelayd --test rist -- --ignored gstreamer`.
