@@ -165,8 +165,11 @@ impl Core {
             return self.admit_on(flow, leg, payload, now_ns, true);
         };
         // While the outputs are full, what could go on waits in the ring
-        // (released in order as they drain) rather than meeting them full.
-        let mut verdict = if has_room(&f.outputs) {
+        // (released in order as they drain) rather than meeting them full,
+        // and the flow pauses its receives as for `Received::Full` (the
+        // socket buffer holds what comes meanwhile; `Core::resume`).
+        let room = has_room(&f.outputs);
+        let mut verdict = if room {
             r.receive(now_ns, payload)
         } else {
             r.receive_holding(now_ns, payload)
@@ -187,6 +190,10 @@ impl Core {
                     f.counters.bytes_in.add(payload.len() as u64);
                     if other != Verdict::Held {
                         f.counters.rist.dropped.inc();
+                    } else if !room {
+                        let newly = !f.paused;
+                        f.paused = true;
+                        return Received::Full { newly };
                     }
                 }
                 Received::Dropped

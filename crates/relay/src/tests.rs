@@ -1146,10 +1146,14 @@ fn rist_input_holds_in_order_datagrams_while_the_output_is_full() {
     let mut core = core(512);
     let (id, counters, outs) = add(&mut core, &[8], false);
     assert!(core.enable_rist_input(id, LegId(0), 1000));
-    // A batch of 30 in order: the output (depth 8) takes 8.
-    for seq in 0..30u16 {
-        let _ = core.receive_on(id, LegId(0), &rtp_packet(seq), 0);
-    }
+    // A batch of 30 in order: the output (depth 8) takes 8; the ninth
+    // pauses the flow's receives (the rest of the batch was read already).
+    let got: Vec<Received> = (0..30u16)
+        .map(|seq| core.receive_on(id, LegId(0), &rtp_packet(seq), 0))
+        .collect();
+    assert_eq!(got[8], Received::Full { newly: true });
+    assert_eq!(got[9], Received::Full { newly: false });
+    assert!(core.is_paused(id));
     assert_eq!(outs[0].drop_backlog.get(), 0, "met a full output");
     let mut got = Vec::new();
     for turn in 0..40 {
@@ -1163,6 +1167,7 @@ fn rist_input_holds_in_order_datagrams_while_the_output_is_full() {
         );
     }
     assert_eq!(got, (0..30).collect::<Vec<u16>>());
+    assert!(core.resume(id), "drained: receives resume");
     assert_eq!(outs[0].drop_backlog.get(), 0);
     assert_eq!(counters.rist.unrecovered.get(), 0);
     assert_eq!(counters.packets_in.get(), 30);
