@@ -2,7 +2,7 @@
 # RIST simple profile (VSF TR-06-1) against librist, both ways, in
 # namespaces at 5 % random loss each way (iptables statistic) and 20 ms
 # RTT (the testkit's nfdelay NFQUEUE tool): ristsender -p 0 into mcrelayd's
-# RIST input (1000 ms: nothing missing; 200 ms: at most 1 in 2000, librist's
+# RIST input (1000 ms: nothing missing; 200 ms: at most 1 in 1000, librist's
 # sender retransmits a number once per 4 RTT), on unicast and on a
 # multicast group, two RIST legs merged by 2022-7, and mcrelayd's RIST
 # output into ristreceiver -p 0 (unicast and multicast), and a standby

@@ -8,7 +8,7 @@
 //!   (`buffer_ms` 1000, the default); mcrelayd relays it (plain UDP) to B, where the
 //!   numbers must all arrive, byte-exact;
 //! - `ristsender_to_mcrelay_rist_input_at_200_ms`: the same at the
-//!   issue's 200 ms, at most 1 in 2 000 missing, each counted as
+//!   issue's 200 ms, at most 1 in 1 000 missing, each counted as
 //!   unrecovered: librist's sender retransmits a number at most once per
 //!   4 RTT (see there); `ristsender_to_ristreceiver_reference` (ignored,
 //!   by hand) measures librist's own receiver on the same path;
@@ -303,13 +303,15 @@ fn ristsender_to_mcrelay_rist_input() {
 /// `ristreceiver -b 200` loses the same way
 /// (`ristsender_to_ristreceiver_reference`); the core model
 /// (`rist::tests::against_librists_sender_*`) reproduces both figures.
-/// Asserted: at most 1 in 2 000, each counted as unrecovered.
+/// 15 s runs: 2 and 1 of 7 500 (the model: 0.25-2 per 15 s, more when
+/// librist's RTT samples grow under load). Asserted: at most 1 in 1 000,
+/// each counted as unrecovered.
 #[test]
 fn ristsender_to_mcrelay_rist_input_at_200_ms() {
     let Some((gaps, count, summary)) = ristsender_into_mcrelay(200) else {
         return;
     };
-    assert!(gaps * 2000 <= count, "residual loss: {summary}");
+    assert!(gaps * 1000 <= count, "residual loss: {summary}");
 }
 
 /// librist to librist through the same path (`ristsender -p 0` into
