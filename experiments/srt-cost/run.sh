@@ -5,12 +5,14 @@
 # interleaved, REPS times each, in one run. The figure is the relay
 # process's CPU (user + system, every thread: workers, the SRT thread and
 # libsrt's) over the send window, divided by the datagrams delivered
-# (unicast: the outputs' packets_out; SRT: what the callers were sent).
+# (unicast: the outputs' packets_out; SRT: what the callers were sent,
+# those that left included). SRT runs also print what the callers
+# received (their bytes, counted by wc -c) and where the rest went.
 #
 #   experiments/srt-cost/run.sh                      # release build, then measure
 #   experiments/srt-cost/run.sh --bin target/release --rate 2000 --seconds 10 --reps 3
 #   /work/shared/tools/quiet -- experiments/srt-cost/run.sh --bin target/release
-#   experiments/srt-cost/run.sh --ceiling "5000 10000 20000"   # rates of the ceiling run
+#   experiments/srt-cost/run.sh --ceiling "5000 10000 20000" --ceiling-seconds 10   # the ceiling run
 #
 # Needs root, srt-live-transmit and python3. Every packet stays inside the
 # three namespaces it creates (mcsrt-PID-{a,r,b}) and removes on exit; the
@@ -18,7 +20,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-bin="" rate=2000 seconds=10 reps=3 counts="1 10 50" ceiling="5000 10000 20000 40000 80000"
+bin="" rate=2000 seconds=10 reps=3 counts="1 10 50" ceiling="5000 10000 20000 40000 80000" ceiling_seconds=10
 while (($#)); do
     case $1 in
         --bin) bin=$2; shift 2 ;;
@@ -27,7 +29,8 @@ while (($#)); do
         --reps) reps=$2; shift 2 ;;
         --counts) counts=$2; shift 2 ;;
         --ceiling) ceiling=$2; shift 2 ;;
-        -h | --help) sed -n '2,18p' "$0"; exit 0 ;;
+        --ceiling-seconds) ceiling_seconds=$2; shift 2 ;;
+        -h | --help) sed -n '2,19p' "$0"; exit 0 ;;
         *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -77,7 +80,8 @@ n = 0
 for f in s["flows"]:
     for o in f["outputs"]:
         if kind == "srt":
-            n += sum(c["sent"] for c in (o.get("srt") or {}).get("callers", []))
+            # Every caller'"'"'s, those that left included.
+            n += (o.get("srt") or {}).get("sent", 0)
         else:
             n += o["packets_out"]
 print(n)' "$2"
@@ -88,6 +92,26 @@ callers() {
 import json, sys
 s = json.load(sys.stdin)
 print(sum(len((o.get("srt") or {}).get("callers", [])) for f in s["flows"] for o in f["outputs"]))'
+}
+
+# why SOCKET: where the datagrams the callers were not sent went.
+why() {
+    "$bin/mcrelayctl" --socket "$1" flows --json | python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+for f in s["flows"]:
+    for o in f["outputs"]:
+        t = o.get("srt")
+        if not t:
+            continue
+        c = t["callers"]
+        tot = lambda k: sum(x[k] for x in c)
+        print("  worker->srt drops_backlog=%d drops_send_error=%d; srt read=%d no_caller=%d"
+              " connects=%d disconnects=%d callers=%d; to callers: sent=%d dropped=%d;"
+              " libsrt: too_late=%d retransmitted=%d"
+              % (o["drops_backlog"], o["drops_send_error"], t["datagrams"], t["no_caller"],
+                 t["connects"], t["disconnects"], len(c), t.get("sent", 0), t.get("dropped", 0),
+                 tot("too_late"), tot("retransmitted")))'
 }
 
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
@@ -112,6 +136,7 @@ name = "f"
 input = { interface = "vRA", address = "239.1.1.1", port = 5000 }
 outputs = [$outputs]
 TOML
+    : >"$dir/relay.log"
     ip netns exec "$r" "$bin/mcrelayd" --config "$dir/mcrelay.toml" 2>"$dir/relay.log" &
     local relay=$!
     pids+=("$relay")
@@ -121,8 +146,13 @@ TOML
         sleep 0.1
     done
     if [[ $kind == srt ]]; then
+        # Each caller's bytes are counted as they arrive (wc -c on a
+        # fifo): what the callers received, not only what was sent.
         for ((i = 0; i < n; i++)); do
-            ip netns exec "$b" srt-live-transmit -q srt://10.10.2.1:9000 file://con >/dev/null 2>&1 &
+            mkfifo "$dir/fifo-$i"
+            rm -f "$dir/rx-$i"
+            ip netns exec "$b" sh -c "srt-live-transmit -q srt://10.10.2.1:9000 file://con >'$dir/fifo-$i' 2>/dev/null &
+                echo \$! >'$dir/pid-$i'; exec wc -c <'$dir/fifo-$i' >'$dir/rx-$i'" &
             pids+=("$!")
         done
         waited=0
@@ -139,6 +169,22 @@ TOML
     sleep 2 # what is still queued, and the SRT counters (published each second)
     c1=$(cpu_ticks "$relay")
     d1=$(delivered "$sock" "$kind")
+    local received=-1
+    if [[ $kind == srt ]]; then
+        why "$sock"
+        for ((i = 0; i < n; i++)); do kill -INT "$(cat "$dir/pid-$i")" 2>/dev/null || true; done
+        for ((i = 0; i < n; i++)); do
+            waited=0
+            until [[ -s $dir/rx-$i ]]; do ((waited++ < 100)) || break; sleep 0.1; done
+        done
+        received=$(cat "$dir"/rx-* 2>/dev/null | python3 -c "
+import sys
+v = [int(x) // 1316 for x in sys.stdin.read().split()]
+print(sum(v), min(v) if v else 0)")
+        rm -f "$dir"/fifo-* "$dir"/rx-* "$dir"/pid-*
+    fi
+    # The last run's relay log, for a look at why (disconnects, warnings).
+    cp "$dir/relay.log" "/tmp/mcsrt-last-relay.log" 2>/dev/null || true
     teardown
     python3 -c "
 import os
@@ -146,7 +192,9 @@ hz = os.sysconf('SC_CLK_TCK')
 cpu = ($c1 - $c0) / hz
 d = $d1 - $d0
 sent = $rate * $seconds * $n
-print(f'$kind n=$n rate=$rate cpu_s={cpu:.2f} delivered={d} of {sent} ({100 * d / max(sent, 1):.2f} %) us_per_datagram={cpu / max(d, 1) * 1e6:.2f}')"
+rx = '$received'.split()
+got = f' received={rx[0]} ({100 * int(rx[0]) / max(sent, 1):.2f} %, the least a caller got {100 * int(rx[1]) * $n / max(sent, 1):.2f} %)' if len(rx) == 2 else ''
+print(f'$kind n=$n rate=$rate cpu_s={cpu:.2f} delivered={d} of {sent} ({100 * d / max(sent, 1):.2f} %) us_per_datagram={cpu / max(d, 1) * 1e6:.2f}{got}')"
 }
 
 echo "srt-cost: rate=$rate/s seconds=$seconds reps=$reps counts=[$counts] bin=$bin"
@@ -159,10 +207,13 @@ for ((k = 0; k < reps; k++)); do
 done
 
 # The throughput ceiling with 10 SRT callers: the same measurement at
-# rising input rates, 3 s each; the ceiling is the highest rate at which
-# (nearly) every datagram reached every caller.
-echo "srt-cost: ceiling with 10 callers, rates [$ceiling]"
+# rising input rates, --ceiling-seconds each (long enough for a caller
+# that falls behind to be noticed: the relay used to disconnect callers
+# after 3 s of drops); the ceiling is the highest rate at which (nearly)
+# every datagram reached every caller, and above it each caller should
+# still receive a share.
+echo "srt-cost: ceiling with 10 callers, rates [$ceiling], $ceiling_seconds s each"
 for rate in $ceiling; do
-    seconds=3
+    seconds=$ceiling_seconds
     measure srt 10
 done

@@ -162,7 +162,21 @@ pub fn same_endpoint(a: IpAddr, ap: u16, b: IpAddr, bp: u16) -> bool {
 
 /// Whether a datagram sent by `output` reaches the socket of `input`: the
 /// same endpoint ([`same_endpoint`]) and, for a group, the same interface.
+/// An SRT listener output and an SRT listener input on one port are one
+/// listener with two routes told apart by stream ID, not a loop: the
+/// listener rule checks them (see `SrtSide`).
 pub fn reaches(output: &Output, input: &Input) -> bool {
+    let listener_out = output
+        .srt
+        .as_ref()
+        .is_some_and(|s| s.mode == SrtMode::Listener);
+    let listener_in = input
+        .srt
+        .as_ref()
+        .is_some_and(|s| s.mode == SrtMode::Listener);
+    if listener_out && listener_in {
+        return false;
+    }
     same_endpoint(output.address, output.port, input.address, input.port)
         && (output.interface == input.interface || !input.address.to_canonical().is_multicast())
 }
@@ -325,9 +339,17 @@ struct FlowParts {
     /// Each valid leg, with where it is written.
     inputs: Vec<(Input, usize)>,
     flow: Option<Flow>,
-    /// Each SRT listener output's address, port and stream ID, with where
-    /// it is written (two flows may share a port with distinct stream IDs).
-    srt_listeners: Vec<(SrtListenerKey, usize)>,
+    /// Each SRT listener's address, port and stream ID, whether it is an
+    /// input or an output, and where it is written (two flows may share a
+    /// port with distinct stream IDs).
+    srt_listeners: Vec<(SrtListenerKey, SrtSide, usize)>,
+}
+
+/// Which way an SRT listener's callers' data goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SrtSide {
+    Input,
+    Output,
 }
 
 type SrtListenerKey = (IpAddr, u16, Option<String>);
@@ -770,9 +792,11 @@ impl<'t> Walker<'t> {
             for (leg, at) in legs {
                 match &leg.srt {
                     None => parts.inputs.push((leg.clone(), *at)),
-                    Some(s) if s.mode == SrtMode::Listener => parts
-                        .srt_listeners
-                        .push(((leg.address, leg.port, s.stream_id.clone()), *at)),
+                    Some(s) if s.mode == SrtMode::Listener => parts.srt_listeners.push((
+                        (leg.address, leg.port, s.stream_id.clone()),
+                        SrtSide::Input,
+                        *at,
+                    )),
                     Some(_) => {}
                 }
             }
@@ -847,9 +871,11 @@ impl<'t> Walker<'t> {
                         }) = out
                         {
                             if s.mode == SrtMode::Listener {
-                                parts
-                                    .srt_listeners
-                                    .push(((*address, *port, s.stream_id.clone()), span.start));
+                                parts.srt_listeners.push((
+                                    (*address, *port, s.stream_id.clone()),
+                                    SrtSide::Output,
+                                    span.start,
+                                ));
                             }
                         }
                     }
@@ -1412,7 +1438,8 @@ impl<'t> Walker<'t> {
                     let mut ids: HashMap<FlowKey, String> = HashMap::new();
                     let mut inputs: HashMap<(String, IpAddr, u16, Option<IpAddr>), String> =
                         HashMap::new();
-                    let mut srt_listeners: HashMap<SrtListenerKey, String> = HashMap::new();
+                    let mut srt_listeners: HashMap<SrtListenerKey, (String, SrtSide)> =
+                        HashMap::new();
                     // An interface holds one XDP program: one xdp input each.
                     let mut xdp_interfaces: HashMap<String, String> = HashMap::new();
                     // Queue 0 of an interface holds one AF_XDP socket: one
@@ -1503,24 +1530,41 @@ impl<'t> Walker<'t> {
                                 }
                             }
                         }
-                        for (key, at) in &parts.srt_listeners {
+                        for (key, side, at) in &parts.srt_listeners {
                             let name = parts.name.as_ref().map_or("", |(n, _)| n.as_str());
+                            let (a, port, id) = key;
+                            let id = id.as_deref().map_or_else(
+                                || "no stream_id".to_owned(),
+                                |s| format!("stream_id {s:?}"),
+                            );
+                            let listener = SocketAddr::new(*a, *port);
                             match srt_listeners.get(key) {
-                                Some(other) if other == name => {}
-                                Some(other) => {
-                                    let (a, port, id) = key;
-                                    let id = id.as_deref().map_or_else(
-                                        || "no stream_id".to_owned(),
-                                        |s| format!("stream_id {s:?}"),
-                                    );
+                                // Two inputs or two outputs of one flow are
+                                // compared in `legs` and with the outputs.
+                                Some((other, s)) if other == name && s == side => {}
+                                // The listener would pick one of the two
+                                // for every caller: the other never works.
+                                Some((other, _)) if other == name => {
                                     self.errors.push((*at, format!(
-                                        "flow {name:?}: SRT listener {} with {id} is also flow {other:?}'s; give each flow on one port its own stream_id",
-                                        SocketAddr::new(*a, *port)
+                                        "flow {name:?}: SRT listener {listener} with {id} is both an input and an output of this flow; a caller could not say which it wants: give them distinct stream_ids or ports"
+                                    )));
+                                    all_ok = false;
+                                }
+                                Some((other, s)) => {
+                                    let what = if s == side {
+                                        ""
+                                    } else if *s == SrtSide::Input {
+                                        " (its input)"
+                                    } else {
+                                        " (its output)"
+                                    };
+                                    self.errors.push((*at, format!(
+                                        "flow {name:?}: SRT listener {listener} with {id} is also flow {other:?}'s{what}; give each flow on one port its own stream_id"
                                     )));
                                     all_ok = false;
                                 }
                                 None => {
-                                    srt_listeners.insert(key.clone(), name.to_owned());
+                                    srt_listeners.insert(key.clone(), (name.to_owned(), *side));
                                 }
                             }
                         }

@@ -737,7 +737,7 @@ fn srt_families(m: &mut Exposition, s: &Snapshot) {
         })
     };
     type RouteValue = fn(&SrtSnapshot) -> u64;
-    let routes: [(&str, Kind, &str, RouteValue); 6] = [
+    let routes: [(&str, Kind, &str, RouteValue); 8] = [
         (
             "mcrelay_srt_callers",
             Kind::Gauge,
@@ -773,6 +773,18 @@ fn srt_families(m: &mut Exposition, s: &Snapshot) {
             Kind::Counter,
             "Datagrams that reached the SRT output while no caller was connected.",
             |r| r.no_caller,
+        ),
+        (
+            "mcrelay_srt_sent_packets_total",
+            Kind::Counter,
+            "Datagrams handed to libsrt for the SRT output's callers, those gone included.",
+            |r| r.sent,
+        ),
+        (
+            "mcrelay_srt_dropped_packets_total",
+            Kind::Counter,
+            "Datagrams dropped for the SRT output's callers (those gone included): a caller's send buffer was full.",
+            |r| r.dropped,
         ),
     ];
     for (name, kind, help, value) in routes {

@@ -602,6 +602,12 @@ pub struct SrtSnapshot {
     pub no_caller: u64,
     /// Of those, larger than an SRT live payload (1456 B), not sent.
     pub oversize: u64,
+    /// Every caller's `sent` and `dropped` added up, callers that left
+    /// included.
+    #[serde(default)]
+    pub sent: u64,
+    #[serde(default)]
+    pub dropped: u64,
     /// Callers accepted, or connections made.
     pub connects: u64,
     /// Callers refused: unknown stream ID, `max_callers` reached, wrong or

@@ -219,7 +219,7 @@ unsafe extern "C" {
     fn srt_recv(u: RawSrt, buf: *mut c_char, len: c_int) -> c_int;
     fn srt_getlasterror(errno_loc: *mut c_int) -> c_int;
     fn srt_getlasterror_str() -> *const c_char;
-    fn srt_bstats(u: RawSrt, perf: *mut TraceBStats, clear: c_int) -> c_int;
+    fn srt_bistats(u: RawSrt, perf: *mut TraceBStats, clear: c_int, instantaneous: c_int) -> c_int;
     fn srt_getsockstate(u: RawSrt) -> c_int;
     fn srt_setrejectreason(u: RawSrt, value: c_int) -> c_int;
     fn srt_epoll_create() -> c_int;
@@ -360,6 +360,15 @@ pub struct ConnStats {
     pub send_mbps: f64,
     /// Receiving rate over the last interval, Mb/s.
     pub receive_mbps: f64,
+    /// Packets sent and not yet acknowledged.
+    pub flight: u64,
+    /// The peer's flow window: packets its receive buffer can still take
+    /// (0: it stopped reading).
+    pub flow_window: u64,
+    /// Packets in the send buffer (sent and unacknowledged, and not yet
+    /// sent), and the time they span, milliseconds.
+    pub send_buffer_packets: u64,
+    pub send_buffer_ms: u64,
 }
 
 fn count(v: c_int) -> u64 {
@@ -592,12 +601,14 @@ impl Socket {
         Ok(Some(usize::try_from(rc).unwrap_or(0)))
     }
 
-    /// Cumulative statistics (`srt_bstats` without clearing).
+    /// Cumulative statistics (`srt_bistats` without clearing), with the
+    /// send buffer as it is now (`instantaneous`; not libsrt's moving
+    /// average, which lags a backlog by about a second).
     pub fn stats(&self) -> Option<ConnStats> {
         let mut s = TraceBStats::default();
         // SAFETY: `s` is a `struct CBytePerfMon` of libsrt 1.5's layout
         // (checked by a test), writable for the call.
-        let rc = unsafe { srt_bstats(self.0, &raw mut s, 0) };
+        let rc = unsafe { srt_bistats(self.0, &raw mut s, 0, 1) };
         (rc >= 0).then(|| ConnStats {
             packets_sent: count64(s.pkt_sent_total),
             retransmitted: count(s.pkt_retrans_total),
@@ -609,6 +620,10 @@ impl Socket {
             rtt_ms: s.ms_rtt,
             send_mbps: s.mbps_send_rate,
             receive_mbps: s.mbps_recv_rate,
+            flight: count(s.pkt_flight_size),
+            flow_window: count(s.pkt_flow_window),
+            send_buffer_packets: count(s.pkt_snd_buf),
+            send_buffer_ms: count(s.ms_snd_buf),
         })
     }
 }

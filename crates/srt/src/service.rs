@@ -43,8 +43,8 @@ use crate::ffi::{self, ConnStats, Opt, Poll, Request, Socket, SocketRef};
 pub const MAX_PAYLOAD: usize = 1456;
 /// Datagrams read from one feed per wake-up before the others get a turn.
 const FEED_BATCH: usize = 256;
-/// Seconds of consecutive drops after which a caller that can't keep up
-/// is disconnected.
+/// Seconds of consecutive drops, while its receiver takes nothing more
+/// (flow window closed), after which a caller is disconnected.
 const STALL_TICKS: u32 = 3;
 /// How long a handshake accepted by the hook may take before it counts as
 /// refused by libsrt (wrong passphrase, version).
@@ -123,6 +123,10 @@ pub struct RouteView {
     pub drop_flow_gone: u64,
     /// Datagrams read while no caller was connected.
     pub no_caller: u64,
+    /// Every caller's `sent` and `dropped` added up, those that left
+    /// included (an output's totals survive its callers).
+    pub sent: u64,
+    pub dropped: u64,
     /// Datagrams larger than an SRT live payload (1456 B), not sent.
     pub oversize: u64,
     /// Callers accepted (listener) or connections made (caller).
@@ -275,7 +279,8 @@ struct Caller {
     /// connection is added once connected, to read it).
     watched: bool,
     view: CallerView,
-    /// `dropped` at the last tick, and ticks in a row with new drops.
+    /// `dropped` at the last tick, and ticks in a row with new drops
+    /// while its receiver's flow window was closed.
     dropped_at_tick: u64,
     stalled: u32,
     gone: bool,
@@ -301,6 +306,8 @@ struct Route {
     /// Feeds of the flow this route's flow replaced, read until they end.
     old_feeds: Vec<UnixDatagram>,
     callers: Vec<Caller>,
+    /// `sent` and `dropped` of the callers that left.
+    departed: [u64; 2],
     taken: Arc<AtomicU32>,
     calling: Option<Calling>,
     view: RouteView,
@@ -468,6 +475,7 @@ impl Thread {
             feed,
             old_feeds: Vec::new(),
             callers: Vec::new(),
+            departed: [0; 2],
             taken,
             calling,
             view,
@@ -667,6 +675,8 @@ impl Thread {
             r.callers.retain(|c| {
                 if c.gone {
                     tracing::info!(flow = %r.spec.flow, output = %r.spec.label, peer = ?c.view.peer, sent = c.view.sent, dropped = c.view.dropped, "SRT caller disconnected");
+                    r.departed[0] += c.view.sent;
+                    r.departed[1] += c.view.dropped;
                     self.poll.remove(c.socket.as_ref());
                 }
                 !c.gone
@@ -791,14 +801,19 @@ impl Thread {
                 if c.socket.as_ref().state().is_gone() {
                     c.gone = true;
                 }
-                if c.view.dropped > c.dropped_at_tick {
+                // Drops alone don't say whose fault they are: with the
+                // relay short of CPU every caller has them, and
+                // disconnecting them all would serve nobody. A caller is
+                // dropped only when its own receiver takes nothing more.
+                let drops = c.view.dropped;
+                if drops > c.dropped_at_tick && c.view.srt.flow_window == 0 {
                     c.stalled += 1;
                 } else {
                     c.stalled = 0;
                 }
-                c.dropped_at_tick = c.view.dropped;
+                c.dropped_at_tick = drops;
                 if c.stalled >= STALL_TICKS && !c.gone {
-                    tracing::warn!(flow = %r.spec.flow, output = %r.spec.label, peer = ?c.view.peer, dropped = c.view.dropped, "SRT caller can't keep up (send buffer full for {STALL_TICKS} s); disconnected");
+                    tracing::warn!(flow = %r.spec.flow, output = %r.spec.label, peer = ?c.view.peer, dropped = c.view.dropped, "SRT caller can't keep up (its receiver took nothing for {STALL_TICKS} s); disconnected");
                     c.gone = true;
                 }
             }
@@ -814,6 +829,9 @@ impl Thread {
             .map(|r| {
                 let mut v = r.view.clone();
                 v.callers = r.callers.iter().map(|c| c.view.clone()).collect();
+                let [sent, dropped] = r.departed;
+                v.sent = sent + r.callers.iter().map(|c| c.view.sent).sum::<u64>();
+                v.dropped = dropped + r.callers.iter().map(|c| c.view.dropped).sum::<u64>();
                 v
             })
             .collect();

@@ -681,4 +681,56 @@ mod tests {
                 .contains("SRT listener 0.0.0.0:9000 with no stream_id is also flow \"a\"'s")
         );
     }
+
+    /// An SRT input listener and an SRT output listener on one address,
+    /// port and stream ID: the listener would route every caller to one
+    /// of them. Refused within a flow and across flows; distinct stream
+    /// IDs (or ports) are fine.
+    #[test]
+    fn srt_input_and_output_listener_on_one_port_and_stream_id_are_refused() {
+        let one = |i: &str, o: &str| {
+            format!(
+                "[[flow]]\nname = \"x\"\n\
+                 input = {{ protocol = \"srt\", address = \"0.0.0.0\", port = 9000{i} }}\n\
+                 outputs = [{{ protocol = \"srt\", address = \"0.0.0.0\", port = 9000{o} }}]\n"
+            )
+        };
+        let e = errors(&one("", ""));
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(
+            e[0].contains("flow \"x\": SRT listener 0.0.0.0:9000 with no stream_id is both an input and an output of this flow; a caller could not say which it wants: give them distinct stream_ids or ports"),
+            "{e:?}"
+        );
+        let e = errors(&one(", stream_id = \"cam\"", ", stream_id = \"cam\""));
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(
+            e[0].contains("with stream_id \"cam\" is both an input and an output"),
+            "{e:?}"
+        );
+        assert!(
+            parse(
+                &one(", stream_id = \"in\"", ", stream_id = \"out\""),
+                "t.toml"
+            )
+            .is_ok()
+        );
+        assert!(parse(&one("", ", stream_id = \"out\""), "t.toml").is_ok());
+        // A caller input calls someone else's listener: no conflict.
+        let caller = "[[flow]]\nname = \"x\"\n\
+             input = { protocol = \"srt\", mode = \"caller\", address = \"192.0.2.1\", port = 9000 }\n\
+             outputs = [{ protocol = \"srt\", address = \"0.0.0.0\", port = 9000 }]\n";
+        assert!(parse(caller, "t.toml").is_ok());
+        // Across flows: flow b's output on flow a's input listener.
+        let across = "[[flow]]\nname = \"a\"\n\
+             input = { protocol = \"srt\", address = \"0.0.0.0\", port = 9000, stream_id = \"s\" }\n\
+             outputs = [{ interface = \"eth1\", address = \"239.2.2.2\", port = 6000 }]\n\
+             [[flow]]\nname = \"b\"\ninput = { interface = \"eth0\", address = \"239.1.1.1\", port = 5000 }\n\
+             outputs = [{ protocol = \"srt\", address = \"0.0.0.0\", port = 9000, stream_id = \"s\" }]\n";
+        let e = errors(across);
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(
+            e[0].contains("flow \"b\": SRT listener 0.0.0.0:9000 with stream_id \"s\" is also flow \"a\"'s (its input); give each flow on one port its own stream_id"),
+            "{e:?}"
+        );
+    }
 }

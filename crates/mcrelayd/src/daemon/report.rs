@@ -213,6 +213,8 @@ fn srt_snapshot(srt: &[RouteView], flow: &str, label: &str) -> Option<SrtSnapsho
         datagrams: r.datagrams,
         no_caller: r.no_caller,
         oversize: r.oversize,
+        sent: r.sent,
+        dropped: r.dropped,
         connects: r.connects,
         refused: r.refused,
         disconnects: r.disconnects,
