@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # RIST simple profile (VSF TR-06-1) against librist, both ways, in
 # namespaces at 5 % random loss each way (iptables statistic) and 20 ms
-# RTT (the testkit's nfdelay NFQUEUE tool) with buffer_ms = 200:
-# ristsender -p 0 into mcrelayd's RIST input, and mcrelayd's RIST output
-# into ristreceiver -p 0, at most 1 in 2000 missing (0 in quiet runs out;
-# GStreamer's ristsrc is an ignored test, run by hand) (crates/mcrelayd/tests/rist.rs;
+# RTT (the testkit's nfdelay NFQUEUE tool): ristsender -p 0 into mcrelayd's
+# RIST input (1000 ms: nothing missing; 200 ms: at most 1 in 1000, librist's
+# sender retransmits a number once per 4 RTT), on unicast and on a
+# multicast group, two RIST legs merged by 2022-7, and mcrelayd's RIST
+# output into ristreceiver -p 0 (unicast and multicast), and a standby
+# daemon that must send ristsender no RTCP. GStreamer's
+# ristsrc is an ignored test, run by hand (crates/mcrelayd/tests/rist.rs;
 # it skips without rist-tools, so the workspace run before this step may
 # have skipped it). MCRELAY_RIST_SECONDS sets the run (15 s here; the
 # issue's 60 s: MCRELAY_RIST_SECONDS=60).

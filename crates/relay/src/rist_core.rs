@@ -73,7 +73,9 @@ impl Core {
         if f.rist[leg.index()].is_none() {
             self.rist.count += 1;
         }
-        f.rist[leg.index()] = Some(Box::new(RistReceiver::new(buffer_ms, ssrc)));
+        let mut r = RistReceiver::new(buffer_ms, ssrc);
+        r.set_standby(self.standby);
+        f.rist[leg.index()] = Some(Box::new(r));
         f.refresh_plain();
         self.rist.scratch.reserve(rist::MAX_DATAGRAM);
         self.rist.rtcp.reserve(1500);
@@ -89,6 +91,11 @@ impl Core {
     /// RTCP from the receivers of RIST output `media` of `flow`: its
     /// NACKs are answered with retransmissions queued on the output.
     pub fn rist_output_rtcp(&mut self, flow: FlowId, media: OutputId, now_ns: u64, rtcp: &[u8]) {
+        // A standby worker sends nothing (`crate::standby`): no
+        // retransmissions either.
+        if self.standby {
+            return;
+        }
         let Some(f) = self.flows.get_mut(flow.index()).and_then(Option::as_mut) else {
             return;
         };
@@ -157,7 +164,16 @@ impl Core {
         let Some(r) = f.rist.get_mut(leg.index()).and_then(Option::as_mut) else {
             return self.admit_on(flow, leg, payload, now_ns, true);
         };
-        let mut verdict = r.receive(now_ns, payload);
+        // While the outputs are full, what could go on waits in the ring
+        // (released in order as they drain) rather than meeting them full,
+        // and the flow pauses its receives as for `Received::Full` (the
+        // socket buffer holds what comes meanwhile; `Core::resume`).
+        let room = has_room(&f.outputs);
+        let mut verdict = if room {
+            r.receive(now_ns, payload)
+        } else {
+            r.receive_holding(now_ns, payload)
+        };
         if verdict == Verdict::Flush {
             self.rist_release(flow, leg, now_ns);
             let Some(r) = self.receiver(flow, leg) else {
@@ -174,6 +190,10 @@ impl Core {
                     f.counters.bytes_in.add(payload.len() as u64);
                     if other != Verdict::Held {
                         f.counters.rist.dropped.inc();
+                    } else if !room {
+                        let newly = !f.paused;
+                        f.paused = true;
+                        return Received::Full { newly };
                     }
                 }
                 Received::Dropped
@@ -210,9 +230,7 @@ impl Core {
             // batch's queue (the rest waits for the next turn, after the
             // sends were handed over), unless the ring is half full: then
             // admission drops and counts what finds no room.
-            let room = f.outputs.iter().all(|o| {
-                o.parity || (o.in_flight < o.depth && o.queue.len() < crate::queue::QUEUE_CAPACITY)
-            });
+            let room = has_room(&f.outputs);
             let Some(r) = f.rist.get_mut(leg.index()).and_then(Option::as_deref_mut) else {
                 break;
             };
@@ -253,6 +271,10 @@ impl Core {
         if self.rist.count == 0 {
             return None;
         }
+        // A standby worker writes no RTCP (`crate::standby`): its legs
+        // keep ordering what arrives and NACK what is still missing once
+        // it takes over.
+        let quiet = self.standby;
         let reports = now_ns >= self.rist.next_report_ns;
         if reports {
             self.rist.next_report_ns = now_ns + REPORT_INTERVAL_NS;
@@ -273,7 +295,7 @@ impl Core {
                 s.tick(now_ns);
                 // The first report as soon as there is a stream: it tells
                 // the receivers where to send their NACKs.
-                if reports || !s.has_reported() {
+                if !quiet && (reports || !s.has_reported()) {
                     let n = s.sender_report(now_ns, ntp, &mut rtcp);
                     if n > 0 {
                         let id = OutputId(u16::try_from(i).unwrap_or(u16::MAX));
@@ -290,13 +312,15 @@ impl Core {
                     continue;
                 };
                 let id = LegId(u8::try_from(leg).unwrap_or(u8::MAX));
-                let n = r.poll(now_ns, &mut rtcp);
-                if n > 0 {
-                    send(RtcpTo::Leg(flow, id), &rtcp[..n]);
-                } else if reports {
-                    let n = r.receiver_report(now_ns, &mut rtcp);
+                if !quiet {
+                    let n = r.poll(now_ns, &mut rtcp);
                     if n > 0 {
                         send(RtcpTo::Leg(flow, id), &rtcp[..n]);
+                    } else if reports {
+                        let n = r.receiver_report(now_ns, &mut rtcp);
+                        if n > 0 {
+                            send(RtcpTo::Leg(flow, id), &rtcp[..n]);
+                        }
                     }
                 }
                 if self.rist_release(flow, id, now_ns) == (Received::Full { newly: true }) {
@@ -331,6 +355,14 @@ impl Parts<'_> {
             }
         }
     }
+}
+
+/// Whether every output (parity outputs aside) has room for one more
+/// datagram, in flight and in this batch's queue.
+fn has_room(outputs: &[crate::Output]) -> bool {
+    outputs.iter().all(|o| {
+        o.parity || (o.in_flight < o.depth && o.queue.len() < crate::queue::QUEUE_CAPACITY)
+    })
 }
 
 /// Copy a flow's RIST receivers' numbers into its counters.

@@ -6,7 +6,11 @@
 //! not a start-up. While it is set, [`Core::receive`] counts each datagram
 //! (`packets_in`, `bytes_in`, and `standby_discarded`) and discards it
 //! before admission: no pool buffer is taken, nothing is copied or queued,
-//! no output counter moves. The datagram was already read from the socket
+//! no output counter moves. RIST writes no RTCP meanwhile (no NACKs,
+//! receiver or sender reports) and answers no NACK with a retransmission
+//! ([`Core::rist_tick`], [`Core::rist_output_rtcp`]): a standby's RIST
+//! input still orders what arrives, so on taking over it NACKs what is
+//! still missing within its buffer. The datagram was already read from the socket
 //! (into a receive buffer that goes straight back to the kernel), which is
 //! what keeps the socket buffer from filling: a standby that stopped
 //! reading would count kernel drops (which alert) and, on taking over,
@@ -44,6 +48,11 @@ impl Core {
             }
         }
         self.standby = standby;
+        for f in self.flows.iter_mut().flatten() {
+            for r in f.rist.iter_mut().flatten() {
+                r.set_standby(standby);
+            }
+        }
     }
 
     /// Whether this core is in standby.

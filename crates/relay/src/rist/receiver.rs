@@ -11,19 +11,19 @@
 //!
 //! NACK timing: a number is NACKed at the first [`RistReceiver::poll`]
 //! after its gap is seen, then again every RTT × 1.25 (at least 10 ms;
-//! 50 ms until a first RTT sample) while it can still arrive in time, at
-//! most [`MAX_NACKS`] times. The RTT is measured from a NACK to the
-//! retransmission it brought back (only numbers NACKed once, as Karn's
-//! rule for TCP).
+//! 50 ms until a first RTT sample) for as long as a retransmission asked
+//! for then can still arrive within `buffer_ms`: no fixed count, so a
+//! sender that takes only some NACKs (librist's takes one per 4 RTT for
+//! a number) is asked again until the buffer's end, and no NACK goes out
+//! whose answer would come too late. The RTT is measured from a NACK to
+//! the retransmission it brought back (only numbers NACKed once, as
+//! Karn's rule for TCP).
 //!
 //! Pure: no socket, no clock (`now_ns` is passed in), storage allocated
 //! by [`RistReceiver::new`].
 
 use super::rtcp::{self, Packet, ReportBlock, Writer};
 use super::{MAX_DATAGRAM, slots_for};
-
-/// NACKs sent for one number, at most.
-pub const MAX_NACKS: u8 = 10;
 
 /// Ranges one NACK datagram names, at most (more wait for the next poll).
 pub const MAX_RANGES: usize = 64;
@@ -70,6 +70,9 @@ pub struct ReceiverStats {
     pub reordered: u64,
     /// Numbers neither received nor recovered in `buffer_ms`: skipped.
     pub unrecovered: u64,
+    /// Numbers skipped so while standing by (no NACK was sent for them:
+    /// see [`RistReceiver::set_standby`]), not counted as unrecovered.
+    pub standby_skipped: u64,
     pub duplicates: u64,
     pub late: u64,
     pub strays: u64,
@@ -91,6 +94,13 @@ struct Slot {
     since_ns: u64,
     next_nack_ns: u64,
     first_nack_ns: u64,
+}
+
+/// Whether a NACK for `slot`'s number sent at `at` can still bring its
+/// retransmission back (one RTT later, when measured) before the gap's
+/// `buffer_ns` are up.
+fn in_time(slot: &Slot, at: u64, buffer_ns: u64, rtt_ns: Option<u64>) -> bool {
+    at.saturating_add(rtt_ns.unwrap_or(0)) < slot.since_ns.saturating_add(buffer_ns)
 }
 
 /// One RIST input's reorder/recovery buffer and NACK state.
@@ -116,6 +126,9 @@ pub struct RistReceiver {
     rtt_ns: Option<u64>,
     ranges: [(u16, u16); MAX_RANGES],
     stats: ReceiverStats,
+    /// Standing by: NACKs are not sent, so gaps skipped are not
+    /// `unrecovered` (an alert on those stays quiet on a healthy standby).
+    standby: bool,
 }
 
 impl RistReceiver {
@@ -141,7 +154,15 @@ impl RistReceiver {
             rtt_ns: None,
             ranges: [(0, 0); MAX_RANGES],
             stats: ReceiverStats::default(),
+            standby: false,
         }
+    }
+
+    /// Stand by (`true`: the driver sends none of this receiver's RTCP,
+    /// see `crate::standby`) or be active: gaps skipped while standing by
+    /// count as `standby_skipped`, not `unrecovered`.
+    pub fn set_standby(&mut self, standby: bool) {
+        self.standby = standby;
     }
 
     pub fn stats(&self) -> &ReceiverStats {
@@ -175,6 +196,18 @@ impl RistReceiver {
 
     /// Datagram `d` arrived at `now_ns`.
     pub fn receive(&mut self, now_ns: u64, d: &[u8]) -> Verdict {
+        self.receive_or_hold(now_ns, d, false)
+    }
+
+    /// Datagram `d` arrived at `now_ns` while what it would go on to has
+    /// no room: one that could go on now is held (copied into the ring,
+    /// [`Verdict::Held`]) and leaves in order through
+    /// [`RistReceiver::pop_ready`].
+    pub fn receive_holding(&mut self, now_ns: u64, d: &[u8]) -> Verdict {
+        self.receive_or_hold(now_ns, d, true)
+    }
+
+    fn receive_or_hold(&mut self, now_ns: u64, d: &[u8], hold: bool) -> Verdict {
         let Some(h) = mcrelay_wire::rtp::parse(d) else {
             self.stats.rejected += 1;
             return Verdict::Rejected;
@@ -229,7 +262,7 @@ impl RistReceiver {
             } else {
                 self.stats.reordered += 1;
             }
-            if d_ahead == 0 {
+            if d_ahead == 0 && !hold {
                 self.slots[i].missing = false;
                 self.slots[i].delivered = true;
                 self.head = self.head.wrapping_add(1);
@@ -242,7 +275,7 @@ impl RistReceiver {
             return self.far(seq);
         }
         self.candidate = None;
-        if window == 0 && d_ahead == 0 {
+        if window == 0 && d_ahead == 0 && !hold {
             // The fast path: in order, nothing missing, no copy.
             self.slots[usize::from(seq) & self.mask] = Slot {
                 seq,
@@ -360,7 +393,11 @@ impl RistReceiver {
             if self.flushing || !s.missing || now_ns.saturating_sub(s.since_ns) >= self.buffer_ns {
                 if s.missing {
                     self.missing -= 1;
-                    self.stats.unrecovered += 1;
+                    if self.standby {
+                        self.stats.standby_skipped += 1;
+                    } else {
+                        self.stats.unrecovered += 1;
+                    }
                 }
                 self.slots[i].missing = false;
                 self.head = self.head.wrapping_add(1);
@@ -386,7 +423,7 @@ impl RistReceiver {
         let mut s = self.head;
         while s != self.top {
             let slot = &self.slots[usize::from(s) & self.mask];
-            if slot.missing && slot.nacks < MAX_NACKS {
+            if slot.missing && in_time(slot, slot.next_nack_ns, self.buffer_ns, self.rtt_ns) {
                 at = at.min(slot.next_nack_ns);
             }
             s = s.wrapping_add(1);
@@ -408,14 +445,13 @@ impl RistReceiver {
             let i = usize::from(s) & self.mask;
             let slot = &mut self.slots[i];
             let due = slot.missing
-                && slot.nacks < MAX_NACKS
                 && slot.next_nack_ns <= now_ns
-                && now_ns.saturating_sub(slot.since_ns) < self.buffer_ns;
+                && in_time(slot, now_ns, self.buffer_ns, self.rtt_ns);
             if due {
                 if slot.nacks == 0 {
                     slot.first_nack_ns = now_ns;
                 }
-                slot.nacks += 1;
+                slot.nacks = slot.nacks.saturating_add(1);
                 slot.next_nack_ns = now_ns + retry;
                 numbers += 1;
                 match n.checked_sub(1).map(|last| &mut self.ranges[last]) {
