@@ -485,7 +485,9 @@ fn mcrelay_fec_output_repaired_by_gstreamer() {
     order.sort_by_key(|&(at, kind, _)| (at, kind));
     for (_, kind, p) in order {
         if kind == 0 {
-            dec.media(p);
+            dec.media(p, |r| {
+                ours.insert(u16::from_be_bytes([r[2], r[3]]));
+            });
         } else {
             dec.repair(p, |r| {
                 ours.insert(u16::from_be_bytes([r[2], r[3]]));

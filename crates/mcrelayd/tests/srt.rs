@@ -831,11 +831,15 @@ fn srt_input_from_an_ffmpeg_caller_is_relayed_to_multicast_byte_exact() {
     let socket = t.dir.join("control.sock");
     // ffmpeg in A calls the relay's SRT input and sends the stream as it
     // comes from the pacer: raw 1316-byte messages (the data muxer, no
-    // remuxing), so what arrives must be the file itself.
+    // remuxing), so what arrives must be the file itself. `-blocksize`:
+    // the data demuxer sends each read as it comes, and a read of
+    // ffmpeg's 32 KiB buffer after a stall under load would end mid-way
+    // through a 1316-byte message (a short one, then the rest: 2001
+    // messages for 2000); one message per read keeps them whole.
     let mut c = Command::new("ip");
     c.args(["netns", "exec", &t.a, "sh", "-c"]).arg(format!(
         "python3 -c \"$PACER\" | ffmpeg -nostdin -hide_banner -loglevel error \
-         -f data -raw_packet_size {DATAGRAM} -i pipe:0 -map 0 -c copy -flush_packets 1 \
+         -blocksize {DATAGRAM} -f data -raw_packet_size {DATAGRAM} -i pipe:0 -map 0 -c copy -flush_packets 1 \
          -f data 'srt://10.10.1.2:9000?mode=caller&pkt_size={DATAGRAM}&latency=120000'"
     ));
     c.env("PACER", pacer(&file, 1000, 60));

@@ -149,6 +149,31 @@ struct Flow {
     rist: Vec<Option<Box<rist::RistReceiver>>>,
     /// Its receivers and their stream health ([`Core::set_intake`]).
     intake: intake::Intake,
+    /// The one-leg relay with nothing else to ask: `Single`, no FEC or
+    /// RIST on its input, and no output with a resume guard, parity, a
+    /// FEC encoder or a RIST ring ([`Flow::refresh_plain`]). The packet
+    /// path's one check before the plain admission.
+    plain: bool,
+    /// Some output's resume guard is still on: the plain check is
+    /// refreshed after each datagram until it ends.
+    resuming: bool,
+}
+
+impl Flow {
+    /// Recompute [`Flow::plain`] (and `resuming`) after anything it
+    /// depends on changed: the rule, FEC or RIST enabled, a resume
+    /// guard set or ended.
+    fn refresh_plain(&mut self) {
+        self.resuming = self.outputs.iter().any(|o| o.guard.mark.is_some());
+        self.plain = matches!(self.mode, Mode::Single)
+            && self.fec.is_empty()
+            && self.rist.is_empty()
+            && !self.resuming
+            && self
+                .outputs
+                .iter()
+                .all(|o| !o.parity && o.fec.is_none() && o.rist.is_none());
+    }
 }
 
 /// One worker's relay state: its pool, in-flight table, GSO runs and flows.
@@ -285,7 +310,12 @@ impl Core {
             fec: Vec::new(),
             rist: Vec::new(),
             intake: intake::Intake::default(),
+            plain: false,
+            resuming: false,
         });
+        if let Some(f) = self.flows[index].as_mut() {
+            f.refresh_plain();
+        }
         // A tick serves each flow at most twice (its timer, the ready
         // list): no allocation on the packet path.
         let slots = self.flows.len();
@@ -339,6 +369,7 @@ impl Core {
             f.fec.resize_with(usize::from(f.legs), || None);
         }
         f.fec[leg.index()] = Some(Box::new(fec::FecDecoder::new()));
+        f.refresh_plain();
         let most = fec::decode::PENDING + 1;
         self.fec_scratch
             .reserve(most * fec::MAX_MEDIA - self.fec_scratch.len().min(most * fec::MAX_MEDIA));
@@ -373,6 +404,7 @@ impl Core {
             column,
             row,
         }));
+        f.refresh_plain();
         true
     }
 
@@ -533,8 +565,12 @@ fn release(
 /// Outputs with room for one more datagram, `bytes`, that they don't
 /// have yet (see `resume`).
 #[inline(always)]
-fn with_room(outputs: &[Output], bytes: &[u8]) -> u32 {
-    let n = outputs.iter().filter(|o| o.takes(bytes)).count();
+fn with_room<const PLAIN: bool>(outputs: &[Output], bytes: &[u8]) -> u32 {
+    let n = if PLAIN {
+        outputs.iter().filter(|o| o.in_flight < o.depth).count()
+    } else {
+        outputs.iter().filter(|o| o.takes(bytes)).count()
+    };
     u32::try_from(n).unwrap_or(u32::MAX)
 }
 
@@ -584,7 +620,21 @@ impl Parts<'_> {
         paused: &mut bool,
         payload: &[u8],
     ) -> Result<(Buffer, u32), Received> {
-        let uses = with_room(outputs, payload);
+        self.admit_as::<false>(outputs, counters, held, paused, payload)
+    }
+
+    /// [`Parts::admit`]; `PLAIN` for a [`Flow::plain`] flow's outputs
+    /// (no guard, parity, encoder or RIST ring to ask).
+    #[inline(always)]
+    fn admit_as<const PLAIN: bool>(
+        &mut self,
+        outputs: &[Output],
+        counters: &FlowCounters,
+        held: &mut Held,
+        paused: &mut bool,
+        payload: &[u8],
+    ) -> Result<(Buffer, u32), Received> {
+        let uses = with_room::<PLAIN>(outputs, payload);
         if uses == 0 {
             if outputs.iter().any(|o| o.in_flight < o.depth) {
                 // Room, but every output with room already has it: a
@@ -620,7 +670,7 @@ impl Parts<'_> {
     /// the buffer goes back. Inlined, as [`Parts::admit`].
     #[inline(always)]
     fn enqueue(&mut self, flow: FlowId, outputs: &mut [Output], held: &mut Held, buf: Buffer) {
-        let uses = with_room(outputs, self.pool.bytes(&buf));
+        let uses = with_room::<false>(outputs, self.pool.bytes(&buf));
         self.enqueue_uses(flow, outputs, held, buf, uses);
     }
 
@@ -628,6 +678,19 @@ impl Parts<'_> {
     /// counted (by [`Parts::admit`], nothing queued since).
     #[inline(always)]
     fn enqueue_uses(
+        &mut self,
+        flow: FlowId,
+        outputs: &mut [Output],
+        held: &mut Held,
+        buf: Buffer,
+        uses: u32,
+    ) {
+        self.enqueue_as::<false>(flow, outputs, held, buf, uses);
+    }
+
+    /// [`Parts::enqueue_uses`]; `PLAIN` as in [`Parts::admit_as`].
+    #[inline(always)]
+    fn enqueue_as<const PLAIN: bool>(
         &mut self,
         flow: FlowId,
         outputs: &mut [Output],
@@ -659,12 +722,12 @@ impl Parts<'_> {
             }
         };
         for (i, o) in outputs.iter_mut().enumerate() {
-            if o.parity {
+            if !PLAIN && o.parity {
                 continue;
             }
             // Judged by `with_room` just before: an output resuming after
             // a reload skips what it already has.
-            if !o.guard.take() {
+            if !PLAIN && !o.guard.take() {
                 continue;
             }
             if o.in_flight >= o.depth {
@@ -680,10 +743,10 @@ impl Parts<'_> {
                 if u64::from(o.in_flight) > o.counters.in_flight_high_water.get() {
                     o.counters.in_flight_high_water.set(u64::from(o.in_flight));
                 }
-                if o.fec.is_some() && i < 64 {
+                if !PLAIN && o.fec.is_some() && i < 64 {
                     encode |= 1 << i;
                 }
-                if o.rist.is_some() && i < 64 {
+                if !PLAIN && o.rist.is_some() && i < 64 {
                     keep |= 1 << i;
                 }
             } else {
@@ -695,6 +758,9 @@ impl Parts<'_> {
                 o.counters.drop_backlog.inc();
                 release(self.in_flight, self.pool, self.reserve, held, slot);
             }
+        }
+        if PLAIN {
+            return;
         }
         while encode != 0 {
             let i = encode.trailing_zeros() as usize;

@@ -39,13 +39,131 @@ impl Core {
         let Some(f) = self.flows.get_mut(flow.index()).and_then(Option::as_mut) else {
             return Received::Dropped;
         };
-        if f.fec_duplicate(leg, payload) {
-            return Received::Dropped;
+        let mut parts = Parts {
+            pool: &mut self.pool,
+            in_flight: &mut self.in_flight,
+            reserve: &mut self.reserve,
+            dirty: &mut self.dirty,
+        };
+        // The one-leg relay nearly every flow is: admission and queueing
+        // as before redundancy, resume guards, FEC and RIST existed
+        // (nothing of theirs asked per datagram or per output).
+        if f.plain {
+            if let Err(dropped) = f.count_in(leg, payload.len(), self.standby, true) {
+                return dropped;
+            }
+            let (buf, uses) = match parts.admit_as::<true>(
+                &f.outputs,
+                &f.counters,
+                &mut f.held,
+                &mut f.paused,
+                payload,
+            ) {
+                Ok(admitted) => admitted,
+                Err(dropped) => return dropped,
+            };
+            if let Some(c) = f.counters.redundancy.forwarded.get(leg.index()) {
+                c.inc();
+            }
+            parts.enqueue_as::<true>(flow, &mut f.outputs, &mut f.held, buf, uses);
+            return Received::Queued;
+        }
+        if !f.fec.is_empty() {
+            return self.receive_fec_media(flow, leg, payload, now_ns);
         }
         if !f.rist.is_empty() {
             return self.receive_rist(flow, leg, payload, now_ns);
         }
-        self.admit_on(flow, leg, payload, now_ns, true)
+        // [`Core::admit_on`], without looking the flow up again.
+        if !matches!(f.mode, Mode::Single) {
+            return self.receive_redundant(flow, leg, payload, now_ns, true);
+        }
+        let parts = Parts {
+            pool: &mut self.pool,
+            in_flight: &mut self.in_flight,
+            reserve: &mut self.reserve,
+            dirty: &mut self.dirty,
+        };
+        admit_single(parts, f, flow, leg, payload, self.standby, true)
+    }
+
+    /// [`Core::receive_on`] for a flow with FEC on some leg: on such a
+    /// leg the decoder keeps a copy first and drops (counted) a packet it
+    /// already repaired; then the packet goes on, followed by any packet
+    /// the waiting FEC packets it completes repair.
+    #[inline(never)]
+    fn receive_fec_media(
+        &mut self,
+        flow: FlowId,
+        leg: LegId,
+        payload: &[u8],
+        now_ns: u64,
+    ) -> Received {
+        let Core {
+            flows,
+            fec_scratch: scratch,
+            fec_ends: ends,
+            ..
+        } = self;
+        let Some(f) = flows.get_mut(flow.index()).and_then(Option::as_mut) else {
+            return Received::Dropped;
+        };
+        // `ends` is empty between datagrams: nothing to set up unless a
+        // repair comes.
+        let duplicate = f.fec_duplicate(leg, payload, |p| {
+            if ends.is_empty() {
+                scratch.clear();
+            }
+            // Sized for every repair one packet can chain
+            // (`Core::enable_fec`): no allocation.
+            if scratch.capacity() - scratch.len() >= p.len() && ends.len() < ends.capacity() {
+                scratch.extend_from_slice(p);
+                ends.push(scratch.len());
+            }
+        });
+        let mut result = if duplicate {
+            Received::Dropped
+        } else if !f.rist.is_empty() {
+            self.receive_rist(flow, leg, payload, now_ns)
+        } else {
+            self.admit_on(flow, leg, payload, now_ns, true)
+        };
+        if self.fec_ends.is_empty() {
+            return result;
+        }
+        self.sum_fec_stats(flow);
+        let scratch = std::mem::take(&mut self.fec_scratch);
+        let mut ends = std::mem::take(&mut self.fec_ends);
+        let mut start = 0;
+        for &end in &ends {
+            let r = self.admit_on(flow, leg, &scratch[start..end], now_ns, false);
+            if r == (Received::Full { newly: true }) {
+                result = r;
+            }
+            start = end;
+        }
+        ends.clear();
+        self.fec_scratch = scratch;
+        self.fec_ends = ends;
+        result
+    }
+
+    /// Set the flow's FEC counters to the sum of its legs' decoders (at
+    /// most 4).
+    fn sum_fec_stats(&mut self, flow: FlowId) {
+        let Some(f) = self.flows.get_mut(flow.index()).and_then(Option::as_mut) else {
+            return;
+        };
+        let (mut recovered, mut unrecoverable, mut rejected) = (0, 0, 0);
+        for s in f.fec.iter().flatten().map(|d| d.stats()) {
+            recovered += s.recovered;
+            unrecoverable += s.unrecoverable;
+            rejected += s.fec_rejected;
+        }
+        let c = &f.counters.fec;
+        c.recovered.set(recovered);
+        c.unrecoverable.set(unrecoverable);
+        c.rejected.set(rejected);
     }
 
     /// A datagram on one of leg `leg`'s FEC ports: the packets it
@@ -78,17 +196,7 @@ impl Core {
                 ends.push(scratch.len());
             }
         });
-        // The flow's counters sum its legs' decoders (at most 4).
-        let (mut recovered, mut unrecoverable, mut rejected) = (0, 0, 0);
-        for s in f.fec.iter().flatten().map(|d| d.stats()) {
-            recovered += s.recovered;
-            unrecoverable += s.unrecoverable;
-            rejected += s.fec_rejected;
-        }
-        let c = &f.counters.fec;
-        c.recovered.set(recovered);
-        c.unrecoverable.set(unrecoverable);
-        c.rejected.set(rejected);
+        self.sum_fec_stats(flow);
         let mut result = Received::Queued;
         let mut start = 0;
         for &end in &ends {
@@ -99,6 +207,7 @@ impl Core {
             start = end;
         }
         self.fec_scratch = scratch;
+        ends.clear();
         self.fec_ends = ends;
         result
     }
@@ -117,33 +226,19 @@ impl Core {
         let Some(f) = self.flows.get_mut(flow.index()).and_then(Option::as_mut) else {
             return Received::Dropped;
         };
-        // The one-leg relay nearly every flow is: one branch on the rule,
-        // then admission and queueing as before redundancy existed (no
-        // ticket, no timer, no second look at the outputs, nothing of
-        // the other rules' state live in its registers).
+        // A one-leg flow: one branch on the rule, then admission and
+        // queueing (no ticket, no timer, no second look at the outputs,
+        // nothing of the other rules' state live in its registers).
         if !matches!(f.mode, Mode::Single) {
             return self.receive_redundant(flow, leg, payload, now_ns, wire);
         }
-        if let Err(dropped) = f.count_in(leg, payload.len(), self.standby, wire) {
-            return dropped;
-        }
-        let mut parts = Parts {
+        let parts = Parts {
             pool: &mut self.pool,
             in_flight: &mut self.in_flight,
             reserve: &mut self.reserve,
             dirty: &mut self.dirty,
         };
-        let (buf, uses) =
-            match parts.admit(&f.outputs, &f.counters, &mut f.held, &mut f.paused, payload) {
-                Ok(admitted) => admitted,
-                Err(dropped) => return dropped,
-            };
-        // `legs` is at most the counters' length.
-        if let Some(c) = f.counters.redundancy.forwarded.get(leg.index()) {
-            c.inc();
-        }
-        parts.enqueue_uses(flow, &mut f.outputs, &mut f.held, buf, uses);
-        Received::Queued
+        admit_single(parts, f, flow, leg, payload, self.standby, wire)
     }
 
     /// [`Core::receive_on`] for a merge or failover flow. Inlined: out of
@@ -362,6 +457,41 @@ enum Ticket {
     Merge(u64),
 }
 
+/// A one-leg flow's admission and queueing (its rule decided nothing):
+/// counted in, a buffer taken and filled, queued on every output with
+/// room. (A [`Flow::plain`] flow takes the same steps in
+/// [`Core::receive_on`], asking nothing of resume guards, FEC or RIST.)
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn admit_single(
+    mut parts: Parts<'_>,
+    f: &mut Flow,
+    flow: FlowId,
+    leg: LegId,
+    payload: &[u8],
+    standby: bool,
+    wire: bool,
+) -> Received {
+    if let Err(dropped) = f.count_in(leg, payload.len(), standby, wire) {
+        return dropped;
+    }
+    let (buf, uses) =
+        match parts.admit(&f.outputs, &f.counters, &mut f.held, &mut f.paused, payload) {
+            Ok(admitted) => admitted,
+            Err(dropped) => return dropped,
+        };
+    // `legs` is at most the counters' length.
+    if let Some(c) = f.counters.redundancy.forwarded.get(leg.index()) {
+        c.inc();
+    }
+    parts.enqueue_uses(flow, &mut f.outputs, &mut f.held, buf, uses);
+    if f.resuming {
+        // A guard may have ended with this datagram.
+        f.refresh_plain();
+    }
+    Received::Queued
+}
+
 /// Count a datagram a redundancy rule dropped.
 fn drop(counter: &crate::counters::Counter) -> Received {
     counter.inc();
@@ -369,13 +499,19 @@ fn drop(counter: &crate::counters::Counter) -> Received {
 }
 
 impl Flow {
-    /// On a leg with 2022-1 FEC, the decoder keeps a copy of `payload`;
-    /// `true` (counted) when it had already repaired it: then it is
-    /// dropped.
+    /// On a leg with 2022-1 FEC, the decoder keeps a copy of `payload`
+    /// (and `recovered` gets what the waiting FEC packets it completes
+    /// repair); `true` (counted) when it had already repaired it: then
+    /// it is dropped.
     #[inline(always)]
-    pub(crate) fn fec_duplicate(&mut self, leg: LegId, payload: &[u8]) -> bool {
+    pub(crate) fn fec_duplicate(
+        &mut self,
+        leg: LegId,
+        payload: &[u8],
+        recovered: impl FnMut(&[u8]),
+    ) -> bool {
         if let Some(Some(d)) = self.fec.get_mut(leg.index())
-            && d.media(payload) == MediaVerdict::Duplicate
+            && d.media(payload, recovered) == MediaVerdict::Duplicate
         {
             self.counters.packets_in.inc();
             self.counters.bytes_in.add(payload.len() as u64);

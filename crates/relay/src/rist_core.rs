@@ -40,18 +40,17 @@ impl Core {
     /// of what it sends. Allocates the ring (see
     /// [`rist::slots_for`]); `false` for an unknown output.
     pub fn enable_rist_output(&mut self, flow: FlowId, media: OutputId, buffer_ms: u32) -> bool {
-        let Some(o) = self
-            .flows
-            .get_mut(flow.index())
-            .and_then(Option::as_mut)
-            .and_then(|f| f.outputs.get_mut(media.index()))
-        else {
+        let Some(f) = self.flows.get_mut(flow.index()).and_then(Option::as_mut) else {
+            return false;
+        };
+        let Some(o) = f.outputs.get_mut(media.index()) else {
             return false;
         };
         if o.rist.is_none() {
             self.rist.count += 1;
         }
         o.rist = Some(Box::new(RistSender::new(buffer_ms)));
+        f.refresh_plain();
         self.rist.rtcp.reserve(1500);
         true
     }
@@ -75,6 +74,7 @@ impl Core {
             self.rist.count += 1;
         }
         f.rist[leg.index()] = Some(Box::new(RistReceiver::new(buffer_ms, ssrc)));
+        f.refresh_plain();
         self.rist.scratch.reserve(rist::MAX_DATAGRAM);
         self.rist.rtcp.reserve(1500);
         true

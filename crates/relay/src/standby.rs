@@ -39,6 +39,7 @@ impl Core {
                     && m.held() == 0
                 {
                     f.mode = Mode::new(f.legs, f.redundancy);
+                    f.refresh_plain();
                 }
             }
         }

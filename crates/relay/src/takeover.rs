@@ -70,6 +70,7 @@ impl Core {
                 dirty: &mut self.dirty,
             };
             let due = hand_over(&mut parts, &mut o.held, new, n, mode, handover, now_ns);
+            n.refresh_plain();
             if due.ready && !n.ready {
                 n.ready = true;
                 self.ready.push(new);
@@ -78,6 +79,7 @@ impl Core {
                 self.timers.arm(new, deadline);
             }
         }
+        o.refresh_plain();
         self.flows[old.index()] = Some(o);
         self.rebalance();
         true

@@ -271,6 +271,53 @@ fn numbers_per_output(core: &mut Core, outputs: usize) -> Vec<Vec<u16>> {
     seen
 }
 
+/// Whether `f` takes the plain one-leg path.
+fn plain(c: &Core, f: FlowId) -> bool {
+    c.flows[f.index()].as_ref().is_some_and(|f| f.plain)
+}
+
+#[test]
+fn only_a_one_leg_flow_with_nothing_to_ask_per_output_is_plain() {
+    let mut c = core(64);
+    let (f, _, _) = add(&mut c, &[8, 8, 8], false);
+    assert!(plain(&c, f));
+    assert!(c.enable_fec_output(
+        f,
+        OutputId(0),
+        OutputId(1),
+        OutputId(2),
+        super::fec::FecLayout {
+            columns: 4,
+            rows: 4,
+            row_stream: true
+        }
+    ));
+    assert!(!plain(&c, f), "FEC output");
+    let (g, _, _) = add(&mut c, &[8], false);
+    assert!(c.enable_fec(g, LegId(0)));
+    assert!(!plain(&c, g), "FEC input");
+    let (h, _, _) = add(&mut c, &[8], false);
+    assert!(c.enable_rist_output(h, OutputId(0), 100));
+    assert!(!plain(&c, h), "RIST output");
+    let (i, _, _) = add(&mut c, &[8], false);
+    assert!(c.enable_rist_input(i, LegId(0), 100));
+    assert!(!plain(&c, i), "RIST input");
+    let (specs, _) = outputs(&[8], false);
+    let m = c
+        .add_flow(
+            specs,
+            Arc::default(),
+            2,
+            Redundancy::Merge {
+                window_ns: 1_000_000,
+                delay_ns: 0,
+            },
+            64,
+        )
+        .expect("room");
+    assert!(!plain(&c, m), "merge");
+}
+
 #[test]
 fn an_output_resuming_after_a_reload_skips_what_its_predecessor_sent() {
     let mut c = core(64);
@@ -283,11 +330,13 @@ fn an_output_resuming_after_a_reload_skips_what_its_predecessor_sent() {
     let f = c
         .add_flow(specs, Arc::clone(&counters), 1, Redundancy::Single, 64)
         .expect("room");
+    assert!(!plain(&c, f), "guarded outputs take the full path");
     // The new sockets joined at 100: 100..=110 arrive, one a stray
     // non-RTP datagram.
     for seq in 100..=110 {
         c.receive(f, &rtp(seq));
     }
+    assert!(plain(&c, f), "both guards ended: the plain path again");
     let seen = numbers_per_output(&mut c, 3);
     assert_eq!(seen[0], (106..=110).collect::<Vec<_>>());
     assert_eq!(seen[1], (103..=110).collect::<Vec<_>>());
@@ -801,6 +850,72 @@ fn fec_repairs_go_to_the_outputs_byte_exact() {
     assert_eq!(counters.fec.duplicates.get(), 1);
 }
 
+/// The FEC packets of each group read before its last media packet (they
+/// arrive on other sockets): the media packet completes them, and what
+/// they repair goes to the outputs after it.
+#[test]
+fn fec_read_before_the_last_media_packet_of_its_group_still_repairs() {
+    use super::fec::{FecEncoder, FecLayout};
+    let mut core = core(256);
+    let (id, counters, _) = add(&mut core, &[512], false);
+    assert!(core.enable_fec(id, LegId(0)));
+    let mut enc = FecEncoder::new(FecLayout {
+        columns: 5,
+        rows: 5,
+        row_stream: true,
+    });
+    let packet = |seq: u16| {
+        let mut p = vec![0x80, 33];
+        p.extend_from_slice(&seq.to_be_bytes());
+        p.extend_from_slice(&[0, 0, 0, 9, 1, 2, 3, 4]);
+        p.extend((0..=255u8).cycle().take(60 + usize::from(seq)));
+        p
+    };
+    // 7 lost; row 1's FEC packet (5..9) is read before 9.
+    let mut order = Vec::new();
+    for seq in 0..25u16 {
+        let p = packet(seq);
+        let mut fec = Vec::new();
+        enc.push(&p, |_, f| fec.push(f.to_vec()));
+        if seq == 9 {
+            for f in &fec {
+                core.receive_fec(id, LegId(0), f, 0);
+            }
+            assert_eq!(counters.fec.recovered.get(), 0, "row 1 misses 7 and 9");
+        }
+        if seq != 7 {
+            core.receive_on(id, LegId(0), &p, 0);
+            order.push(seq);
+            if seq == 9 {
+                order.push(7);
+            }
+        }
+        if seq != 9 {
+            for f in &fec {
+                core.receive_fec(id, LegId(0), f, 0);
+            }
+        }
+    }
+    let mut sent = Vec::new();
+    for (_, slots) in flush_all(&mut core) {
+        for slot in slots {
+            let b = core.in_flight().buffer(slot).expect("parked");
+            sent.push(core.pool().bytes(b).to_vec());
+        }
+    }
+    let seqs: Vec<u16> = sent
+        .iter()
+        .map(|b| u16::from_be_bytes([b[2], b[3]]))
+        .collect();
+    assert_eq!(seqs, order, "7 right after 9, which completed row 1");
+    assert_eq!(
+        sent[order.iter().position(|&s| s == 7).expect("7")],
+        packet(7)
+    );
+    assert_eq!(counters.packets_in.get(), 24);
+    assert_eq!(counters.fec.recovered.get(), 1);
+}
+
 /// 2022-1 FEC on an output: its column and row packets leave on the two
 /// outputs named for them (which take no media), and a decoder repairs
 /// a loss from them.
@@ -851,7 +966,7 @@ fn fec_output_sends_parity_that_repairs() {
     }
     let mut dec = FecDecoder::new();
     for p in by_output[&0].iter().filter(|p| p[3] != 6) {
-        dec.media(p);
+        dec.media(p, |_| {});
     }
     let mut repaired = Vec::new();
     for p in by_output[&1].iter().chain(&by_output[&2]) {

@@ -3,10 +3,12 @@
 //! whose group (`SNBase + i × offset`, `i < NA`) misses exactly one
 //! packet repairs it from the others by XOR, and the repaired packet
 //! goes on like a received one. A FEC packet missing two or more waits
-//! (at most [`PENDING`] of them, the oldest evicted) until a repair by
-//! the other direction leaves it one short: that is how 2-D FEC repairs
-//! a burst a single direction can't. `L` and `D` come from each FEC
-//! packet's header, so the decoder needs no configuration.
+//! until a repair by the other direction, or a media packet read after
+//! it, leaves it one short: that is how 2-D FEC repairs a burst a single
+//! direction can't. At most [`PENDING`] wait: one whose group left the
+//! window is released, and when all are taken the one whose group ends
+//! furthest behind is evicted. `L` and `D` come from each FEC packet's
+//! header, so the decoder needs no configuration.
 //!
 //! Nothing is invented: a packet is repaired only from a group whose
 //! other members are all in the window (so belong to the current
@@ -175,6 +177,15 @@ impl Window {
         }
     }
 
+    /// Whether every member of `h`'s group is behind the window.
+    fn behind(&self, h: &FecHeader) -> bool {
+        let last = h.member(h.na.saturating_sub(1));
+        self.highest.is_some_and(|head| {
+            let back = head.wrapping_sub(last);
+            (WINDOW_U16..0x8000).contains(&back)
+        })
+    }
+
     /// Move the window's head to `seq` (ahead of it, by less than a
     /// window), counting what leaves unseen.
     fn advance(&mut self, seq: u16, stats: &mut FecStats) {
@@ -338,8 +349,9 @@ pub struct FecDecoder {
     window: Window,
     pending: Box<[Waiting]>,
     pending_data: Box<[u8]>,
-    /// Where the next eviction looks first.
-    evict: usize,
+    /// How many of `pending` are live: a media packet retries them only
+    /// when some are.
+    live: usize,
     stats: FecStats,
 }
 
@@ -371,7 +383,7 @@ impl FecDecoder {
             window: Window::new(),
             pending: vec![idle; PENDING].into_boxed_slice(),
             pending_data: vec![0; PENDING * MAX_RECOVERY].into_boxed_slice(),
-            evict: 0,
+            live: 0,
             stats: FecStats::default(),
         }
     }
@@ -386,7 +398,11 @@ impl FecDecoder {
     }
 
     /// A media packet of the leg arrived: keep a copy for repairs.
-    pub fn media(&mut self, packet: &[u8]) -> MediaVerdict {
+    /// `recovered` gets each packet the waiting FEC packets it completes
+    /// repair: a FEC packet can be read before the last media packets of
+    /// its group (they arrive on other sockets), and then it waits one
+    /// short, not two.
+    pub fn media(&mut self, packet: &[u8], mut recovered: impl FnMut(&[u8])) -> MediaVerdict {
         let Some(h) = mcrelay_wire::rtp::parse(packet) else {
             return MediaVerdict::Forward;
         };
@@ -428,6 +444,9 @@ impl FecDecoder {
             state: State::Received,
             len: u16::try_from(packet.len()).unwrap_or(0),
         };
+        if self.live > 0 {
+            self.chain(seq, &mut recovered);
+        }
         MediaVerdict::Forward
     }
 
@@ -466,16 +485,24 @@ impl FecDecoder {
             let seq = stack[top];
             for j in 0..PENDING {
                 let w = self.pending[j];
-                if !w.live || w.header.position(seq).is_none() {
+                if !w.live {
+                    continue;
+                }
+                if self.window.behind(&w.header) {
+                    // Its group left the window: it can repair nothing.
+                    self.release(j);
+                    continue;
+                }
+                if w.header.position(seq).is_none() {
                     continue;
                 }
                 let start = j * MAX_RECOVERY;
                 let payload = &self.pending_data[start..start + usize::from(w.len)];
                 match self.window.try_recover(&w.header, payload, &mut self.stats) {
                     Outcome::Waiting => {}
-                    Outcome::Done => self.pending[j].live = false,
+                    Outcome::Done => self.release(j),
                     Outcome::Recovered(r) => {
-                        self.pending[j].live = false;
+                        self.release(j);
                         recovered(self.window.packet(r));
                         // Each repair frees a waiting packet: at most
                         // PENDING pushes after the first.
@@ -494,15 +521,14 @@ impl FecDecoder {
             self.stats.fec_rejected += 1;
             return;
         }
-        let j = self
-            .pending
-            .iter()
-            .position(|w| !w.live)
-            .unwrap_or_else(|| {
-                let j = self.evict;
-                self.evict = (self.evict + 1) % PENDING;
+        let j = match self.pending.iter().position(|w| !w.live) {
+            Some(j) => {
+                self.live += 1;
                 j
-            });
+            }
+            // Full: the one whose group is furthest behind goes.
+            None => self.oldest(),
+        };
         let start = j * MAX_RECOVERY;
         self.pending_data[start..start + payload.len()].copy_from_slice(payload);
         self.pending[j] = Waiting {
@@ -512,9 +538,35 @@ impl FecDecoder {
         };
     }
 
+    /// The waiting FEC packet whose group ends furthest behind the
+    /// window's head.
+    fn oldest(&self) -> usize {
+        let head = self.window.highest.unwrap_or(0);
+        let back = |w: &Waiting| {
+            let b = head.wrapping_sub(w.header.member(w.header.na.saturating_sub(1)));
+            // Ahead of the head: the youngest.
+            if b < 0x8000 {
+                i32::from(b)
+            } else {
+                i32::from(b) - 0x1_0000
+            }
+        };
+        (0..PENDING)
+            .max_by_key(|&j| back(&self.pending[j]))
+            .unwrap_or(0)
+    }
+
+    fn release(&mut self, j: usize) {
+        if self.pending[j].live {
+            self.pending[j].live = false;
+            self.live -= 1;
+        }
+    }
+
     fn drop_pending(&mut self) {
         for w in self.pending.iter_mut() {
             w.live = false;
         }
+        self.live = 0;
     }
 }

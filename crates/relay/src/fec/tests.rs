@@ -56,22 +56,23 @@ fn run(
         sent.insert(seq, p.clone());
         let mut fec = Vec::new();
         enc.push(&p, |dir, f| fec.push((dir, f.to_vec())));
+        let mut take = |r: &[u8]| {
+            let seq = u16::from_be_bytes([r[2], r[3]]);
+            let i = usize::from(seq.wrapping_sub(first));
+            assert!(lost.contains(&i), "repaired {seq}, which arrived");
+            assert_eq!(
+                Some(r),
+                sent.get(&seq).map(Vec::as_slice),
+                "{seq} not byte-exact"
+            );
+            assert!(recovered.insert(seq, r.to_vec()).is_none(), "{seq} twice");
+        };
         if !lost.contains(&i) {
-            assert_eq!(dec.media(&p), MediaVerdict::Forward);
+            assert_eq!(dec.media(&p, &mut take), MediaVerdict::Forward);
         }
         for (_, f) in fec {
             if !lost_fec.contains(&fec_index) {
-                dec.repair(&f, |r| {
-                    let seq = u16::from_be_bytes([r[2], r[3]]);
-                    let i = usize::from(seq.wrapping_sub(first));
-                    assert!(lost.contains(&i), "repaired {seq}, which arrived");
-                    assert_eq!(
-                        Some(r),
-                        sent.get(&seq).map(Vec::as_slice),
-                        "{seq} not byte-exact"
-                    );
-                    assert!(recovered.insert(seq, r.to_vec()).is_none(), "{seq} twice");
-                });
+                dec.repair(&f, &mut take);
             }
             fec_index += 1;
         }
@@ -209,15 +210,97 @@ fn a_repaired_packet_arriving_late_is_a_duplicate() {
         if seq == 5 {
             late = Some(p);
         } else {
-            dec.media(&p);
+            dec.media(&p, |_| {});
         }
         for f in fec {
             dec.repair(&f, |_| n += 1);
         }
     }
     assert_eq!(n, 1);
-    assert_eq!(dec.media(&late.expect("kept")), MediaVerdict::Duplicate);
+    assert_eq!(
+        dec.media(&late.expect("kept"), |_| {}),
+        MediaVerdict::Duplicate
+    );
     assert_eq!(dec.stats().duplicates, 1);
+}
+
+/// FEC arrives on its own sockets, so the driver can read a row's FEC
+/// packet before the row's last media packets. With one of the row
+/// lost, the FEC packet then finds two missing and waits; the media
+/// packet that arrives next leaves it one short and must repair.
+#[test]
+fn a_fec_packet_read_before_its_groups_last_media_packet_still_repairs() {
+    let layout = FecLayout {
+        columns: 4,
+        rows: 0,
+        row_stream: true,
+    };
+    // 1-D, columns only: column c of a 4 × 4 matrix is c, c+4, c+8, c+12.
+    let mut enc = FecEncoder::new(FecLayout { rows: 4, ..layout });
+    let mut dec = FecDecoder::new();
+    let packets: Vec<Vec<u8>> = (0..16u16)
+        .map(|seq| media(seq, 60 + usize::from(seq)))
+        .collect();
+    let mut fec = Vec::new();
+    for p in &packets {
+        enc.push(p, |dir, f| {
+            if dir == Direction::Column {
+                fec.push(f.to_vec());
+            }
+        });
+    }
+    // Column 1 (1, 5, 9, 13): 5 lost; 13 read only after the column's
+    // FEC packet.
+    let mut repaired = Vec::new();
+    for p in packets.iter().filter(|p| !matches!(p[3], 5 | 13)) {
+        assert_eq!(
+            dec.media(p, |r| repaired.push(r.to_vec())),
+            MediaVerdict::Forward
+        );
+    }
+    for f in &fec {
+        dec.repair(f, |r| repaired.push(r.to_vec()));
+    }
+    assert!(repaired.is_empty(), "column 1 misses two: it waits");
+    assert_eq!(dec.waiting(), 1);
+    assert_eq!(
+        dec.media(&packets[13], |r| repaired.push(r.to_vec())),
+        MediaVerdict::Forward
+    );
+    assert_eq!(
+        repaired,
+        vec![packets[5].clone()],
+        "13 completes column 1: 5 repaired"
+    );
+    assert_eq!(dec.waiting(), 0);
+    assert_eq!(dec.stats().recovered, 1);
+}
+
+/// A FEC packet that waits for a group which then leaves the window is
+/// released: it can repair nothing any more.
+#[test]
+fn a_waiting_fec_packet_is_released_once_its_group_left_the_window() {
+    let mut enc = FecEncoder::new(FecLayout {
+        columns: 4,
+        rows: 4,
+        row_stream: true,
+    });
+    let mut dec = FecDecoder::new();
+    // A 2 × 2 square: every row and column of it misses two.
+    let lost = [1u16, 2, 5, 6];
+    for seq in 0..(16 + 2 * WINDOW as u16) {
+        let p = media(seq, 40);
+        let mut fec = Vec::new();
+        enc.push(&p, |_, f| fec.push(f.to_vec()));
+        if !lost.contains(&seq) {
+            dec.media(&p, |_| {});
+        }
+        for f in fec {
+            dec.repair(&f, |_| {});
+        }
+    }
+    assert_eq!(dec.waiting(), 0);
+    assert_eq!(dec.stats().unrecoverable, 4);
 }
 
 #[test]
@@ -247,7 +330,7 @@ fn losses_beyond_repair_are_counted_once_they_leave_the_window() {
 fn an_ssrc_change_starts_afresh_and_foreign_fec_repairs_nothing() {
     let mut dec = FecDecoder::new();
     for seq in 0..10u16 {
-        dec.media(&media(seq, 30));
+        dec.media(&media(seq, 30), |_| {});
     }
     // FEC from another encoder over other numbers.
     let mut enc = FecEncoder::new(FecLayout {
@@ -267,7 +350,7 @@ fn an_ssrc_change_starts_afresh_and_foreign_fec_repairs_nothing() {
     assert_eq!(repaired, 0);
     let mut other = media(10, 30);
     other[8] ^= 1;
-    dec.media(&other);
+    dec.media(&other, |_| {});
     assert_eq!(dec.stats().resets, 1);
     // Garbage on a FEC port is rejected.
     dec.repair(&[0u8; 10], |_| repaired += 1);
