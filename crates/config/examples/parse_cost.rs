@@ -29,7 +29,8 @@ fn group(prefix: &str, i: usize) -> String {
 }
 
 fn text() -> String {
-    let mut c = String::from("[daemon]\nuser = \"nobody\"\ncontrol_socket = \"/run/mcrelay.sock\"\n");
+    let mut c =
+        String::from("[daemon]\nuser = \"nobody\"\ncontrol_socket = \"/run/mcrelay.sock\"\n");
     for i in 0..FLOWS {
         c.push_str(&format!(
             "[[flow]]\nname = \"f{i:05}\"\ninput = {{ interface = \"vRA\", address = \"{}\", port = 5000 }}\noutputs = [\n  {{ interface = \"vRB\", address = \"{}\", port = 6000, ttl = 1 }},\n  {{ interface = \"vRB\", address = \"{}\", port = 6001, ttl = 1 }},\n]\n",

@@ -230,7 +230,12 @@ mod tests {
         text.lines()
             .filter(|l| !l.starts_with('#'))
             .filter_map(|l| l.rsplit_once(' '))
-            .filter(|(series, _)| series.split('{').next().is_some_and(|n| n.ends_with("_total")))
+            .filter(|(series, _)| {
+                series
+                    .split('{')
+                    .next()
+                    .is_some_and(|n| n.ends_with("_total"))
+            })
             .filter_map(|(series, v)| Some((series.to_owned(), v.parse().ok()?)))
             .collect()
     }

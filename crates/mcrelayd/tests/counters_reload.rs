@@ -203,7 +203,11 @@ impl Reads {
         // The series every read had must all still be there while flow f
         // has the same outputs and legs (checked by the caller's plan:
         // nothing is removed here).
-        let gone: Vec<&String> = self.metrics.keys().filter(|k| !m.contains_key(*k)).collect();
+        let gone: Vec<&String> = self
+            .metrics
+            .keys()
+            .filter(|k| !m.contains_key(*k))
+            .collect();
         assert!(gone.is_empty(), "{when}: /metrics lost {gone:#?}");
         self.metrics.extend(m);
         self.stats.extend(s);
@@ -248,7 +252,11 @@ fn every_total_is_monotonic_across_reloads_that_change_the_flow() {
     let tx = sender(&t);
     wait_until("traffic into f", || {
         let n = packets_in(&t);
-        if n >= RATE { Ok(()) } else { Err(n.to_string()) }
+        if n >= RATE {
+            Ok(())
+        } else {
+            Err(n.to_string())
+        }
     });
     // A scraper all along: each scrape no lower than the one before.
     let stop = Arc::new(AtomicBool::new(false));
