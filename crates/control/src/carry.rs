@@ -212,6 +212,8 @@ impl RistSnapshot {
 
 #[cfg(test)]
 mod tests {
+    use mcrelay_testkit::metrics::{fell, totals};
+
     use crate::snapshot::{FecSnapshot, RistSnapshot, Snapshot, sample_with_legs};
 
     /// Every number in `v` set to 0 (strings and shapes kept): a flow
@@ -223,21 +225,6 @@ mod tests {
             serde_json::Value::Object(o) => o.values_mut().for_each(zeroed),
             _ => {}
         }
-    }
-
-    /// The `_total` series of a text exposition, by name and labels.
-    fn totals(text: &str) -> std::collections::BTreeMap<String, f64> {
-        text.lines()
-            .filter(|l| !l.starts_with('#'))
-            .filter_map(|l| l.rsplit_once(' '))
-            .filter(|(series, _)| {
-                series
-                    .split('{')
-                    .next()
-                    .is_some_and(|n| n.ends_with("_total"))
-            })
-            .filter_map(|(series, v)| Some((series.to_owned(), v.parse().ok()?)))
-            .collect()
     }
 
     /// Every flow fully populated, FEC and RIST included.
@@ -288,13 +275,11 @@ mod tests {
             totals(&crate::render_metrics(&before)),
             totals(&crate::render_metrics(&after)),
         );
+        let vanished: Vec<_> = was.keys().filter(|k| !now.contains_key(*k)).collect();
+        assert!(vanished.is_empty(), "vanished: {vanished:#?}");
         assert!(was.len() > 50, "{} series", was.len());
-        let fell: Vec<_> = was
-            .iter()
-            .filter(|(k, v)| now.get(*k).is_none_or(|n| n < *v))
-            .map(|(k, v)| format!("{k}: {v} -> {:?}", now.get(k)))
-            .collect();
-        assert!(fell.is_empty(), "went down or vanished: {fell:#?}");
+        let fell = fell(&was, &now);
+        assert!(fell.is_empty(), "went down: {fell:#?}");
         // And carried exactly: nothing was counted since.
         assert_eq!(was, now);
     }

@@ -29,6 +29,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use common::{Topology, ctl, in_netns, leg_toml, loadgen, scrape_in, stop_sender, wait_until};
+use mcrelay_testkit::metrics::{fell, totals};
 use serde_json::Value;
 
 const LEG0: &str = "239.26.1.1:5000";
@@ -119,21 +120,6 @@ fn try_scrape(ns: &str) -> Option<String> {
     })
 }
 
-/// The `_total` series of an exposition, by name and labels.
-fn totals(text: &str) -> BTreeMap<String, f64> {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| l.rsplit_once(' '))
-        .filter(|(series, _)| {
-            series
-                .split('{')
-                .next()
-                .is_some_and(|n| n.ends_with("_total"))
-        })
-        .filter_map(|(series, v)| Some((series.to_owned(), v.parse().ok()?)))
-        .collect()
-}
-
 /// Every counter of a `stats --json`, by its path (flows by name, outputs
 /// by label, legs by input, workers by index; gauges left out).
 fn counters(v: &Value, path: &str, out: &mut BTreeMap<String, u64>) {
@@ -162,19 +148,6 @@ fn counters(v: &Value, path: &str, out: &mut BTreeMap<String, u64>) {
         }
         _ => {}
     }
-}
-
-/// What went down from `was` to `now` (a series present in both).
-fn fell<V: PartialOrd + Copy + std::fmt::Debug>(
-    was: &BTreeMap<String, V>,
-    now: &BTreeMap<String, V>,
-) -> Vec<String> {
-    was.iter()
-        .filter_map(|(k, v)| {
-            let n = now.get(k)?;
-            (n < v).then(|| format!("{k}: {v:?} -> {n:?}"))
-        })
-        .collect()
 }
 
 /// The reads so far, each new one checked against the highest of each
