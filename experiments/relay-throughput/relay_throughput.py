@@ -369,6 +369,8 @@ class Mcrelay(Relay):
     legs = 1
     # Another mcrelayd binary (--mcrelayd-before) runs this contender.
     before = False
+    # Each output's `egress` ("socket" or "xdp").
+    egress = "socket"
 
     def send_args(self) -> list[str]:
         args = ["--payload", self.framing]
@@ -393,8 +395,9 @@ class Mcrelay(Relay):
         return keys
 
     def start(self) -> None:
+        egress = f', egress = "{self.egress}"' if self.egress != "socket" else ""
         outs = ",\n".join(
-            f'  {{ interface = "vRB{i}", address = "{g}", port = {p}, ttl = 16 }}'
+            f'  {{ interface = "vRB{i}", address = "{g}", port = {p}, ttl = 16{egress} }}'
             for i in range(1, self.fanout + 1) for g, p in [self.out_group(i)])
         # Started as root, mcrelayd opens its sockets, then drops to
         # daemon.user (the default "mcrelay" need not exist here). The
@@ -480,12 +483,125 @@ class McrelayPacket(Mcrelay):
     ingress = "packet"
 
 
+def napi_threads() -> dict[int, str]:
+    """Every NAPI kthread (`napi/<dev>-<id>`) of the machine: pid -> name."""
+    found = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                comm = (d / "comm").read_text().strip()
+            except OSError:
+                continue
+            if comm.startswith("napi/"):
+                found[int(d.name)] = comm
+    return found
+
+
+def bpf_prog_stats(ns: str, devs: list[str]) -> dict:
+    """run_time_ns and run_cnt (kernel.bpf_stats_enabled=1) of the XDP
+    program attached to each of `devs` in namespace `ns`, via bpftool."""
+    out = {}
+    for dev in devs:
+        try:
+            net = json.loads(sh("ip", "netns", "exec", ns, "bpftool", "net", "show", "dev", dev, "--json"))
+            ids = [x["id"] for n in net for x in n.get("xdp", [])]
+        except (RuntimeError, subprocess.CalledProcessError, ValueError, KeyError):
+            ids = []
+        for pid in ids:
+            try:
+                prog = json.loads(sh("bpftool", "prog", "show", "id", str(pid), "--json"))
+            except (RuntimeError, subprocess.CalledProcessError, ValueError):
+                continue
+            out[dev] = {"id": pid, "name": prog.get("name"), "run_time_ns": prog.get("run_time_ns", 0),
+                        "run_cnt": prog.get("run_cnt", 0)}
+    return out
+
+
 class McrelayXdp(Mcrelay):
     """mcrelay with ingress = "xdp" (issue 30): an XDP program on vRA
     steers the group to an AF_XDP socket (copy mode on veth), below the
-    kernel's IP stack."""
+    kernel's IP stack.
+
+    For every XDP contender the veths whose receive runs the XDP path (the
+    input's vRA) get threaded NAPI (`/sys/class/net/<dev>/threaded`), and
+    the NAPI kthreads that appear (`napi/<dev>-<id>`) are pinned to the
+    relay CPU, so the XDP work is charged to the relay's core; and BPF run
+    time is counted (`kernel.bpf_stats_enabled=1`): the XDP program's
+    run_time_ns / run_cnt over the round go into the result (per program,
+    from `bpftool prog show`). `bpftool prog profile` would split that into
+    cycles and instructions but needs hardware perf counters, which this
+    VM does not have."""
     name = "mcrelay-xdp"
     ingress = "xdp"
+
+    def xdp_devs(self) -> list[str]:
+        """R's devices whose receive runs this contender's XDP path."""
+        return ["vRA"] if self.ingress == "xdp" else []
+
+    def start(self) -> None:
+        super().start()
+        self.bpf_stats_before = sh("sysctl", "-n", "kernel.bpf_stats_enabled").strip()
+        sh("sysctl", "-qw", "kernel.bpf_stats_enabled=1")
+        before = napi_threads()
+        self.napi = {"threaded": {}, "pinned": {}}
+        for dev in self.xdp_devs():
+            try:
+                self.topo.nsexec(self.topo.r, "sh", "-c", f"echo 1 > /sys/class/net/{dev}/threaded")
+                self.napi["threaded"][dev] = self.topo.nsexec(
+                    self.topo.r, "cat", f"/sys/class/net/{dev}/threaded").strip()
+            except (RuntimeError, subprocess.CalledProcessError) as e:
+                self.napi["threaded"][dev] = f"failed: {e}"
+        # The kthreads threaded NAPI just made (other runs may have their
+        # own vRA: only the new ones are ours).
+        deadline = time.monotonic() + 2
+        new = {}
+        while time.monotonic() < deadline and self.xdp_devs():
+            new = {pid: n for pid, n in napi_threads().items()
+                   if pid not in before and any(n.startswith(f"napi/{d}-") for d in self.xdp_devs())}
+            if new:
+                break
+            time.sleep(0.05)
+        for pid, n in new.items():
+            sh("taskset", "-pc", str(self.topo.relay_cpu), str(pid))
+            self.napi["pinned"][n] = {"pid": pid, "cpu": self.topo.relay_cpu}
+        self.bpf0 = bpf_prog_stats(self.topo.r, self.xdp_devs())
+
+    def extra_counters(self) -> dict:
+        after = bpf_prog_stats(self.topo.r, self.xdp_devs())
+        progs = {}
+        for dev, a in after.items():
+            b = self.bpf0.get(dev, {"run_time_ns": 0, "run_cnt": 0})
+            runs = a["run_cnt"] - b["run_cnt"]
+            ns = a["run_time_ns"] - b["run_time_ns"]
+            progs[dev] = {**a, "round_run_cnt": runs, "round_run_time_ns": ns,
+                          "ns_per_run": ns / runs if runs else None}
+        return {"napi": self.napi, "bpf_prog": progs,
+                "bpf_prog_profile": "not taken: bpftool prog profile needs hardware perf counters (cycles, "
+                                    "instructions), which this VM lacks"}
+
+    def stop(self) -> dict:
+        before = getattr(self, "bpf_stats_before", None)
+        if before is not None:
+            subprocess.run(["sysctl", "-qw", f"kernel.bpf_stats_enabled={before}"], capture_output=True)
+        return super().stop()
+
+
+class McrelayXdpEgress(McrelayXdp):
+    """mcrelay with socket ingress and egress = "xdp" (issue 30): each
+    datagram leaves as a frame the worker built, on an AF_XDP socket's TX
+    ring bound to vRB<i> (copy mode: the kick runs the driver's transmit
+    on the relay's thread), skipping the UDP/IP output path and qdisc."""
+    name = "mcrelay-xdp-egress"
+    ingress = "socket"
+    egress = "xdp"
+
+
+class McrelayXdpFull(McrelayXdp):
+    """mcrelay with ingress = "xdp" and egress = "xdp": the whole path
+    below the kernel's IP stack."""
+    name = "mcrelay-xdp-full"
+    ingress = "xdp"
+    egress = "xdp"
 
 
 class McrelayBefore(Mcrelay):
@@ -580,7 +696,8 @@ class Kernel(Relay):
 
 
 CONTENDERS = {"mcrelay": Mcrelay, "mcrelay-before": McrelayBefore, "mcrelay-packet": McrelayPacket,
-              "mcrelay-xdp": McrelayXdp,
+              "mcrelay-xdp": McrelayXdp, "mcrelay-xdp-egress": McrelayXdpEgress,
+              "mcrelay-xdp-full": McrelayXdpFull,
               "mcrelay-packet-before": McrelayPacketBefore, "mcrelay-rtp": McrelayRtp,
               "mcrelay-rtp-mpegts": McrelayRtpMpegts, "mcrelay-merge": McrelayMerge,
               "baseline": Baseline, "kernel": Kernel}

@@ -113,6 +113,19 @@ pub enum IngressKind {
 /// MTU says it may carry one (checked when the sockets are opened).
 pub const MAX_XDP_FRAME: u32 = 1792;
 
+/// How an output's datagrams leave (`egress` on an output).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum EgressKind {
+    /// A connected UDP socket: the kernel's UDP/IP output path and qdisc.
+    #[default]
+    Socket,
+    /// An AF_XDP socket bound to queue 0 of the output interface: frames
+    /// built by the worker (prebuilt Ethernet/IPv4/UDP header) sent on its
+    /// TX ring, skipping the kernel's UDP/IP output path and the qdisc.
+    /// IPv4 multicast outputs only (the destination MAC is the group's).
+    Xdp,
+}
+
 /// A flow's `input`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Input {
@@ -187,6 +200,8 @@ pub struct Output {
     /// `protocol = "rist"`: RIST simple profile (retransmits what
     /// receivers NACK on port + 1); `None` for plain RTP/UDP or SRT.
     pub rist: Option<Rist>,
+    /// `egress`: a UDP socket (the default) or an AF_XDP socket.
+    pub egress: EgressKind,
 }
 
 /// An output's `fec = { columns = L, rows = D }`: 2022-1 column FEC to
@@ -1040,6 +1055,7 @@ mod tests {
             }],
             redundancy: Redundancy::Single,
             outputs: vec![Output {
+                egress: Default::default(),
                 interface: "eth1".into(),
                 address: "239.2.2.2".parse().unwrap(),
                 port: 6000,

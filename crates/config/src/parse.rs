@@ -88,6 +88,7 @@ const OUTPUT_KEYS: &[&str] = &[
     "max_callers",
     "stream_id",
     "buffer_ms",
+    "egress",
 ];
 const OUTPUT_FEC_KEYS: &[&str] = &["columns", "rows"];
 
@@ -1173,6 +1174,10 @@ impl<'t> Walker<'t> {
         self.check_keys(t, OUTPUT_KEYS, p, Inside(Indexed("outputs", i)));
         let span = v.span();
         if self.is_srt(t, p, Indexed("outputs", i))? {
+            if let Some(v) = t.get("egress") {
+                self.err(&v.span(), format!("{p}{} applies to UDP outputs; an SRT output sends on libsrt's socket: remove egress", path("egress")));
+                return None;
+            }
             return self.srt_output(t, &span, p, i);
         }
         let mut ok = self.no_srt_keys(t, p, Indexed("outputs", i), "output");
@@ -1268,6 +1273,38 @@ impl<'t> Walker<'t> {
             Some(r) => rist = r,
             None => ok = false,
         }
+        let mut egress = EgressKind::Socket;
+        if let Some(v) = t.get("egress") {
+            match self.string(v, p, path("egress")) {
+                Some("socket") => {}
+                Some("xdp") => match address {
+                    Some(IpAddr::V6(a)) => {
+                        self.err(&v.span(), format!("{p}{} = \"xdp\" takes IPv4 outputs only ({a} is IPv6: the frames' headers are built for IPv4); use egress = \"socket\"", path("egress")));
+                        ok = false;
+                    }
+                    Some(a) if !a.is_multicast() => {
+                        self.err(&v.span(), format!("{p}{} = \"xdp\" sends to multicast groups only ({a} is unicast: its next hop's MAC address would have to come from the neighbour table, which the xdp egress doesn't read); use egress = \"socket\"", path("egress")));
+                        ok = false;
+                    }
+                    _ if fec.is_some() || rist.is_some() => {
+                        self.err(&v.span(), format!("{p}{} = \"xdp\" can't be used with fec or protocol = \"rist\" (their extra ports are sent on sockets); remove egress or fec/protocol", path("egress")));
+                        ok = false;
+                    }
+                    _ => egress = EgressKind::Xdp,
+                },
+                Some(s) => {
+                    self.err(
+                        &v.span(),
+                        format!(
+                            "{p}{} {s:?} is not valid; use \"socket\" or \"xdp\"",
+                            path("egress")
+                        ),
+                    );
+                    ok = false;
+                }
+                None => ok = false,
+            }
+        }
         let (Some(interface), Some(address), Some(port), true) = (interface, address, port, ok)
         else {
             return None;
@@ -1287,6 +1324,7 @@ impl<'t> Walker<'t> {
             fec,
             srt: None,
             rist,
+            egress,
         })
     }
 
@@ -1377,6 +1415,9 @@ impl<'t> Walker<'t> {
                     let mut srt_listeners: HashMap<SrtListenerKey, String> = HashMap::new();
                     // An interface holds one XDP program: one xdp input each.
                     let mut xdp_interfaces: HashMap<String, String> = HashMap::new();
+                    // Queue 0 of an interface holds one AF_XDP socket: one
+                    // xdp output each, and none beside an xdp input.
+                    let mut xdp_egress: HashMap<String, String> = HashMap::new();
                     for (i, item) in items.iter().enumerate() {
                         let parts = self.flow(i, item, cores);
                         if let Some((name, at)) = &parts.name {
@@ -1399,6 +1440,15 @@ impl<'t> Walker<'t> {
                                 ids.insert(id, name.clone());
                             }
                             for (input, at) in &parts.inputs {
+                                if input.ingress == IngressKind::Xdp
+                                    && let Some(other) = xdp_egress.get(&input.interface)
+                                {
+                                    self.errors.push((*at, format!(
+                                        "flow {name:?}: ingress = \"xdp\" on interface {:?}, which has an egress = \"xdp\" output (flow {other}); queue 0 of an interface holds one AF_XDP socket, so give one of them \"packet\"/\"socket\"",
+                                        input.interface
+                                    )));
+                                    all_ok = false;
+                                }
                                 if input.ingress == IngressKind::Xdp {
                                     let leg = format!("{name} ({input})");
                                     match xdp_interfaces.get(&input.interface) {
@@ -1431,6 +1481,24 @@ impl<'t> Walker<'t> {
                                     }
                                     None => {
                                         inputs.insert(key, name.clone());
+                                    }
+                                }
+                            }
+                        }
+                        if let (Some(f), Some((name, at))) = (&parts.flow, &parts.name) {
+                            for o in f.outputs.iter().filter(|o| o.egress == EgressKind::Xdp) {
+                                let here = format!("{name} ({})", o.interface);
+                                let clash = xdp_egress
+                                    .get(&o.interface)
+                                    .map(|other| format!("a second egress = \"xdp\" output on interface {:?} (the first is flow {other}); queue 0 of an interface holds one AF_XDP socket, so give the others egress = \"socket\"", o.interface))
+                                    .or_else(|| xdp_interfaces.get(&o.interface).map(|other| format!("egress = \"xdp\" on interface {:?}, which has an ingress = \"xdp\" input (flow {other}); queue 0 of an interface holds one AF_XDP socket, so give one of them \"socket\"/\"packet\"", o.interface)));
+                                match clash {
+                                    Some(why) => {
+                                        self.errors.push((*at, format!("flow {name:?}: {why}")));
+                                        all_ok = false;
+                                    }
+                                    None => {
+                                        xdp_egress.insert(o.interface.clone(), here);
                                     }
                                 }
                             }
@@ -1587,6 +1655,63 @@ mod tests {
             error(&f("latency = \"fast\""))
                 .contains("latency \"fast\" is not valid; use \"normal\" or \"low\"")
         );
+    }
+
+    #[test]
+    fn xdp_egress() {
+        let out = |o: &str| format!("[{o}]");
+        let xdp = r#"{ interface = "eth1", address = "239.2.2.2", port = 6000, egress = "xdp" }"#;
+        let c = parse(&flow(IN, &out(xdp)), "t.toml").expect("valid");
+        assert_eq!(
+            c.flows.by_name("x").expect("x").outputs[0].egress,
+            EgressKind::Xdp
+        );
+        let c = parse(&flow(IN, OUT), "t.toml").expect("valid");
+        assert_eq!(
+            c.flows.by_name("x").expect("x").outputs[0].egress,
+            EgressKind::Socket
+        );
+        let v6 = r#"{ interface = "eth1", address = "ff3e::1", port = 6000, egress = "xdp" }"#;
+        let e = error(&flow(IN, &out(v6)));
+        assert!(
+            e.contains("egress = \"xdp\" takes IPv4 outputs only"),
+            "{e}"
+        );
+        let unicast =
+            r#"{ interface = "eth1", address = "10.0.0.2", port = 6000, egress = "xdp" }"#;
+        let e = error(&flow(IN, &out(unicast)));
+        assert!(
+            e.contains("multicast groups only") && e.contains("neighbour table"),
+            "{e}"
+        );
+        let fec = r#"{ interface = "eth1", address = "239.2.2.2", port = 6000, egress = "xdp", fec = { columns = 4, rows = 4 } }"#;
+        assert!(error(&flow(IN, &out(fec))).contains("can't be used with fec"));
+        let srt = r#"{ address = "0.0.0.0", port = 6000, protocol = "srt", egress = "xdp" }"#;
+        assert!(error(&flow(IN, &out(srt))).contains("applies to UDP outputs"));
+        let bad = r#"{ interface = "eth1", address = "239.2.2.2", port = 6000, egress = "raw" }"#;
+        assert!(error(&flow(IN, &out(bad))).contains("use \"socket\" or \"xdp\""));
+        // Queue 0 holds one AF_XDP socket: two xdp outputs on eth1 (two
+        // flows, or one flow) are refused; eth1 and eth2 are fine; an xdp
+        // input on eth1 beside an xdp output on eth1 is refused.
+        let two = format!("[{xdp}, {}]", xdp.replace("239.2.2.2", "239.2.2.3"));
+        assert!(
+            error(&flow(IN, &two))
+                .contains("a second egress = \"xdp\" output on interface \"eth1\"")
+        );
+        let fan = format!("[{xdp}, {}]", xdp.replace("eth1", "eth2"));
+        parse(&flow(IN, &fan), "t.toml").expect("one per interface");
+        let xin = r#"{ interface = "eth1", address = "239.1.1.1", port = 5000, ingress = "xdp" }"#;
+        let other = format!(
+            "{}[[flow]]\nname = \"y\"\ninput = {xin}\noutputs = {OUT}\n",
+            flow(IN, &out(xdp))
+        );
+        assert!(error(&other).contains("which has an egress = \"xdp\" output"));
+        let other = format!(
+            "{}[[flow]]\nname = \"y\"\ninput = {IN}\noutputs = {}\n",
+            flow(xin, OUT),
+            out(xdp)
+        );
+        assert!(error(&other).contains("which has an ingress = \"xdp\" input"));
     }
 
     #[test]
@@ -1913,6 +2038,7 @@ outputs = [{ interface = "eth1", address = "239.2.2.2", port = 6000, ttl = 255, 
         assert_eq!(
             f.outputs,
             vec![Output {
+                egress: Default::default(),
                 interface: "eth1".into(),
                 address: "239.2.2.2".parse().unwrap(),
                 port: 6000,
@@ -2000,7 +2126,7 @@ outputs = [{ interface = "eth1", address = "239.2.2.2", port = 6000, ttl = 255, 
                 "t.toml:1:1: unknown key \"colour\" (expected one of: daemon, pools, flow)",
                 "t.toml:3:1: unknown key \"usr\" in daemon (expected one of: user, control_socket, cores, metrics_listen, metrics_allow, log_level, mode)",
                 "t.toml:5:1: unknown key \"tiny\" in pools (expected one of: small, standard, jumbo)",
-                "t.toml:9:70: flow \"x\": unknown key \"tll\" in outputs[0] (expected one of: interface, address, port, ttl, source_address, queue_depth, fec, protocol, mode, latency_ms, passphrase, key_length, max_callers, stream_id, buffer_ms)",
+                "t.toml:9:70: flow \"x\": unknown key \"tll\" in outputs[0] (expected one of: interface, address, port, ttl, source_address, queue_depth, fec, protocol, mode, latency_ms, passphrase, key_length, max_callers, stream_id, buffer_ms, egress)",
                 "t.toml:10:1: flow \"x\": unknown key \"core_\" (expected one of: name, input, inputs, outputs, core, spread, latency, payload, silence_ms, rtp_clock_hz, redundancy, merge_delay_ms, merge_window_ms, failover_after_ms, failover_gap_factor, revert_after_s, rtp_rewrite)",
             ]
         );

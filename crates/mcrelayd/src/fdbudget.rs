@@ -70,7 +70,13 @@ impl Budget {
                     })
                     .sum::<u64>()
                     .saturating_mul(u64::try_from(f.spread).unwrap_or(u64::MAX));
-                legs.saturating_add(u64::try_from(f.outputs.len()).unwrap_or(u64::MAX))
+                // An xdp output also holds its AF_XDP socket and UMEM.
+                let outputs: u64 = f
+                    .outputs
+                    .iter()
+                    .map(|o| 1 + 2 * u64::from(o.egress == mcrelay_config::EgressKind::Xdp))
+                    .sum();
+                legs.saturating_add(outputs)
             })
             .fold(0u64, u64::saturating_add);
         Budget {
@@ -223,6 +229,17 @@ mod tests {
         // 2 (the AF_XDP socket and its watch) + membership + UMEM + link
         // + 1 output.
         assert_eq!(Budget::of(&config).flow_fds, 6);
+    }
+
+    #[test]
+    fn an_xdp_output_adds_its_af_xdp_socket_and_umem() {
+        let text = "[[flow]]\nname = \"x\"\n\
+                    input = { interface = \"a\", address = \"239.1.1.1\", port = 5000 }\n\
+                    outputs = [{ interface = \"d\", address = \"239.2.2.2\", port = 5000, egress = \"xdp\" }]\n";
+        let config = mcrelay_config::parse(text, "t.toml").unwrap_or_else(|e| panic!("{e}"));
+        // 2 (socket and its watch) + the output's UDP socket, AF_XDP
+        // socket and UMEM.
+        assert_eq!(Budget::of(&config).flow_fds, 5);
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use mcrelay_config::{Flow, IngressKind, Input, Output};
+use mcrelay_config::{EgressKind, Flow, IngressKind, Input, Output};
 use mcrelay_relay::fec::{Direction, FecLayout};
 use mcrelay_relay::{LegId, Redundancy};
 use mcrelay_sockets::packet::flow_match;
@@ -234,7 +234,7 @@ impl Opener {
         &mut self,
         flow: &Flow,
     ) -> Result<(FlowSockets, Vec<(Unconnected, std::io::Error)>), OpenError> {
-        let opened = match self {
+        let mut opened = match self {
             Opener::Direct => open_flow(flow)?,
             Opener::Helper { client, .. } => {
                 client
@@ -251,7 +251,20 @@ impl Opener {
         // index, SRT outputs in between or not.
         let inputs = flow.receive_inputs();
         let send_outputs = flow.send_outputs();
-        if opened.outputs.len() != send_outputs.len() || opened.legs.len() != inputs.len() {
+        // Last, each `egress = "xdp"` output's AF_XDP socket and UMEM.
+        let xdp_count = flow
+            .outputs
+            .iter()
+            .filter(|o| o.egress == EgressKind::Xdp)
+            .count();
+        let mut xdp_fds = opened
+            .take_xdp_outputs(xdp_count)
+            .unwrap_or_default()
+            .into_iter();
+        if opened.outputs.len() != send_outputs.len()
+            || opened.legs.len() != inputs.len()
+            || xdp_fds.len() != xdp_count
+        {
             return Err(OpenError::Count {
                 flow: flow.name.clone(),
                 opened: (opened.legs.len(), opened.outputs.len()),
@@ -262,6 +275,7 @@ impl Opener {
             mut legs,
             mut outputs,
             unconnected,
+            ..
         } = opened;
         let udp_outputs = flow.udp_outputs().count();
         // After the outputs, each FEC output's column then row socket
@@ -330,7 +344,22 @@ impl Opener {
             .map(|(o, socket)| {
                 let label = output_label(o);
                 if o.srt.is_some() {
-                    return OutputSocket::new(label, socket, o.queue_depth);
+                    return Ok(OutputSocket::new(label, socket, o.queue_depth));
+                }
+                if o.egress == EgressKind::Xdp {
+                    let Some(fds) = xdp_fds.next() else {
+                        return Err(OpenError::Count {
+                            flow: flow.name.clone(),
+                            opened: (legs.len(), xdp_count),
+                            configured: (inputs.len(), xdp_count),
+                        });
+                    };
+                    let xsk = xdp_output(o, &socket, fds).map_err(|source| OpenError::Xdp {
+                        flow: flow.name.clone(),
+                        output: label.clone(),
+                        source,
+                    })?;
+                    return Ok(OutputSocket::new(label, socket, o.queue_depth).with_xsk(xsk));
                 }
                 // Linux reports double the usable size it set.
                 let granted = socket2::SockRef::from(&socket)
@@ -345,9 +374,9 @@ impl Opener {
                         "send buffer clamped by net.core.wmem_max; raise it (sysctl -w net.core.wmem_max={EGRESS_SEND_BUFFER_BYTES}) so fan-out bursts queue instead of dropping"
                     );
                 }
-                OutputSocket::new(label, socket, o.queue_depth)
+                Ok(OutputSocket::new(label, socket, o.queue_depth))
             })
-            .collect();
+            .collect::<Result<Vec<_>, OpenError>>()?;
         Ok((
             FlowSockets::with_legs(flow.name.clone(), legs, redundancy(flow), outputs)
                 .with_health(crate::health::settings(flow))
@@ -650,12 +679,58 @@ pub enum OpenError {
     Open(#[from] OpenFlowError),
     #[error(transparent)]
     Pending(#[from] crate::outputs::PendingError),
+    #[error("flow {flow:?}: output {output} (egress = \"xdp\"): {source}")]
+    Xdp {
+        flow: String,
+        output: String,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("flow {flow:?}: SRT output: {source}")]
     Srt {
         flow: String,
         #[source]
         source: std::io::Error,
     },
+}
+
+/// What the worker needs of an `egress = "xdp"` output beside its AF_XDP
+/// socket: the frames' header, built once from the output's UDP socket
+/// (its local address and port, which routing and `source_address` chose
+/// when it was connected), the interface's MAC address and the group; and
+/// the largest payload the interface's MTU carries.
+fn xdp_output(
+    o: &Output,
+    socket: &std::net::UdpSocket,
+    fds: mcrelay_sockets::xdp::XdpEgressFds,
+) -> std::io::Result<mcrelay_uring::worker::XskOutput> {
+    let invalid = |why: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, why);
+    let (SocketAddr::V4(local), std::net::IpAddr::V4(group)) = (socket.local_addr()?, o.address)
+    else {
+        return Err(invalid("not an IPv4 output".into()));
+    };
+    if local.ip().is_unspecified() {
+        return Err(invalid(format!(
+            "no source address on {} yet (the frames' headers are built once, when the flow starts)",
+            o.interface
+        )));
+    }
+    let source_mac = mcrelay_sys::xdp::interface_mac(&o.interface)?;
+    let mtu = mcrelay_sys::xdp::interface_mtu(&o.interface)? as usize;
+    let header = mcrelay_wire::egress::Template::new(&mcrelay_wire::egress::Endpoints {
+        source_mac,
+        source: *local.ip(),
+        source_port: local.port(),
+        group,
+        port: o.port,
+        ttl: o.ttl,
+    });
+    Ok(mcrelay_uring::worker::XskOutput {
+        socket: fds.socket,
+        umem: fds.umem,
+        header,
+        max_payload: mtu.saturating_sub(28),
+    })
 }
 
 /// An output's label in counters and metrics: `address:port@interface`,

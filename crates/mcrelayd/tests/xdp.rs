@@ -415,3 +415,82 @@ fn latency_low_busy_polls_the_flows_worker() {
     relays_byte_exact(&t);
     relay.stop();
 }
+
+/// Failover with an xdp leg (the primary) and a socket leg (the backup),
+/// on one interface: while both send, the output carries each number once;
+/// when the xdp leg goes silent the flow switches to the socket leg
+/// within `failover_after_ms` and the rest of the stream comes from it,
+/// byte-exact, nothing repeated.
+#[test]
+fn an_xdp_primary_fails_over_to_a_socket_leg() {
+    let Some(t) = topology() else { return };
+    let socket = t.dir.join("control.sock");
+    let config = format!(
+        "\n[[flow]]\nname = \"failover\"\ninputs = [\
+         {{ interface = \"vRA\", address = \"{LEG_A}\", port = 5004, ingress = \"xdp\" }}, \
+         {{ interface = \"vRA\", address = \"{LEG_B}\", port = 5004 }}]\n\
+         redundancy = \"failover\"\nfailover_after_ms = 100\npayload = \"rtp\"\n\
+         outputs = [{{ interface = \"vRB\", address = \"239.7.3.1\", port = 5004 }}]\n"
+    );
+    let relay = t.relay(&config, &[]);
+    wait_attached(&t, true);
+    let receiver = in_netns(&t.b, || {
+        let s = UdpSocket::bind("0.0.0.0:5004").expect("bind");
+        s.join_multicast_v4(&"239.7.3.1".parse().unwrap(), &"10.10.2.2".parse().unwrap())
+            .expect("join");
+        s.set_read_timeout(Some(DEADLINE)).expect("timeout");
+        s
+    });
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let silent_from: u16 = 300;
+    let a = t.a.clone();
+    let sender = std::thread::spawn(move || {
+        in_netns(&a, move || {
+            let s = UdpSocket::bind("10.10.1.1:0").expect("bind");
+            for seq in 0..STREAM {
+                let d = rtp_datagram(seq);
+                // The xdp leg (A) goes silent from `silent_from` on.
+                if seq < silent_from {
+                    s.send_to(&d, (LEG_A, 5004)).expect("leg A");
+                }
+                s.send_to(&d, (LEG_B, 5004)).expect("leg B");
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        })
+    });
+    let mut seen = vec![0u32; usize::from(STREAM)];
+    let mut buf = [0u8; 2048];
+    loop {
+        let n = match receiver.recv(&mut buf) {
+            Ok(n) => n,
+            Err(_) if seen[usize::from(STREAM) - 1] > 0 => break,
+            Err(e) => panic!("{e} before the last number:\n{}", relay.log()),
+        };
+        let seq = u16::from_be_bytes([buf[2], buf[3]]);
+        assert_eq!(&buf[..n], &rtp_datagram(seq)[..], "byte-exact {seq}");
+        seen[usize::from(seq)] += 1;
+        if seq == STREAM - 1 {
+            break;
+        }
+    }
+    sender.join().expect("sender");
+    assert!(seen.iter().all(|&c| c <= 1), "none repeated: {seen:?}");
+    let before: Vec<u16> = (0..silent_from)
+        .filter(|&s| seen[usize::from(s)] == 0)
+        .collect();
+    assert!(before.is_empty(), "lost while both legs sent: {before:?}");
+    // After the switch (at most failover_after_ms, a few hundred numbers
+    // on a loaded machine), every number comes from the socket leg.
+    let tail: Vec<u16> = (silent_from + 400..STREAM)
+        .filter(|&s| seen[usize::from(s)] == 0)
+        .collect();
+    assert!(tail.is_empty(), "lost after the switch: {tail:?}");
+    let s = snapshot(&socket);
+    let r = s
+        .flow("failover")
+        .and_then(|f| f.redundancy.as_ref())
+        .expect("redundancy");
+    assert_eq!(r.active_input, 1, "on the socket leg: {r:?}");
+    assert!(r.switches >= 1, "{r:?}");
+    relay.stop();
+}

@@ -113,9 +113,11 @@ impl HelperClient {
                 legs,
                 count,
                 unconnected,
+                xdp_outputs,
             } => {
-                let sockets = client.collect_sockets(count, &legs, fds)?;
-                OpenedFlow::from_reply(&legs, sockets, unconnected).map_err(HelperError::Malformed)
+                let sockets = client.collect_sockets(count, &legs, xdp_outputs, fds)?;
+                OpenedFlow::from_reply(&legs, sockets, unconnected, xdp_outputs)
+                    .map_err(HelperError::Malformed)
             }
             other => unexpected(other, &fds),
         })
@@ -241,6 +243,7 @@ impl HelperClient {
         &mut self,
         count: usize,
         legs: &[crate::protocol::LegHeader],
+        xdp_outputs: usize,
         first: Vec<OwnedFd>,
     ) -> Result<Vec<OwnedFd>, HelperError> {
         let malformed = |what: String| Err(HelperError::Malformed(what));
@@ -302,8 +305,24 @@ impl HelperClient {
                 [after, after + 1]
             })
             .collect();
+        // Last, each `egress = "xdp"` output's AF_XDP socket (SOCK_RAW)
+        // and UMEM (a memfd, not a socket).
+        let xdp_from = all.len().saturating_sub(2 * xdp_outputs);
         for (i, fd) in all.iter().enumerate() {
             let kind = socket2::SockRef::from(fd).r#type();
+            if i >= xdp_from {
+                let ok = if (i - xdp_from) % 2 == 0 {
+                    matches!(kind, Ok(t) if t == socket2::Type::RAW)
+                } else {
+                    matches!(&kind, Err(e) if e.raw_os_error() == Some(libc::ENOTSOCK))
+                };
+                if !ok {
+                    return malformed(format!(
+                        "an xdp output's AF_XDP socket or UMEM fd is of the wrong kind ({kind:?})"
+                    ));
+                }
+                continue;
+            }
             if not_sockets.contains(&i) {
                 if !matches!(&kind, Err(e) if e.raw_os_error() == Some(libc::ENOTSOCK)) {
                     return malformed(format!(
@@ -453,6 +472,35 @@ mod tests {
 
     fn udp() -> UdpSocket {
         UdpSocket::bind("127.0.0.1:0").expect("bind")
+    }
+
+    /// An fd that is no socket, passed where a reply's memfd goes.
+    fn not_a_socket() -> UdpSocket {
+        UdpSocket::from(OwnedFd::from(
+            std::fs::File::open("/dev/null").expect("/dev/null"),
+        ))
+    }
+
+    #[test]
+    fn an_xdp_outputs_fds_must_be_a_raw_socket_then_a_non_socket() {
+        // A UDP socket where the AF_XDP socket goes: refused.
+        let mut c = scripted(vec![(
+            b"SOCKETS 4096 4+x1".to_vec(),
+            vec![udp(), udp(), udp(), not_a_socket()],
+        )]);
+        let e = c.open_flow("x").expect_err("malformed");
+        assert!(e.to_string().contains("xdp output"), "{e}");
+        if !nix::unistd::Uid::effective().is_root() {
+            eprintln!("SKIPPED the accepted case: an AF_XDP socket needs CAP_NET_RAW");
+            return;
+        }
+        let xsk = UdpSocket::from(mcrelay_sys::xdp::xsk_socket().expect("AF_XDP socket"));
+        let mut c = scripted(vec![(
+            b"SOCKETS 4096 4+x1".to_vec(),
+            vec![udp(), udp(), xsk, not_a_socket()],
+        )]);
+        let f = c.open_flow("x").expect("accepted");
+        assert_eq!((f.outputs.len(), f.xdp_outputs.len()), (1, 1));
     }
 
     #[test]

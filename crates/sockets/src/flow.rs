@@ -5,7 +5,7 @@
 
 use std::io;
 
-use mcrelay_config::{Flow, IngressKind};
+use mcrelay_config::{EgressKind, Flow, IngressKind};
 
 use crate::opened::OpenedFlow;
 use crate::packet::open_packet_ingress;
@@ -115,6 +115,7 @@ pub fn open_flow(flow: &Flow) -> Result<OpenedFlow, OpenFlowError> {
     }
     let mut outputs = Vec::with_capacity(send_outputs.len());
     let mut unconnected = Vec::new();
+    let mut xdp_outputs = Vec::new();
     // The last ones are the RIST outputs' RTCP sockets (not connected).
     let rtcp_from = send_outputs.len() - flow.outputs.iter().filter(|o| o.rist.is_some()).count();
     for (index, (output, ifindex)) in send_outputs.iter().zip(output_indexes).enumerate() {
@@ -129,7 +130,19 @@ pub fn open_flow(flow: &Flow) -> Result<OpenedFlow, OpenFlowError> {
             continue;
         }
         let (socket, pending) = open_egress_or_pending(output, ifindex).map_err(egress_error)?;
-        if let Some(e) = pending {
+        if output.egress == EgressKind::Xdp {
+            // The frames' source address and port are the UDP socket's:
+            // it must be connected now.
+            if let Some(e) = pending {
+                return Err(egress_error(io::Error::new(
+                    e.kind(),
+                    format!(
+                        "egress = \"xdp\" needs the output's route and source address when the flow starts ({e}); the frames' headers are built from them once"
+                    ),
+                )));
+            }
+            xdp_outputs.push(crate::xdp::open_xdp_egress(output, ifindex).map_err(egress_error)?);
+        } else if let Some(e) = pending {
             unconnected.push((index, e.raw_os_error().unwrap_or(0)));
         }
         outputs.push(socket);
@@ -138,5 +151,6 @@ pub fn open_flow(flow: &Flow) -> Result<OpenedFlow, OpenFlowError> {
         legs,
         outputs,
         unconnected,
+        xdp_outputs,
     })
 }

@@ -32,6 +32,11 @@ pub struct OpenedFlow {
     /// `outputs`, with the errno): opened but not connected; the daemon
     /// retries the connection ([`crate::udp::connect_egress`]).
     pub unconnected: Vec<(usize, i32)>,
+    /// The AF_XDP sockets of `egress = "xdp"` outputs, in output order
+    /// (the outputs themselves keep their UDP socket in `outputs`). On the
+    /// connection they follow the outputs' sockets, counted in the reply's
+    /// header (`+x<n>`).
+    pub xdp_outputs: Vec<crate::xdp::XdpEgressFds>,
 }
 
 impl OpenedFlow {
@@ -49,6 +54,7 @@ impl OpenedFlow {
                 .collect(),
             count: self.fds().len(),
             unconnected: self.unconnected.clone(),
+            xdp_outputs: self.xdp_outputs.len(),
         }
     }
 
@@ -63,7 +69,18 @@ impl OpenedFlow {
                     .chain(l.xdp.iter().flat_map(|x| [x.umem.as_fd(), x.link.as_fd()]))
             })
             .chain(self.outputs.iter().map(AsFd::as_fd))
+            .chain(
+                self.xdp_outputs
+                    .iter()
+                    .flat_map(|x| [x.socket.as_fd(), x.umem.as_fd()]),
+            )
             .collect()
+    }
+
+    /// The `count` xdp outputs' fds, `None` when there aren't exactly
+    /// that many (the daemon's configuration and the helper's disagree).
+    pub fn take_xdp_outputs(&mut self, count: usize) -> Option<Vec<crate::xdp::XdpEgressFds>> {
+        (self.xdp_outputs.len() == count).then(|| std::mem::take(&mut self.xdp_outputs))
     }
 
     /// The sockets of a `SOCKETS` reply (`legs`, `unconnected`) from its
@@ -73,7 +90,20 @@ impl OpenedFlow {
         legs: &[LegHeader],
         fds: Vec<OwnedFd>,
         unconnected: Vec<(usize, i32)>,
+        xdp_outputs: usize,
     ) -> Result<Self, String> {
+        let mut fds = fds;
+        let Some(xdp_from) = fds.len().checked_sub(2 * xdp_outputs) else {
+            return Err(format!(
+                "{} fds for {xdp_outputs} xdp outputs that need two each",
+                fds.len()
+            ));
+        };
+        let mut xdp_fds = fds.split_off(xdp_from).into_iter();
+        let mut xdp = Vec::with_capacity(xdp_outputs);
+        while let (Some(socket), Some(umem)) = (xdp_fds.next(), xdp_fds.next()) {
+            xdp.push(crate::xdp::XdpEgressFds { socket, umem });
+        }
         // No leg is fine: a flow whose inputs are all SRT (the daemon's
         // own); the daemon checks the count against its configuration.
         let leg_fds: usize = legs.iter().map(LegHeader::fds).sum();
@@ -119,6 +149,7 @@ impl OpenedFlow {
             legs: opened,
             outputs,
             unconnected,
+            xdp_outputs: xdp,
         })
     }
 }
@@ -158,11 +189,13 @@ mod tests {
             ],
             outputs: vec![udp(), udp()],
             unconnected: vec![(1, 101)],
+            xdp_outputs: Vec::new(),
         };
         let Reply::Sockets {
             legs,
             count,
             unconnected,
+            ..
         } = flow.header()
         else {
             panic!("not a SOCKETS reply");
@@ -182,7 +215,7 @@ mod tests {
             .iter()
             .map(|fd| fd.try_clone_to_owned().expect("dup"))
             .collect();
-        let back = OpenedFlow::from_reply(&legs, fds, unconnected).expect("valid");
+        let back = OpenedFlow::from_reply(&legs, fds, unconnected, 0).expect("valid");
         assert_eq!(back.legs.len(), 2);
         assert_eq!(port(&back.legs[0].socket), ports[0]);
         assert!(back.legs[0].membership.is_none());
@@ -200,6 +233,59 @@ mod tests {
     }
 
     #[test]
+    fn xdp_outputs_travel_after_the_outputs_and_are_taken_back() {
+        let x = || crate::xdp::XdpEgressFds {
+            socket: udp().into(),
+            umem: udp().into(),
+        };
+        let mut flow = OpenedFlow {
+            legs: vec![OpenedLeg {
+                socket: udp().into(),
+                receive_buffer_bytes: 100,
+                membership: None,
+                xdp: None,
+            }],
+            outputs: vec![udp(), udp()],
+            unconnected: vec![],
+            xdp_outputs: vec![x(), x()],
+        };
+        let Reply::Sockets {
+            legs,
+            count,
+            xdp_outputs,
+            ..
+        } = flow.header()
+        else {
+            panic!("not a SOCKETS reply");
+        };
+        assert_eq!((count, xdp_outputs), (1 + 2 + 4, 2));
+        assert_eq!(
+            String::from_utf8(flow.header().encode()).expect("text"),
+            "SOCKETS 100 7+x2"
+        );
+        let fds: Vec<OwnedFd> = flow
+            .fds()
+            .iter()
+            .map(|fd| fd.try_clone_to_owned().expect("dup"))
+            .collect();
+        let ports: Vec<u16> = fds.iter().map(port).collect();
+        let fds_short = || (0..7).map(|_| OwnedFd::from(udp())).collect::<Vec<_>>();
+        assert!(OpenedFlow::from_reply(&legs, fds_short(), vec![], 4).is_err());
+        let mut back = OpenedFlow::from_reply(&legs, fds, vec![], 2).expect("valid");
+        assert!(back.take_xdp_outputs(4).is_none(), "only 2 are there");
+        let taken = back.take_xdp_outputs(2).expect("two");
+        assert_eq!(back.outputs.len(), 2);
+        let got: Vec<u16> = taken
+            .iter()
+            .flat_map(|x| [port(&x.socket), port(&x.umem)])
+            .collect();
+        assert_eq!(got, ports[3..]);
+        // Opened in this process: the field itself.
+        assert_eq!(flow.take_xdp_outputs(2).expect("two").len(), 2);
+        assert_eq!(flow.outputs.len(), 2);
+    }
+
+    #[test]
     fn mismatched_replies_are_errors() {
         let leg = |membership| LegHeader {
             receive_buffer_bytes: 1,
@@ -208,11 +294,11 @@ mod tests {
         };
         let fds = |n: usize| (0..n).map(|_| OwnedFd::from(udp())).collect::<Vec<_>>();
         // No leg (a flow whose inputs are all SRT): its outputs only.
-        let srt_only = OpenedFlow::from_reply(&[], fds(2), vec![]).expect("no leg");
+        let srt_only = OpenedFlow::from_reply(&[], fds(2), vec![], 0).expect("no leg");
         assert_eq!((srt_only.legs.len(), srt_only.outputs.len()), (0, 2));
-        assert!(OpenedFlow::from_reply(&[leg(true), leg(false)], fds(2), vec![]).is_err());
-        assert!(OpenedFlow::from_reply(&[leg(false)], fds(2), vec![(1, 5)]).is_err());
-        let ok = OpenedFlow::from_reply(&[leg(false)], fds(2), vec![(0, 5)]).expect("ok");
+        assert!(OpenedFlow::from_reply(&[leg(true), leg(false)], fds(2), vec![], 0).is_err());
+        assert!(OpenedFlow::from_reply(&[leg(false)], fds(2), vec![(1, 5)], 0).is_err());
+        let ok = OpenedFlow::from_reply(&[leg(false)], fds(2), vec![(0, 5)], 0).expect("ok");
         assert_eq!(ok.outputs.len(), 1);
         // An xdp leg takes its UMEM and link after its membership.
         let xdp = LegHeader {
@@ -220,8 +306,8 @@ mod tests {
             membership: true,
             xdp: true,
         };
-        assert!(OpenedFlow::from_reply(&[xdp], fds(3), vec![]).is_err());
-        let ok = OpenedFlow::from_reply(&[xdp], fds(5), vec![]).expect("ok");
+        assert!(OpenedFlow::from_reply(&[xdp], fds(3), vec![], 0).is_err());
+        let ok = OpenedFlow::from_reply(&[xdp], fds(5), vec![], 0).expect("ok");
         assert!(ok.legs[0].membership.is_some() && ok.legs[0].xdp.is_some());
         assert_eq!(ok.outputs.len(), 1);
         assert_eq!(ok.fds().len(), 5);

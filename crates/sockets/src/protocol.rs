@@ -80,6 +80,10 @@ pub enum Reply {
         /// yet), by output index, with the errno; encoded as a third field
         /// `index:errno,...`, absent when empty.
         unconnected: Vec<(usize, i32)>,
+        /// `egress = "xdp"` outputs: the last `2 × xdp_outputs` fds are
+        /// their AF_XDP sockets and UMEM memfds (`count` includes them);
+        /// encoded as `+x<n>` after the count, absent when 0.
+        xdp_outputs: usize,
     },
     /// A continuation of [`Reply::Sockets`] carrying the next `count` fds.
     MoreSockets {
@@ -336,10 +340,15 @@ impl Reply {
                 Some((count, list)) => (count, unconnected_list(list)?),
                 None => (count, Vec::new()),
             };
+            let (count, xdp_outputs) = match count.split_once("+x") {
+                Some((count, n)) => (count, number(n)?),
+                None => (count, 0),
+            };
             return Ok(Reply::Sockets {
                 legs: leg_list(legs)?,
                 count: number(count)?,
                 unconnected,
+                xdp_outputs,
             });
         }
         if s.starts_with(PONG) {
@@ -358,6 +367,7 @@ impl Reply {
                 legs,
                 count,
                 unconnected,
+                xdp_outputs,
             } => {
                 let mut text = SOCKETS.to_owned();
                 if legs.is_empty() {
@@ -376,6 +386,9 @@ impl Reply {
                     }
                 }
                 text.push_str(&format!(" {count}"));
+                if *xdp_outputs > 0 {
+                    text.push_str(&format!("+x{xdp_outputs}"));
+                }
                 for (i, (index, errno)) in unconnected.iter().enumerate() {
                     text.push(if i == 0 { ' ' } else { ',' });
                     text.push_str(&format!("{index}:{errno}"));
@@ -467,6 +480,7 @@ mod tests {
             ],
             count: 5,
             unconnected: vec![],
+            xdp_outputs: 0,
         };
         let text = reply.encode();
         assert_eq!(String::from_utf8_lossy(&text), "SOCKETS 0+m+x,4096 5");
@@ -510,6 +524,7 @@ mod tests {
                     legs: vec![leg(4_194_304, false)],
                     count: 3,
                     unconnected: vec![],
+                    xdp_outputs: 0,
                 },
                 "SOCKETS 4194304 3",
             ),
@@ -518,6 +533,7 @@ mod tests {
                     legs: vec![],
                     count: 1,
                     unconnected: vec![],
+                    xdp_outputs: 0,
                 },
                 "SOCKETS - 1",
             ),
@@ -526,14 +542,25 @@ mod tests {
                     legs: vec![leg(4096, false)],
                     count: 4,
                     unconnected: vec![(1, 101), (2, 99)],
+                    xdp_outputs: 0,
                 },
                 "SOCKETS 4096 4 1:101,2:99",
+            ),
+            (
+                Reply::Sockets {
+                    legs: vec![leg(4096, false)],
+                    count: 5,
+                    unconnected: vec![(0, 101)],
+                    xdp_outputs: 2,
+                },
+                "SOCKETS 4096 5+x2 0:101",
             ),
             (
                 Reply::Sockets {
                     legs: vec![leg(4096, false), leg(8192, true)],
                     count: 5,
                     unconnected: vec![(0, 101)],
+                    xdp_outputs: 0,
                 },
                 "SOCKETS 4096,8192+m 5 0:101",
             ),
@@ -631,9 +658,10 @@ mod tests {
             (
                 proptest::collection::vec((any::<usize>(), any::<bool>(), any::<bool>()), 0..=4),
                 any::<usize>(),
-                proptest::collection::vec((any::<usize>(), 0..i32::MAX), 0..8)
+                proptest::collection::vec((any::<usize>(), 0..i32::MAX), 0..8),
+                0usize..4
             )
-                .prop_map(|(legs, count, unconnected)| Reply::Sockets {
+                .prop_map(|(legs, count, unconnected, xdp_outputs)| Reply::Sockets {
                     legs: legs
                         .into_iter()
                         .map(|(receive_buffer_bytes, membership, xdp)| LegHeader {
@@ -644,6 +672,7 @@ mod tests {
                         .collect(),
                     count,
                     unconnected,
+                    xdp_outputs,
                 }),
             any::<usize>().prop_map(|count| Reply::MoreSockets { count }),
             ".{0,300}".prop_map(Reply::Refused),

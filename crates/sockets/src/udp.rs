@@ -288,6 +288,7 @@ mod tests {
         let addr = ingress_socket.local_addr().expect("addr");
         let listener = UdpSocket::bind("127.0.0.1:0").expect("bind");
         let out = Output {
+            egress: Default::default(),
             interface: "lo".to_owned(),
             address: IpAddr::from([127, 0, 0, 1]),
             port: listener.local_addr().expect("addr").port(),

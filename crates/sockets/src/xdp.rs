@@ -15,7 +15,7 @@
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 
-use mcrelay_config::Input;
+use mcrelay_config::{Input, Output};
 use mcrelay_sys::xdp::{self, XskGeometry};
 
 use crate::packet::{flow_match, membership_socket};
@@ -95,4 +95,49 @@ pub fn open_xdp_ingress(input: &Input, ifindex: u32) -> io::Result<Ingress> {
         membership,
         xdp: Some(XdpFds { umem, link }),
     })
+}
+
+/// An `egress = "xdp"` output's AF_XDP socket and its UMEM's memfd (the
+/// worker maps the TX and completion rings and the UMEM,
+/// [`mcrelay_sys::xdp::XskTx`]). They travel after every output socket of
+/// the flow's `SOCKETS` reply, socket then memfd, in output order; the
+/// output keeps its UDP socket too (its local address is the frames'
+/// source address and port).
+#[derive(Debug)]
+pub struct XdpEgressFds {
+    /// The AF_XDP socket, bound to queue [`QUEUE`] of the output
+    /// interface, with a TX ring.
+    pub socket: OwnedFd,
+    /// The UMEM (a memfd of [`xdp::EGRESS_GEOMETRY`]`.umem_len()` bytes).
+    pub umem: OwnedFd,
+}
+
+/// How long [`open_xdp_egress`] retries a bind the queue refuses (`EBUSY`).
+const BIND_RETRY: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Open an `egress = "xdp"` output's AF_XDP socket on `ifindex`, queue
+/// [`QUEUE`], with a TX ring. `EBUSY` (said with the fix) when the queue
+/// already has an AF_XDP socket.
+pub fn open_xdp_egress(output: &Output, ifindex: u32) -> io::Result<XdpEgressFds> {
+    let socket = xdp::xsk_socket()?;
+    // A socket closed a moment ago (its flow removed by a reload) lets go
+    // of the queue a little later: the kernel releases its buffer pool
+    // from a work queue. Bind is retried for a while.
+    let bound = xdp::setup_xsk_tx(&socket, ifindex, QUEUE, xdp::EGRESS_GEOMETRY, BIND_RETRY);
+    let (umem, zero_copy) = bound
+        .map_err(|e| {
+            if e.raw_os_error() == Some(libc::EBUSY) {
+                io::Error::new(
+                    e.kind(),
+                    format!(
+                        "queue {QUEUE} of interface {} already has an AF_XDP socket ({e}); another program (or a flow still being replaced) holds it: use egress = \"socket\" or stop the other one",
+                        output.interface
+                    ),
+                )
+            } else {
+                e
+            }
+        })?;
+    tracing::debug!(interface = %output.interface, zero_copy, "xdp egress bound");
+    Ok(XdpEgressFds { socket, umem })
 }

@@ -235,6 +235,51 @@ pub fn interface_mtu(name: &str) -> io::Result<u32> {
     u32::try_from(mtu).map_err(|_| io::ErrorKind::InvalidData.into())
 }
 
+/// The hardware (MAC) address of Ethernet interface `name`
+/// (`SIOCGIFHWADDR`; no privilege needed). An error for an interface
+/// that isn't Ethernet (no 6-byte address).
+pub fn interface_mac(name: &str) -> io::Result<[u8; 6]> {
+    let socket = nix::sys::socket::socket(
+        nix::sys::socket::AddressFamily::Inet,
+        nix::sys::socket::SockType::Datagram,
+        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+        None,
+    )?;
+    // SAFETY: `ifreq` is plain data for which all-zero is valid.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    if name.len() >= req.ifr_name.len() || name.bytes().any(|b| b == 0) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("interface name {name:?} is not a valid one"),
+        ));
+    }
+    for (d, s) in req.ifr_name.iter_mut().zip(name.bytes()) {
+        *d = libc::c_char::from_ne_bytes([s]);
+    }
+    // SAFETY: `req` is a live `ifreq` with a NUL-terminated name; the
+    // kernel writes `ifru_hwaddr` into it and nothing else.
+    let rc = unsafe { libc::ioctl(socket.as_raw_fd(), libc::SIOCGIFHWADDR, &raw mut req) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `SIOCGIFHWADDR` succeeded, so the union holds `ifru_hwaddr`.
+    let addr = unsafe { req.ifr_ifru.ifru_hwaddr };
+    if addr.sa_family != libc::ARPHRD_ETHER {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "interface {name:?} is not Ethernet (hardware type {})",
+                addr.sa_family
+            ),
+        ));
+    }
+    let mut mac = [0u8; 6];
+    for (d, s) in mac.iter_mut().zip(addr.sa_data) {
+        *d = s.to_ne_bytes()[0];
+    }
+    Ok(mac)
+}
+
 /// A new AF_XDP socket (`CAP_NET_RAW`).
 pub fn xsk_socket() -> io::Result<OwnedFd> {
     // SAFETY: plain `socket(2)`, no pointers.
@@ -255,6 +300,20 @@ pub fn xsk_socket() -> io::Result<OwnedFd> {
 pub const INGRESS_GEOMETRY: XskGeometry = XskGeometry {
     frames: 2048,
     ring: 2048,
+};
+
+/// The UMEM frames and ring entries of every `egress = "xdp"` output's
+/// socket: 256 frames of 2 KiB (512 KiB of locked memory, counted against
+/// `RLIMIT_MEMLOCK` like the ingress UMEM: four xdp outputs and an xdp
+/// input fit the default 8 MiB), a TX ring and a completion ring of 256
+/// entries. A frame is taken from the free list when a datagram is
+/// written, and comes back through the completion ring once the kernel
+/// has sent it (copy mode: copied it into an skb). The worker kicks after
+/// every flush (at most a completion batch, 64 datagrams, per output), so
+/// the ring holds several flushes.
+pub const EGRESS_GEOMETRY: XskGeometry = XskGeometry {
+    frames: 256,
+    ring: 256,
 };
 
 /// Ring sizes and frame count of one AF_XDP socket (powers of two).
@@ -284,6 +343,54 @@ pub fn setup_xsk(
     queue: u32,
     geometry: XskGeometry,
 ) -> io::Result<(OwnedFd, bool)> {
+    setup(
+        xsk,
+        ifindex,
+        queue,
+        geometry,
+        Direction::Receive,
+        std::time::Duration::ZERO,
+    )
+}
+
+/// Like [`setup_xsk`] for an egress socket (`egress = "xdp"`): a UMEM of
+/// `geometry.frames` frames, a TX ring and a completion ring of
+/// `geometry.ring` entries (and the small fill ring bind insists on), no
+/// RX ring. Returns the memfd and whether the socket is zero-copy. A bind
+/// the queue refuses with `EBUSY` is retried for up to `busy_wait` (a
+/// socket closed a moment ago holds the queue until the kernel's work
+/// queue has released its buffer pool).
+pub fn setup_xsk_tx(
+    xsk: &OwnedFd,
+    ifindex: u32,
+    queue: u32,
+    geometry: XskGeometry,
+    busy_wait: std::time::Duration,
+) -> io::Result<(OwnedFd, bool)> {
+    setup(
+        xsk,
+        ifindex,
+        queue,
+        geometry,
+        Direction::Transmit,
+        busy_wait,
+    )
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Direction {
+    Receive,
+    Transmit,
+}
+
+fn setup(
+    xsk: &OwnedFd,
+    ifindex: u32,
+    queue: u32,
+    geometry: XskGeometry,
+    direction: Direction,
+    busy_wait: std::time::Duration,
+) -> io::Result<(OwnedFd, bool)> {
     let umem =
         nix::sys::memfd::memfd_create(c"mcrelay-umem", nix::sys::memfd::MFdFlags::MFD_CLOEXEC)?;
     let len = geometry.umem_len();
@@ -306,16 +413,25 @@ pub fn setup_xsk(
         sockopt::set(xsk, libc::SOL_XDP, libc::XDP_UMEM_REG, &reg)?;
     }
     let ring = libc::c_int::try_from(geometry.ring).map_err(|_| io::ErrorKind::InvalidInput)?;
-    sockopt::set(xsk, libc::SOL_XDP, libc::XDP_UMEM_FILL_RING, &ring)?;
-    // Unused (no TX on this socket) but bind requires one.
-    let completion: libc::c_int = 64;
+    // Bind requires both UMEM rings; the direction not used gets a small
+    // one.
+    let unused: libc::c_int = 64;
+    let (fill, completion) = match direction {
+        Direction::Receive => (ring, unused),
+        Direction::Transmit => (unused, ring),
+    };
+    sockopt::set(xsk, libc::SOL_XDP, libc::XDP_UMEM_FILL_RING, &fill)?;
     sockopt::set(
         xsk,
         libc::SOL_XDP,
         libc::XDP_UMEM_COMPLETION_RING,
         &completion,
     )?;
-    sockopt::set(xsk, libc::SOL_XDP, libc::XDP_RX_RING, &ring)?;
+    let data_ring = match direction {
+        Direction::Receive => libc::XDP_RX_RING,
+        Direction::Transmit => libc::XDP_TX_RING,
+    };
+    sockopt::set(xsk, libc::SOL_XDP, data_ring, &ring)?;
     let addr = libc::sockaddr_xdp {
         sxdp_family: u16::try_from(libc::AF_XDP).unwrap_or(44),
         sxdp_flags: 0,
@@ -323,17 +439,25 @@ pub fn setup_xsk(
         sxdp_queue_id: queue,
         sxdp_shared_umem_fd: 0,
     };
-    // SAFETY: `addr` is a live `sockaddr_xdp` of the length given; the
-    // kernel only reads it.
-    let rc = unsafe {
-        libc::bind(
-            xsk.as_raw_fd(),
-            (&raw const addr).cast(),
-            libc::socklen_t::try_from(size_of::<libc::sockaddr_xdp>()).unwrap_or(0),
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
+    let deadline = std::time::Instant::now() + busy_wait;
+    loop {
+        // SAFETY: `addr` is a live `sockaddr_xdp` of the length given; the
+        // kernel only reads it.
+        let rc = unsafe {
+            libc::bind(
+                xsk.as_raw_fd(),
+                (&raw const addr).cast(),
+                libc::socklen_t::try_from(size_of::<libc::sockaddr_xdp>()).unwrap_or(0),
+            )
+        };
+        if rc == 0 {
+            break;
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EBUSY) || std::time::Instant::now() >= deadline {
+            return Err(e);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
     let options: libc::xdp_options = get(xsk, libc::SOL_XDP, libc::XDP_OPTIONS)?;
     Ok((umem, options.flags & libc::XDP_OPTIONS_ZEROCOPY != 0))
@@ -589,5 +713,219 @@ impl XskRings {
         self.fill
             .word(self.fill.producer)
             .store(producer.wrapping_add(1), Ordering::Release);
+    }
+}
+
+/// Why [`XskTx::send`] sent nothing. Each is counted by the caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxRefused {
+    /// Every UMEM frame is in the TX ring or with the kernel, or the TX
+    /// ring is full: the kernel hasn't sent (completed) what was queued.
+    Full,
+    /// The frame doesn't fit one UMEM frame ([`FRAME_SIZE`] bytes).
+    TooLong,
+}
+
+/// The worker's side of an egress AF_XDP socket (`egress = "xdp"`): the
+/// UMEM, the TX and completion rings, and the list of free frames (every
+/// frame, at first). [`XskTx::send`] writes a frame into a free UMEM
+/// frame and publishes it on the TX ring; [`XskTx::kick`] asks the kernel
+/// to send what the TX ring holds; [`XskTx::reap`] takes the frames the
+/// kernel finished with off the completion ring, back onto the free list.
+/// Nothing here allocates after [`XskTx::map`].
+#[derive(Debug)]
+pub struct XskTx {
+    umem: Mapping,
+    tx: Ring,
+    completion: Ring,
+    /// Free frames' UMEM offsets (a stack; capacity `frames`, never
+    /// exceeded: a frame is either here, in the TX ring or the kernel's).
+    free: Vec<u64>,
+    fd: RawFd,
+}
+
+impl XskTx {
+    /// Map `xsk`'s TX and completion rings (sized by `geometry`, as the
+    /// helper set them, [`setup_xsk_tx`]) and the UMEM `memfd`. `xsk` must
+    /// outlive the returned value (its fd is kicked).
+    pub fn map(xsk: &impl AsFd, umem: &impl AsFd, geometry: XskGeometry) -> io::Result<XskTx> {
+        if !geometry.ring.is_power_of_two() || geometry.frames < geometry.ring {
+            return Err(io::ErrorKind::InvalidInput.into());
+        }
+        let off: libc::xdp_mmap_offsets = get(xsk, libc::SOL_XDP, libc::XDP_MMAP_OFFSETS)?;
+        let tx = Ring::map(
+            xsk,
+            &off.tx,
+            geometry.ring,
+            size_of::<libc::xdp_desc>(),
+            libc::XDP_PGOFF_TX_RING,
+        )?;
+        let completion = Ring::map(
+            xsk,
+            &off.cr,
+            geometry.ring,
+            size_of::<u64>(),
+            libc::off_t::try_from(libc::XDP_UMEM_PGOFF_COMPLETION_RING)
+                .map_err(|_| io::ErrorKind::InvalidData)?,
+        )?;
+        let umem = Mapping::shared(umem, geometry.umem_len(), 0)?;
+        // Only as many frames in circulation as the completion ring holds,
+        // so a completion never finds it full.
+        let free = (0..geometry.ring)
+            .rev()
+            .map(|i| u64::from(i) * u64::from(FRAME_SIZE))
+            .collect();
+        Ok(XskTx {
+            umem,
+            tx,
+            completion,
+            free,
+            fd: xsk.as_fd().as_raw_fd(),
+        })
+    }
+
+    /// Write one frame with `write` (given a UMEM frame's bytes, it
+    /// returns the frame's length, or `None` when it doesn't fit) and
+    /// publish it on the TX ring. Sent at the next [`XskTx::kick`].
+    pub fn send(
+        &mut self,
+        write: impl FnOnce(&mut [u8]) -> Option<usize>,
+    ) -> Result<(), TxRefused> {
+        if self.free.is_empty() {
+            self.reap();
+        }
+        let producer = self.tx.word(self.tx.producer).load(Ordering::Relaxed);
+        let consumer = self.tx.word(self.tx.consumer).load(Ordering::Acquire);
+        if producer.wrapping_sub(consumer) > self.tx.mask {
+            return Err(TxRefused::Full);
+        }
+        let Some(&addr) = self.free.last() else {
+            return Err(TxRefused::Full);
+        };
+        let start = usize::try_from(addr).map_err(|_| TxRefused::TooLong)?;
+        let end = start + FRAME_SIZE as usize;
+        if end > self.umem.len {
+            return Err(TxRefused::TooLong);
+        }
+        // SAFETY: `start..end` is one UMEM frame inside the mapping, which
+        // lives as long as `self`; it is on the free list, so neither the
+        // kernel (it has no descriptor of it) nor another borrow uses it.
+        let frame = unsafe {
+            std::slice::from_raw_parts_mut(self.umem.ptr.as_ptr().wrapping_add(start), end - start)
+        };
+        let len = write(frame).ok_or(TxRefused::TooLong)?;
+        let len = u32::try_from(len).map_err(|_| TxRefused::TooLong)?;
+        self.free.pop();
+        let at = self.tx.desc + (producer & self.tx.mask) as usize * size_of::<libc::xdp_desc>();
+        // SAFETY: entry `producer & mask` of the TX ring, inside its
+        // mapping; not yet published (the producer word hasn't moved past
+        // it, and the ring has room: checked above), so the kernel isn't
+        // reading it.
+        unsafe {
+            self.tx
+                .map
+                .ptr
+                .as_ptr()
+                .wrapping_add(at)
+                .cast::<libc::xdp_desc>()
+                .write(libc::xdp_desc {
+                    addr,
+                    len,
+                    options: 0,
+                });
+        }
+        self.tx
+            .word(self.tx.producer)
+            .store(producer.wrapping_add(1), Ordering::Release);
+        Ok(())
+    }
+
+    /// Take the frames the kernel has sent off the completion ring, back
+    /// onto the free list.
+    pub fn reap(&mut self) {
+        let consumer = self
+            .completion
+            .word(self.completion.consumer)
+            .load(Ordering::Relaxed);
+        let producer = self
+            .completion
+            .word(self.completion.producer)
+            .load(Ordering::Acquire);
+        let mut at = consumer;
+        while at != producer && self.free.len() < self.free.capacity() {
+            let off =
+                self.completion.desc + (at & self.completion.mask) as usize * size_of::<u64>();
+            // SAFETY: entry `at & mask` of the completion ring, inside its
+            // mapping, published by the kernel (the acquire load of
+            // `producer`) and not yet released (the consumer word moves
+            // below).
+            let addr = unsafe {
+                self.completion
+                    .map
+                    .ptr
+                    .as_ptr()
+                    .wrapping_add(off)
+                    .cast::<u64>()
+                    .read()
+            };
+            self.free.push(addr - addr % u64::from(FRAME_SIZE));
+            at = at.wrapping_add(1);
+        }
+        self.completion
+            .word(self.completion.consumer)
+            .store(at, Ordering::Release);
+    }
+
+    /// Whether the TX ring holds frames the kernel hasn't taken yet.
+    pub fn unsent(&self) -> bool {
+        self.tx.word(self.tx.producer).load(Ordering::Relaxed)
+            != self.tx.word(self.tx.consumer).load(Ordering::Acquire)
+    }
+
+    /// Frames on the free list.
+    pub fn free_frames(&self) -> usize {
+        self.free.len()
+    }
+
+    /// Ask the kernel to send what the TX ring holds (`sendto` with
+    /// `MSG_DONTWAIT`; copy mode sends a bounded batch per call and says
+    /// `EAGAIN` when frames are left, so it is called again while the
+    /// ring drains, at most `ring / 16` times). Then reap. The error of
+    /// the last call when the ring could not be drained (`ENETDOWN` on a
+    /// link that is down, `ENOBUFS`/`EBUSY` when the driver's queue is
+    /// full): the frames stay in the ring for the next kick.
+    pub fn kick(&mut self) -> io::Result<()> {
+        let mut result = Ok(());
+        let mut tries = (self.tx.mask as usize + 1) / 16 + 1;
+        while self.unsent() && tries > 0 {
+            tries -= 1;
+            // SAFETY: a zero-length `sendto` with no buffer and no address
+            // on the AF_XDP socket's fd, which lives as long as `self` (the
+            // caller's contract in `map`); the kernel reads nothing.
+            let rc = unsafe {
+                libc::sendto(
+                    self.fd,
+                    std::ptr::null(),
+                    0,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null(),
+                    0,
+                )
+            };
+            if rc >= 0 {
+                result = Ok(());
+                continue;
+            }
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EAGAIN | libc::EINTR) => result = Err(e),
+                _ => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        self.reap();
+        if self.unsent() { result } else { Ok(()) }
     }
 }

@@ -45,6 +45,7 @@ pub fn flow(name: &str, receivers: &[&UdpSocket]) -> (FlowSockets, SocketAddr) {
         .iter()
         .map(|r| {
             let out = Output {
+                egress: Default::default(),
                 interface: "lo".into(),
                 address: LOCALHOST,
                 port: r.local_addr().expect("receiver address").port(),

@@ -202,6 +202,20 @@ pub unsafe fn push_send(
     unsafe { push(uring, &entry) }
 }
 
+/// The written bytes of the buffer parked in in-flight `slot`, for a send
+/// that copies them rather than handing the kernel their address (an
+/// `egress = "xdp"` output writes them into a UMEM frame). `None` for an
+/// empty slot.
+pub fn in_flight_bytes(in_flight: &InFlight, slot: Slot) -> Option<&[u8]> {
+    let buf = in_flight.buffer(slot)?;
+    // SAFETY: a parked buffer's memory lies in the worker's pool set, which
+    // outlives `in_flight`'s borrow; its first `len()` bytes were written
+    // when it was filled, and nothing writes them while it is parked (a
+    // write needs the buffer itself, which `in_flight` holds and lends
+    // only shared here).
+    Some(unsafe { std::slice::from_raw_parts(buf.as_ptr(), buf.len()) })
+}
+
 /// Queue a UDP GSO send of the buffers in in-flight `slots` on socket
 /// `fd`, built in `msgs` at `record`; `false` if not queued.
 ///

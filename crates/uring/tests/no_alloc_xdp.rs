@@ -99,6 +99,7 @@ fn xdp_packet_path_does_not_allocate() {
                 .set_recv_buffer_size(8 << 20)
                 .expect("rcvbuf");
             let out = Output {
+                egress: Default::default(),
                 interface: "lo".into(),
                 address: IpAddr::V4(Ipv4Addr::LOCALHOST),
                 port: r.local_addr().expect("addr").port(),

@@ -26,6 +26,7 @@
 
 pub mod bpf;
 pub mod checksum;
+pub mod egress;
 pub mod frame;
 pub mod health;
 pub mod rtnetlink;

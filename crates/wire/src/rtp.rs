@@ -168,12 +168,11 @@ pub struct RtpTracker {
     /// Where the stream is: the sequence engine decides what each number
     /// is ([`crate::rtp_seq`]).
     seq: LegSeq,
-    /// Highest extended sequence number seen (the engine's).
-    max_ext: u64,
     /// The extended number counting (re)started at: older ones weren't
     /// counted lost, so their late arrival doesn't uncount them.
     base_ext: u64,
-    /// Bit `i` set: `max_ext - i` arrived.
+    /// Bit `i` set: the highest number (the engine's, [`LegSeq::max`])
+    /// minus `i` arrived.
     seen: u128,
     /// `arrival - timestamp` of the previous in-order packet, clock units.
     transit: Option<u32>,
@@ -186,7 +185,6 @@ impl RtpTracker {
             stats: RtpStats::default(),
             units_per_ns_q32: (u64::from(clock_hz) << 32) / 1_000_000_000,
             seq: LegSeq::default(),
-            max_ext: 0,
             base_ext: 0,
             seen: 0,
             transit: None,
@@ -203,7 +201,7 @@ impl RtpTracker {
     pub fn highest(&self) -> Option<(u16, u32)> {
         self.seq
             .synced()
-            .then(|| (low16(self.max_ext), self.stats.ssrc))
+            .then(|| (low16(self.seq.max()), self.stats.ssrc))
     }
 
     /// Read `d`'s RTP header, arrived at `now_ns`, and count what it says.
@@ -227,7 +225,6 @@ impl RtpTracker {
         if self.seq.next(h.sequence, h.ssrc) {
             self.stats.packets += 1;
             self.stats.payload_type = h.payload_type;
-            self.max_ext += 1;
             // The number leaving the window: lost if it never came.
             self.stats.lost += u64::from(self.seen >> 127 == 0);
             self.seen = self.seen << 1 | 1;
@@ -247,19 +244,20 @@ impl RtpTracker {
         let s = &mut self.stats;
         s.packets += 1;
         s.payload_type = h.payload_type;
+        // The highest number before this datagram (the engine moves it).
+        let max_ext = self.seq.max();
         match self.seq.check(h.sequence, h.ssrc) {
             Step::Start(ext) => {
                 s.ssrc = h.ssrc;
                 self.resync(ext);
             }
-            Step::Ahead { ext, gap } => {
+            Step::Ahead { gap, .. } => {
                 let d = gap + 1;
                 s.lost += leaving_unseen(self.seen, d);
                 self.seen = if d >= 128 { 0 } else { self.seen << d } | 1;
-                self.max_ext = ext;
             }
             Step::Behind(ext) => {
-                let back = self.max_ext.saturating_sub(ext);
+                let back = max_ext.saturating_sub(ext);
                 if back == 0 {
                     s.duplicates += 1;
                 } else if ext < self.base_ext {
@@ -282,7 +280,7 @@ impl RtpTracker {
                 // datagram, held a stray until this one confirmed it,
                 // arrived.
                 let d = i64::from(i16::from_ne_bytes(
-                    h.sequence.wrapping_sub(low16(self.max_ext)).to_ne_bytes(),
+                    h.sequence.wrapping_sub(low16(max_ext)).to_ne_bytes(),
                 ));
                 if h.ssrc == s.ssrc && d > 1 && d <= MAX_DROPOUT + 1 {
                     let d = d.unsigned_abs();
@@ -290,9 +288,8 @@ impl RtpTracker {
                     self.seen = if d >= 128 { 0 } else { self.seen << d } | 0b11;
                     // The engine's numbers moved past every earlier one:
                     // the window's start moves with them.
-                    let shift = ext.saturating_sub(d).saturating_sub(self.max_ext);
+                    let shift = ext.saturating_sub(d).saturating_sub(max_ext);
                     self.base_ext = self.base_ext.saturating_add(shift);
-                    self.max_ext = ext;
                 } else {
                     // The old numbering's numbers still missing in the
                     // window will not come.
@@ -334,7 +331,6 @@ impl RtpTracker {
     }
 
     fn resync(&mut self, ext: u64) {
-        self.max_ext = ext;
         self.base_ext = ext;
         // Numbers below the start are owed nothing: set, so they never
         // count lost when they leave the window.
@@ -359,7 +355,7 @@ impl RtpTracker {
     }
 }
 
-/// Of the window `seen` (bit `i`: `max_ext - i` arrived), how many
+/// Of the window `seen` (bit `i`: the highest number minus `i` arrived), how many
 /// numbers leave it unseen when the highest advances by `d`: the top `d`
 /// bits that are clear, and, past the window's width, the numbers the
 /// jump skips that fall out of it at once.
@@ -714,8 +710,8 @@ mod tests {
                 u.observe_general(h.fields(), now);
                 assert_eq!(t.stats(), u.stats());
                 assert_eq!(
-                    (t.max_ext, t.seen, t.transit),
-                    (u.max_ext, u.seen, u.transit)
+                    (t.seq.max(), t.seen, t.transit),
+                    (u.seq.max(), u.seen, u.transit)
                 );
             }
         }

@@ -94,6 +94,12 @@ impl LegSeq {
         self.synced
     }
 
+    /// Its highest number, extended (0 before the first datagram).
+    #[inline(always)]
+    pub fn max(&self) -> u64 {
+        self.max
+    }
+
     /// Its highest number (extended) and SSRC, once synced.
     pub fn highest(&self) -> Option<(u64, u32)> {
         self.synced.then_some((self.max, self.ssrc))

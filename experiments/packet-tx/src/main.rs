@@ -184,6 +184,7 @@ fn open(args: &SendArgs) -> anyhow::Result<Egress> {
     Ok(match args.method {
         Method::Udp => {
             let output = mcrelay_config::Output {
+                egress: Default::default(),
                 interface: args.interface.clone(),
                 address: args.dest.ip(),
                 port: args.dest.port(),

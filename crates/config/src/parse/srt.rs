@@ -186,6 +186,7 @@ impl Walker<'_> {
             return None;
         };
         Some(Output {
+            egress: Default::default(),
             interface: String::new(),
             address: l.address,
             port: l.port,

@@ -21,6 +21,13 @@ impl Worker {
     pub(super) fn place(&mut self, f: FlowSockets, limit: usize) -> Result<FlowId, String> {
         let (flow, c) = Flow::new(f, self.gso_enabled);
         let legs = flow.media_legs;
+        let xsk_depth: usize = flow
+            .xsk_outputs
+            .iter()
+            .zip(c.outputs.iter())
+            .filter(|(x, _)| x.is_some())
+            .map(|(_, o)| o.depth as usize)
+            .sum();
         let Some(id) = self
             .core
             .add_flow(c.outputs, c.counters, legs, c.redundancy, limit)
@@ -52,6 +59,15 @@ impl Worker {
         }
         if self.flows.len() <= id.index() {
             self.flows.resize_with(id.index() + 1, || None);
+        }
+        // Room for every xdp output's completions of one flush (at most
+        // its queue depth in flight): reserved now, never grown per packet.
+        let xsk = flow.xsk_outputs.iter().filter(|x| x.is_some()).count();
+        if xsk > 0 {
+            self.xsk_outputs += xsk;
+            self.xsk_done_room += xsk_depth;
+            self.xsk_done
+                .reserve(self.xsk_done_room.saturating_sub(self.xsk_done.len()));
         }
         if flow.busy_poll {
             self.busy_flows += 1;
@@ -217,6 +233,8 @@ impl Worker {
             // and so is the last number it saw.
             let last_rtp = self.last_rtp(f);
             if let Some(flow) = self.flows[f.index()].take() {
+                let xsk = flow.xsk_outputs.iter().filter(|x| x.is_some()).count();
+                self.xsk_outputs = self.xsk_outputs.saturating_sub(xsk);
                 if flow.busy_poll {
                     self.busy_flows = self.busy_flows.saturating_sub(1);
                 }

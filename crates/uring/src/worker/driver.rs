@@ -73,6 +73,12 @@ pub(super) struct Worker {
     pub(super) removing: Vec<FlowId>,
     /// RIST's RTCP reads ([`Worker::service_rist`]).
     pub(super) rist_io: super::rist::RistIo,
+    /// `egress = "xdp"` outputs placed here (while 0, flushes skip them).
+    pub(super) xsk_outputs: usize,
+    /// The xdp outputs' sends of one flush, completed after it
+    /// ([`Worker::finish_xsk_sends`]); capacity `xsk_done_room`.
+    pub(super) xsk_done: Vec<(mcrelay_relay::SendToken, i32)>,
+    pub(super) xsk_done_room: usize,
 }
 
 impl Worker {
@@ -178,6 +184,9 @@ impl Worker {
             attention: super::attention::Attention::default(),
             removing: Vec::new(),
             rist_io: super::rist::RistIo::default(),
+            xsk_outputs: 0,
+            xsk_done: Vec::new(),
+            xsk_done_room: 0,
         };
         let flows = config.flows.len();
         for f in config.flows {
@@ -530,15 +539,17 @@ impl Worker {
     pub(super) fn flush_sends(&mut self) {
         let (mut submitter, core) = self.submitter();
         core.flush(&mut |req, inf| submitter.submit(req, inf));
+        self.finish_xsk_sends();
     }
 
-    fn submitter(&mut self) -> (Submitter<'_>, &mut Core) {
+    pub(super) fn submitter(&mut self) -> (Submitter<'_>, &mut Core) {
         (
             Submitter {
                 uring: &mut self.uring,
                 gso_msgs: &mut self.gso_msgs,
-                flows: &self.flows,
+                flows: &mut self.flows,
                 loop_counters: &self.loop_counters,
+                xsk_done: &mut self.xsk_done,
             },
             &mut self.core,
         )
@@ -546,21 +557,36 @@ impl Worker {
 }
 
 /// The translation of the core's send requests into SQEs.
-struct Submitter<'a> {
+pub(super) struct Submitter<'a> {
     uring: &'a mut IoUring,
     gso_msgs: &'a mut GsoMessages,
-    flows: &'a [Option<Flow>],
+    flows: &'a mut [Option<Flow>],
     loop_counters: &'a LoopCounters,
+    xsk_done: &'a mut Vec<(mcrelay_relay::SendToken, i32)>,
 }
 
 impl Submitter<'_> {
-    fn submit(&mut self, req: &SendRequest<'_>, in_flight: &InFlight) -> bool {
-        let Some(&fd) = self
+    pub(super) fn submit(&mut self, req: &SendRequest<'_>, in_flight: &InFlight) -> bool {
+        let Some(flow) = self
             .flows
-            .get(req.flow.index())
-            .and_then(Option::as_ref)
-            .and_then(|f| f.output_fds.get(req.output.index()))
+            .get_mut(req.flow.index())
+            .and_then(Option::as_mut)
         else {
+            return false;
+        };
+        // An xdp output: written into its TX ring, completed after the
+        // flush.
+        if let Some(taken) = super::xsk_egress::submit(
+            flow.xsk_outputs
+                .get_mut(req.output.index())
+                .and_then(Option::as_mut),
+            req,
+            in_flight,
+            self.xsk_done,
+        ) {
+            return taken;
+        }
+        let Some(&fd) = flow.output_fds.get(req.output.index()) else {
             return false;
         };
         let user_data = UserData::from(req.token());

@@ -76,6 +76,10 @@ pub(super) struct Flow {
     pub(super) busy_poll: bool,
     /// RTCP sockets of RIST legs and outputs (`Worker::service_rist`).
     pub(super) rist: Vec<super::rist::RistRtcp>,
+    /// Per output, in the core's order: `Some` for an `egress = "xdp"`
+    /// one (holding its rings, or `None` when they could not be mapped),
+    /// `None` for a socket one. Empty when the flow has no xdp output.
+    pub(super) xsk_outputs: Box<[Option<Option<super::xsk_egress::XskEgress>>]>,
 }
 
 impl Flow {
@@ -113,12 +117,25 @@ impl Flow {
             .iter()
             .map(|o| OutputSpec {
                 depth: o.queue_depth,
-                gso: gso && crate::sockets::supports_gso(&o.socket),
+                gso: gso && o.xsk.is_none() && crate::sockets::supports_gso(&o.socket),
                 counters: Arc::clone(&o.counters),
                 resume_after: o.resume_after,
             })
             .collect();
         let output_fds = f.outputs.iter().map(|o| o.socket.as_raw_fd()).collect();
+        let xsk_outputs = if f.outputs.iter().any(|o| o.xsk.is_some()) {
+            f.outputs
+                .iter_mut()
+                .map(|o| {
+                    let label = o.label.clone();
+                    o.xsk
+                        .take()
+                        .map(|x| super::xsk_egress::XskEgress::new(&f.name, &label, x))
+                })
+                .collect()
+        } else {
+            Box::default()
+        };
         let media_legs = u8::try_from(f.legs.len()).unwrap_or(u8::MAX);
         let mut legs: Vec<Leg> = f
             .legs
@@ -141,6 +158,7 @@ impl Flow {
             fec_outputs,
             busy_poll: f.busy_poll,
             rist,
+            xsk_outputs,
         };
         let core = CoreFlow {
             outputs: specs,

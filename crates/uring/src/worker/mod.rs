@@ -31,6 +31,9 @@ mod receive;
 mod rist;
 mod wake;
 mod xsk;
+mod xsk_egress;
+
+pub use xsk_egress::XskOutput;
 
 use std::io;
 use std::net::UdpSocket;
@@ -71,6 +74,9 @@ pub struct OutputSocket {
     /// flow sends the numbers after it only ([`Event::FlowRemoved`]
     /// reports it for the old flow).
     pub resume_after: Option<(u16, u32)>,
+    /// `egress = "xdp"`: the AF_XDP socket its datagrams leave on (as
+    /// frames); `socket` then only gave the frames' source address.
+    pub xsk: Option<XskOutput>,
 }
 
 impl OutputSocket {
@@ -81,6 +87,15 @@ impl OutputSocket {
             queue_depth,
             counters: Arc::default(),
             resume_after: None,
+            xsk: None,
+        }
+    }
+
+    /// With its datagrams sent as frames on an AF_XDP socket.
+    pub fn with_xsk(self, xsk: XskOutput) -> Self {
+        Self {
+            xsk: Some(xsk),
+            ..self
         }
     }
 }

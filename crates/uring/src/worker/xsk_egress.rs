@@ -1,0 +1,181 @@
+//! XDP egress in the worker (`egress = "xdp"`): an output whose datagrams
+//! leave as Ethernet frames on an AF_XDP socket's TX ring instead of
+//! through a UDP socket. Each datagram the core asks to send is written
+//! into a free UMEM frame behind the output's prebuilt Ethernet/IPv4/UDP
+//! header ([`mcrelay_wire::egress::Template`]) and published on the TX
+//! ring; the send is complete once it is there (the datagram is copied,
+//! so its pool buffer goes back at once). After each flush the worker
+//! kicks every socket with frames in its TX ring (one `sendto` with
+//! `MSG_DONTWAIT` per batch, never per datagram) and takes the frames the
+//! kernel finished with off the completion ring.
+//!
+//! A datagram finding no free frame or a full TX ring is dropped and
+//! counted as a send error with `ENOBUFS`; one too long for a frame or the
+//! interface's MTU with `EMSGSIZE` (no fragmentation on this path).
+//! Nothing here allocates per datagram: the completions of one flush wait
+//! in a list whose capacity is reserved when the flow is placed.
+
+use std::os::fd::OwnedFd;
+
+use mcrelay_relay::{InFlight, SendKind, SendRequest, SendToken};
+use mcrelay_sys::xdp::{TxRefused, XskTx};
+use mcrelay_wire::egress::Template;
+
+use super::driver::Worker;
+
+/// What an `egress = "xdp"` output brings to the worker: its AF_XDP
+/// socket (bound, with a TX ring), the UMEM memfd, the frames' header and
+/// the largest UDP payload the interface's MTU carries.
+#[derive(Debug)]
+pub struct XskOutput {
+    pub socket: OwnedFd,
+    pub umem: OwnedFd,
+    pub header: Template,
+    /// The interface's MTU less the IPv4 and UDP headers.
+    pub max_payload: usize,
+}
+
+/// The worker's state of one xdp output. Field order is drop order: the
+/// rings are unmapped before the socket closes.
+pub(super) struct XskEgress {
+    tx: XskTx,
+    header: Template,
+    max_payload: usize,
+    /// The first kick error was logged (once per output, not per batch).
+    kick_error_logged: bool,
+    _socket: OwnedFd,
+    _umem: OwnedFd,
+}
+
+impl XskEgress {
+    /// Map the output's rings; `None` (logged) when they can't be: the
+    /// output then drops every datagram as a send error (`ENOTCONN`).
+    pub(super) fn new(flow: &str, label: &str, o: XskOutput) -> Option<Self> {
+        match XskTx::map(&o.socket, &o.umem, mcrelay_sys::xdp::EGRESS_GEOMETRY) {
+            Ok(tx) => {
+                tracing::info!(flow, output = label, "xdp egress on an AF_XDP socket");
+                Some(Self {
+                    tx,
+                    header: o.header,
+                    max_payload: o.max_payload,
+                    kick_error_logged: false,
+                    _socket: o.socket,
+                    _umem: o.umem,
+                })
+            }
+            Err(e) => {
+                tracing::error!(
+                    flow,
+                    output = label,
+                    "AF_XDP rings not mapped ({e}): this xdp output sends nothing"
+                );
+                None
+            }
+        }
+    }
+
+    /// Write `req`'s datagram into a UMEM frame on the TX ring: its
+    /// completion's result (bytes, or a negative errno).
+    fn send(&mut self, req: &SendRequest<'_>, in_flight: &InFlight) -> Option<i32> {
+        let SendKind::Plain { slot } = req.kind else {
+            // Never asked (the output has no GSO); the core sends the run
+            // one by one when this says no.
+            return None;
+        };
+        let payload = crate::submit::in_flight_bytes(in_flight, slot)?;
+        if payload.len() > self.max_payload {
+            return Some(-libc::EMSGSIZE);
+        }
+        let header = &self.header;
+        Some(
+            match self.tx.send(|frame| header.write_frame(frame, payload)) {
+                Ok(()) => i32::try_from(payload.len()).unwrap_or(i32::MAX),
+                Err(TxRefused::Full) => -libc::ENOBUFS,
+                Err(TxRefused::TooLong) => -libc::EMSGSIZE,
+            },
+        )
+    }
+}
+
+impl Drop for XskEgress {
+    /// Says what the kernel made of the frames (its socket's counters),
+    /// once, when the output goes: frames still in the TX ring and
+    /// descriptors it refused are frames counted in `packets_out` that
+    /// never left.
+    fn drop(&mut self) {
+        let stats = mcrelay_sys::xdp::xsk_statistics(&self._socket);
+        tracing::info!(
+            unsent = self.tx.unsent(),
+            free_frames = self.tx.free_frames(),
+            tx_invalid_descs = stats.as_ref().map_or(0, |s| s.tx_invalid_descs),
+            tx_ring_empty_descs = stats.as_ref().map_or(0, |s| s.tx_ring_empty_descs),
+            "xdp egress closed"
+        );
+    }
+}
+
+/// Hand `req` to its xdp output if it has one: `None` when the output is a
+/// socket one, else whether it was taken (its completion queued in
+/// `done`, which never grows past its capacity).
+pub(super) fn submit(
+    egress: Option<&mut Option<XskEgress>>,
+    req: &SendRequest<'_>,
+    in_flight: &InFlight,
+    done: &mut Vec<(SendToken, i32)>,
+) -> Option<bool> {
+    let egress = egress?;
+    if done.len() == done.capacity() {
+        return Some(false);
+    }
+    let result = match egress {
+        Some(x) => match x.send(req, in_flight) {
+            Some(r) => r,
+            None => return Some(false),
+        },
+        None => -libc::ENOTCONN,
+    };
+    done.push((req.token(), result));
+    Some(true)
+}
+
+impl Worker {
+    /// After a flush: finish the xdp outputs' sends in the core (their
+    /// buffers go back to the pool), then kick every xdp output with
+    /// frames in its TX ring.
+    pub(super) fn finish_xsk_sends(&mut self) {
+        if self.xsk_outputs == 0 {
+            return;
+        }
+        let mut i = 0;
+        while let Some(&(token, result)) = self.xsk_done.get(i) {
+            i += 1;
+            let (mut submitter, core) = self.submitter();
+            core.complete(token, result, &mut |req, inf| submitter.submit(req, inf));
+        }
+        self.xsk_done.clear();
+        for flow in self.flows.iter_mut().flatten() {
+            for (o, x) in flow.xsk_outputs.iter_mut().enumerate() {
+                let Some(Some(x)) = x.as_mut() else {
+                    continue;
+                };
+                if !x.tx.unsent() {
+                    continue;
+                }
+                if let Err(e) = x.tx.kick() {
+                    if !x.kick_error_logged
+                        && !matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EINTR))
+                    {
+                        x.kick_error_logged = true;
+                        tracing::warn!(
+                            flow = %flow.name,
+                            output = o,
+                            "xdp egress: the kernel took no frames ({e}); they wait in the TX ring, and datagrams beyond it are dropped (send errors, ENOBUFS)"
+                        );
+                    }
+                } else {
+                    x.kick_error_logged = false;
+                }
+            }
+        }
+    }
+}
