@@ -19,7 +19,7 @@ mod parse;
 use std::path::Path;
 
 pub use error::{ConfigError, ConfigErrors};
-pub use mode::RelayMode;
+pub use mode::Mode;
 pub use model::*;
 pub use parse::{MAX_CPU, MAX_FLOW_NAME_BYTES, is_format_char, parse};
 

@@ -5,41 +5,51 @@
 //! the mode the daemon is in (`mcrelayctl active|standby` changes it at
 //! run time; see docs/operations.md, "More than one host").
 
+//!
+//! One type for the mode wherever it appears: the config's `daemon.mode`,
+//! the mode a running daemon is in (its snapshot, `mcrelayctl
+//! standby|active`, the metrics), on the control socket as the same
+//! lower-case word.
+
 use std::fmt;
 
-/// `daemon.mode`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub enum RelayMode {
-    /// Relay every flow (the default).
+/// `daemon.mode`, and the mode the daemon is in.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Relay every flow (the default; older daemons, which have no
+    /// standby, are always this).
     #[default]
     Active,
     /// Receive and count, send nothing.
     Standby,
 }
 
-impl RelayMode {
+impl Mode {
     /// Every mode, in the order error messages list them.
-    pub const ALL: [RelayMode; 2] = [RelayMode::Active, RelayMode::Standby];
+    pub const ALL: [Mode; 2] = [Mode::Active, Mode::Standby];
 
     /// The word in the config file and on the control socket.
     pub fn as_str(self) -> &'static str {
         match self {
-            RelayMode::Active => "active",
-            RelayMode::Standby => "standby",
+            Mode::Active => "active",
+            Mode::Standby => "standby",
         }
     }
 
     /// The mode named `word`, if any (exact, lower case).
-    pub fn from_word(word: &str) -> Option<RelayMode> {
-        RelayMode::ALL.into_iter().find(|m| m.as_str() == word)
+    pub fn from_word(word: &str) -> Option<Mode> {
+        Mode::ALL.into_iter().find(|m| m.as_str() == word)
     }
 
     pub fn is_standby(self) -> bool {
-        self == RelayMode::Standby
+        self == Mode::Standby
     }
 }
 
-impl fmt::Display for RelayMode {
+impl fmt::Display for Mode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
@@ -51,13 +61,13 @@ mod tests {
 
     #[test]
     fn words_round_trip_and_active_is_the_default() {
-        for m in RelayMode::ALL {
-            assert_eq!(RelayMode::from_word(m.as_str()), Some(m));
+        for m in Mode::ALL {
+            assert_eq!(Mode::from_word(m.as_str()), Some(m));
         }
-        assert_eq!(RelayMode::from_word("Standby"), None);
-        assert_eq!(RelayMode::from_word("backup"), None);
-        assert_eq!(RelayMode::default(), RelayMode::Active);
-        assert!(RelayMode::Standby.is_standby());
-        assert!(!RelayMode::Active.is_standby());
+        assert_eq!(Mode::from_word("Standby"), None);
+        assert_eq!(Mode::from_word("backup"), None);
+        assert_eq!(Mode::default(), Mode::Active);
+        assert!(Mode::Standby.is_standby());
+        assert!(!Mode::Active.is_standby());
     }
 }

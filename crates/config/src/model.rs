@@ -79,7 +79,7 @@ pub struct DaemonConfig {
     /// One of `error`, `warn`, `info`, `debug`, `trace`.
     pub log_level: String,
     /// Relay from the start, or start as a warm standby.
-    pub mode: crate::RelayMode,
+    pub mode: crate::Mode,
 }
 
 /// `[pools]`: buffers per class, per worker core.
@@ -737,7 +737,7 @@ impl Default for DaemonConfig {
             metrics_listen: None,
             metrics_allow: None,
             log_level: DEFAULT_LOG_LEVEL.to_owned(),
-            mode: crate::RelayMode::Active,
+            mode: crate::Mode::Active,
         }
     }
 }

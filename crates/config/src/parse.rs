@@ -668,7 +668,7 @@ impl<'t> Walker<'t> {
         }
         if let Some(v) = t.get("mode") {
             match self.string(v, "", "daemon.mode") {
-                Some(s) => match crate::RelayMode::from_word(s) {
+                Some(s) => match crate::Mode::from_word(s) {
                     Some(m) => d.mode = m,
                     None => {
                         self.err(&v.span(), format!("daemon.mode {s:?} is not valid; use \"active\" (relay from the start) or \"standby\" (receive, send nothing until `mcrelayctl active`)"));
@@ -2718,11 +2718,11 @@ outputs = [{ interface = "eth1", address = "239.2.2.2", port = 6000, ttl = 255, 
     fn daemon_mode() {
         assert_eq!(
             parse("", "t.toml").unwrap().daemon.mode,
-            crate::RelayMode::Active
+            crate::Mode::Active
         );
         for (word, mode) in [
-            ("active", crate::RelayMode::Active),
-            ("standby", crate::RelayMode::Standby),
+            ("active", crate::Mode::Active),
+            ("standby", crate::Mode::Standby),
         ] {
             let text = format!("[daemon]\nmode = \"{word}\"\n");
             assert_eq!(parse(&text, "t.toml").unwrap().daemon.mode, mode);

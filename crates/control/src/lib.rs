@@ -20,6 +20,7 @@
 //! [`parse_request`]) is fuzzed through [`fuzz_request`].
 #![deny(unsafe_code)]
 
+mod carry;
 pub mod client;
 #[cfg(feature = "cli")]
 pub mod completions;

@@ -10,37 +10,7 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Whether the daemon relays.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Mode {
-    /// Relaying every flow (older daemons, which have no standby, are
-    /// always this).
-    #[default]
-    Active,
-    /// Receiving and counting, sending nothing.
-    Standby,
-}
-
-impl Mode {
-    /// `active` or `standby`, as in the config file and the commands.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Mode::Active => "active",
-            Mode::Standby => "standby",
-        }
-    }
-
-    pub fn is_standby(self) -> bool {
-        self == Mode::Standby
-    }
-}
-
-impl std::fmt::Display for Mode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use mcrelay_config::Mode;
 
 /// The answer to `standby` or `active`: sent once every worker has taken
 /// the new mode (from its next datagram on).

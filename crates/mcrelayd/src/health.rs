@@ -129,8 +129,9 @@ impl Watcher {
             }
             if let Some(r) = &f.redundancy {
                 // A flow's counters start at zero when it is configured
-                // (and again when a reload changes it), so a flow seen for
-                // the first time logs what it did before this tick.
+                // (a reload that changes it carries them on), so a flow
+                // seen for the first time logs what it did before this
+                // tick.
                 let (switches, resets) = self.redundancy.get(&f.name).copied().unwrap_or((0, 0));
                 if r.switches > switches {
                     let to = usize::try_from(r.active_input)

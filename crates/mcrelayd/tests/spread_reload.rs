@@ -118,17 +118,18 @@ fn reloads_changing_spread(
         .expect("sender");
     let upstream_before = upstream_drops(t);
     wait_for_packets_in(&socket, "wide", RATE / 10);
-    // The kernel's drops at the flow's ingress sockets, summed over the
-    // shards' lifetimes (each reload starts fresh counters).
+    // The kernel's drops at the flow's ingress sockets, over the shards'
+    // lifetimes (a reload carries the counters on: the latest read is
+    // the total).
     let mut kernel_drops = 0;
     // Each output's drops the relay counted (backlog, send errors, no
     // buffer), summed the same way.
     let mut counted = [0u64; OUTPUTS];
     let tally = |kernel_drops: &mut u64, counted: &mut [u64; OUTPUTS]| {
         if let Some(f) = snapshot(&socket).flow("wide") {
-            *kernel_drops += f.drops.kernel;
+            *kernel_drops = f.drops.kernel;
             for (c, o) in counted.iter_mut().zip(&f.outputs) {
-                *c += o.drops_backlog + o.drops_send_error + f.drops.pool_exhausted;
+                *c = o.drops_backlog + o.drops_send_error + f.drops.pool_exhausted;
             }
         }
     };

@@ -3,7 +3,8 @@
 //! files), finding a free loopback port, delaying a namespace's link
 //! ([`delay::DelayedLink`], through this crate's `nfdelay` binary: this
 //! kernel has no netem), counting allocations ([`counting`], the
-//! no-allocation tests' allocator) and, with feature `uring`, loopback
+//! no-allocation tests' allocator), the `_total` series of a `/metrics`
+//! read and which went down ([`metrics`]) and, with feature `uring`, loopback
 //! flows for the io_uring driver's tests (`loopback`). A dev-dependency of the crates whose
 //! tests use it; nothing in a product build links it.
 #![deny(unsafe_code)]
@@ -12,6 +13,7 @@ pub mod counting;
 pub mod delay;
 #[cfg(feature = "uring")]
 pub mod loopback;
+pub mod metrics;
 
 use std::net::UdpSocket;
 

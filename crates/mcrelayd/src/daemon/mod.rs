@@ -238,7 +238,7 @@ impl Daemon {
             state: DaemonState::Running,
             config_path: path.display().to_string(),
             started: Instant::now(),
-            mode: mode::control_mode(config.daemon.mode),
+            mode: config.daemon.mode,
             metrics_endpoint: None,
         }));
         let mut rejoin = rejoin::Rejoin::default();

@@ -13,19 +13,10 @@
 
 use std::time::Instant;
 
-use mcrelay_config::RelayMode;
 use mcrelay_control::{Mode, ModeOutcome};
 use mcrelay_uring::{Command, Event};
 
 use super::{COMMAND_TIMEOUT, Daemon, lock};
-
-/// The control plane's name for a configured mode.
-pub(super) fn control_mode(mode: RelayMode) -> Mode {
-    match mode {
-        RelayMode::Active => Mode::Active,
-        RelayMode::Standby => Mode::Standby,
-    }
-}
 
 impl Daemon {
     /// The mode every worker has confirmed.
@@ -87,16 +78,5 @@ impl Daemon {
             previous,
             workers: self.workers.len(),
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn configured_modes_map_to_the_control_planes() {
-        assert_eq!(control_mode(RelayMode::Active), Mode::Active);
-        assert_eq!(control_mode(RelayMode::Standby), Mode::Standby);
     }
 }

@@ -10,7 +10,7 @@ use mcrelay_uring::{Command, Event, FlowSockets};
 use super::error::FlowCommandError;
 use super::placement::{Placement, PlacementError};
 use super::plan::{self, ReloadPlan};
-use super::report::new_entry;
+use super::report::{Before, FlowEntry, new_entry};
 use super::{Daemon, Managed, ReloadProblem, lock};
 
 /// A changed flow's replacement, ready to hand to its workers: its new
@@ -152,14 +152,23 @@ impl Daemon {
                     && super::blocked(self.links.as_ref(), f, false).is_none()
             })
             .collect();
+        // A changed flow stopped here and configured anew below: what it
+        // counted, carried to its successor (counters never go down).
+        let mut carried = std::collections::HashMap::new();
         for name in &plan.stop {
             if replace.iter().any(|f| &f.name == name) {
                 continue;
             }
-            if let Err(e) = self.forget_flow(name) {
-                let text = format!("flow {name:?}: {}", crate::chain::Chain(&e));
-                problems.push(text.clone());
-                reload_problems.push(ReloadProblem::Other(text));
+            match self.forget_flow(name) {
+                Ok(Some(old)) if plan.changed.contains(name) => {
+                    carried.insert(name.clone(), old);
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    let text = format!("flow {name:?}: {}", crate::chain::Chain(&e));
+                    problems.push(text.clone());
+                    reload_problems.push(ReloadProblem::Other(text));
+                }
             }
         }
         if !plan.start.is_empty() {
@@ -179,7 +188,11 @@ impl Daemon {
             let result = if replace.iter().any(|f| f.name == flow.name) {
                 self.replace_flow(flow)
             } else {
-                self.add_flow(flow).map_err(ReplaceError::Placement)
+                let added = self.add_flow(flow).map_err(ReplaceError::Placement);
+                if let Some(old) = carried.remove(&flow.name) {
+                    self.carry_to(&flow.name, &old);
+                }
+                added
             };
             if let Err(e) = result {
                 let text = format!("flow {:?}: {}", flow.name, crate::chain::Chain(&e));
@@ -245,8 +258,11 @@ impl Daemon {
     /// datagrams aren't RTP has no number to resume after: what arrived
     /// in the overlap may leave twice (measured: docs/benchmarks.md).
     ///
-    /// The flow starts with fresh counters, as a changed flow does; all
-    /// its new shards are added before it counts as replaced. If the new
+    /// The flow starts with fresh counters, as a changed flow does, and
+    /// readers see them added to the old flow's (read live while the old
+    /// shards may still count, frozen once they are gone: [`Before`]), so
+    /// no counter goes down; all its new shards are added before it
+    /// counts as replaced. If the new
     /// sockets can't be opened, the flow is stopped and configured anew
     /// like any changed flow (the reconciler retries it) and the error is
     /// returned for the reload to report; if a worker refuses the new
@@ -265,8 +281,11 @@ impl Daemon {
                 // any changed flow, stop the old one and configure the new
                 // one, which the reconciler retries. The error is the
                 // reload's to report.
-                self.forget_flow(&new.name)?;
+                let old = self.forget_flow(&new.name)?;
                 self.add_flow(new).map_err(ReplaceError::Placement)?;
+                if let Some(old) = old {
+                    self.carry_to(&new.name, &old);
+                }
                 return Err(e);
             }
         };
@@ -318,7 +337,10 @@ impl Daemon {
             let mut shared = lock(&self.shared);
             if let Some(e) = shared.flows.iter_mut().find(|e| e.stats.name == name) {
                 e.close_ingress();
-                *e = new_entry(new, &workers);
+                let mut old = std::mem::replace(e, new_entry(new, &workers));
+                // Its own predecessor stopped counting at the last reload.
+                old.before = old.before.take().map(Before::frozen);
+                e.before = Some(Before::Live(Box::new(old)));
                 e.state = FlowState::OpenFailed {
                     error: "being replaced by a reload".to_owned(),
                 };
@@ -376,6 +398,9 @@ impl Daemon {
         let mut shared = lock(&self.shared);
         if let Some(e) = shared.flows.iter_mut().find(|e| e.stats.name == name) {
             entry.state = FlowState::Running;
+            // Every old shard is gone (`answers.removed`): its counts are
+            // final.
+            entry.before = e.before.take().map(Before::frozen);
             *e = entry;
             self.flows[i].unconnected = super::report::note_outputs(e, pending);
         }
@@ -418,17 +443,31 @@ impl Daemon {
         })
     }
 
-    /// Stop flow `name` if it runs, and forget it.
-    fn forget_flow(&mut self, name: &str) -> Result<(), FlowCommandError> {
+    /// Stop flow `name` if it runs, and forget it. Its readers' entry,
+    /// if it had one (its counters final once its shards are removed).
+    fn forget_flow(&mut self, name: &str) -> Result<Option<FlowEntry>, FlowCommandError> {
         let Some(i) = self.flows.iter().position(|m| m.flow.name == name) else {
-            return Ok(());
+            return Ok(None);
         };
         let m = self.flows.remove(i);
-        lock(&self.shared).flows.retain(|e| e.stats.name != name);
+        let entry = {
+            let mut shared = lock(&self.shared);
+            let at = shared.flows.iter().position(|e| e.stats.name == name);
+            at.map(|at| shared.flows.remove(at))
+        };
         if m.running {
             self.remove_shards(name, &m.workers)?;
         }
-        Ok(())
+        Ok(entry)
+    }
+
+    /// Flow `name`, configured anew by a reload, goes on counting from
+    /// what `old` (the flow it replaces, stopped) counted.
+    fn carry_to(&self, name: &str, old: &FlowEntry) {
+        let mut shared = lock(&self.shared);
+        if let Some(e) = shared.flows.iter_mut().find(|e| e.stats.name == name) {
+            e.before = Some(old.freeze());
+        }
     }
 
     /// Configure `flow` (not started yet: [`Self::reconcile`] does that),

@@ -55,6 +55,40 @@ pub(super) struct FlowEntry {
     pub(super) interface_pauses: u64,
     /// Each output's connection, in config order.
     pub(super) outputs_state: Vec<OutputState>,
+    /// What the flows this one replaced in reloads counted: added to its
+    /// own counters in every snapshot, so none goes down
+    /// ([`FlowSnapshot::carry`]).
+    pub(super) before: Option<Before>,
+}
+
+/// The counters a flow replaced by a reload had, carried to its successor.
+#[derive(Debug)]
+pub(super) enum Before {
+    /// The replaced flow itself, its shards possibly still counting (the
+    /// replace is under way): read live, so what readers see never goes
+    /// down while both count.
+    Live(Box<FlowEntry>),
+    /// Its final counts, once its shards are gone.
+    Frozen(Box<FlowSnapshot>),
+}
+
+impl Before {
+    /// Its counts as they stand, no longer read live (once the replaced
+    /// flow's shards are gone: final).
+    pub(super) fn frozen(self) -> Before {
+        match self {
+            Before::Live(old) => old.freeze(),
+            frozen @ Before::Frozen(_) => frozen,
+        }
+    }
+}
+
+impl FlowEntry {
+    /// What this flow counted, with what its predecessors did, as of now:
+    /// the `before` of its successor.
+    pub(super) fn freeze(&self) -> Before {
+        Before::Frozen(Box::new(flow_snapshot(self, &crate::srt::view())))
+    }
 }
 
 impl FlowEntry {
@@ -235,6 +269,17 @@ fn float_to_u64(v: f64) -> u64 {
 }
 
 fn flow_snapshot(f: &FlowEntry, srt: &[RouteView]) -> FlowSnapshot {
+    let mut now = own_snapshot(f, srt);
+    match &f.before {
+        None => {}
+        Some(Before::Frozen(earlier)) => now.carry(earlier),
+        Some(Before::Live(earlier)) => now.carry(&flow_snapshot(earlier, srt)),
+    }
+    now
+}
+
+/// The counters of `f`'s own shards, without its predecessors'.
+fn own_snapshot(f: &FlowEntry, srt: &[RouteView]) -> FlowSnapshot {
     let c = &f.stats.input;
     // Read before `packets_in`: the worker counts a datagram in first,
     // so a snapshot never shows more discarded than received (relaxed
@@ -460,7 +505,8 @@ pub(super) fn input_text(input: &mcrelay_config::Input) -> String {
     )
 }
 
-/// `flow` as readers see it, on `workers`, with fresh counters, running.
+/// `flow` as readers see it, on `workers`, with fresh counters (nothing
+/// carried: see [`FlowEntry::before`]), running.
 pub(super) fn new_entry(flow: &Flow, workers: &[usize]) -> FlowEntry {
     let legs: Vec<String> = flow.inputs.iter().map(input_text).collect();
     FlowEntry {
@@ -480,6 +526,7 @@ pub(super) fn new_entry(flow: &Flow, workers: &[usize]) -> FlowEntry {
         state: FlowState::Running,
         interface_pauses: 0,
         outputs_state: vec![OutputState::default(); flow.outputs.len()],
+        before: None,
     }
 }
 
