@@ -306,10 +306,13 @@ fn listener_serves_ten_callers_byte_exact_and_refuses_a_wrong_passphrase() {
     );
     wait_log(&relay, "refused in the handshake", 1);
 
-    // The stream, and a caller joining in its middle.
+    // The stream, and a caller joining in its middle. 500 datagrams/s:
+    // 14 encrypted callers of a 1500/s stream starved this 2-core machine
+    // under CI load (one caller got 90 % of it); the rate is not what
+    // this test is about (the SRT cost experiment measures that).
     let late_out = t.dir.join("late.ts");
     let half = std::thread::scope(|s| {
-        let h = s.spawn(|| send_file(&t, &file, 1500));
+        let h = s.spawn(|| send_file(&t, &file, 500));
         std::thread::sleep(Duration::from_millis(700));
         let late = srt_receiver(&t, &uri, &late_out);
         h.join().expect("sender");
