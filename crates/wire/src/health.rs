@@ -95,15 +95,15 @@ impl core::fmt::Display for Payload {
     }
 }
 
-/// Arrival of an input's datagrams, for every payload mode.
+/// Arrival of an input's datagrams, for every payload mode: what the
+/// gap to the next one is measured from. (Datagram and byte counts, and
+/// the longest gap per publish, are the caller's: the relay's flow
+/// counters and its health hook keep them, so the tracker does not count
+/// them a second time per datagram.)
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Arrival {
-    pub datagrams: u64,
-    pub bytes: u64,
     /// When the latest datagram arrived; `None` before the first.
     pub last_ns: Option<u64>,
-    /// The longest gap between two datagrams since [`InputTracker::take_max_gap`].
-    pub max_gap_ns: u64,
 }
 
 /// One input's health state. Created when its flow is added.
@@ -136,10 +136,7 @@ impl InputTracker {
     #[inline]
     pub fn observe(&mut self, d: &[u8], now_ns: u64) -> u64 {
         let a = &mut self.arrival;
-        a.datagrams += 1;
-        a.bytes += d.len() as u64;
         let gap = a.last_ns.map_or(0, |last| now_ns.saturating_sub(last));
-        a.max_gap_ns = a.max_gap_ns.max(gap);
         a.last_ns = Some(now_ns);
         match self.payload {
             Payload::Udp => {}
@@ -186,16 +183,6 @@ impl InputTracker {
     pub fn ts(&self) -> TsStats {
         self.ts.as_ref().map(|t| *t.stats()).unwrap_or_default()
     }
-
-    /// The longest gap since the previous call, counting the one still
-    /// open at `now_ns`; starts the next period.
-    pub fn take_max_gap(&mut self, now_ns: u64) -> u64 {
-        let open = self
-            .arrival
-            .last_ns
-            .map_or(0, |last| now_ns.saturating_sub(last));
-        core::mem::take(&mut self.arrival.max_gap_ns).max(open)
-    }
 }
 
 /// Whether an input is silent at `now_ns`: no datagram for `silence_ns`
@@ -240,12 +227,7 @@ mod tests {
         assert_eq!(t.observe(b"x", 35 * MS), 5 * MS);
         assert_eq!(t.rtp().malformed, 0);
         assert_eq!(t.ts(), TsStats::default());
-        assert_eq!(t.arrival().datagrams, 3);
-        assert_eq!(t.arrival().bytes, 9);
-        assert_eq!(t.take_max_gap(36 * MS), 20 * MS);
-        // The next period starts empty, but counts the open gap.
-        assert_eq!(t.take_max_gap(36 * MS), MS);
-        assert_eq!(t.take_max_gap(100 * MS), 65 * MS);
+        assert_eq!(t.arrival().last_ns, Some(35 * MS));
     }
 
     #[test]
