@@ -293,6 +293,63 @@ fn frames(progress: &Path) -> u64 {
         .unwrap_or(0)
 }
 
+/// With `MCRELAY_GST_RECEIVER=1` (a measurement, not run in CI): a
+/// GStreamer receiver in B beside ffmpeg (RTP jitter buffer, MP2T depay,
+/// TS demux, MPEG-2 decode), printing each decoded frame; `None` when the
+/// variable is unset or an element is missing.
+fn gst_decoder(t: &Topology) -> Option<(Child, PathBuf)> {
+    if std::env::var_os("MCRELAY_GST_RECEIVER").is_none() {
+        return None;
+    }
+    let elements = [
+        "udpsrc",
+        "rtpjitterbuffer",
+        "rtpmp2tdepay",
+        "tsdemux",
+        "mpeg2dec",
+    ];
+    if !elements.iter().all(|e| {
+        Command::new("gst-inspect-1.0")
+            .arg(e)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }) {
+        eprintln!("MCRELAY_GST_RECEIVER: a GStreamer element is missing ({elements:?})");
+        return None;
+    }
+    let (addr, port) = OUT.split_once(':').expect("group:port");
+    let log = t.dir.join("gst-frames.txt");
+    let child = t
+        .command(&t.b, Path::new("gst-launch-1.0"))
+        .args([
+            "-v",
+            "udpsrc",
+            &format!("address={addr}"),
+            &format!("port={port}"),
+        ])
+        .arg("caps=application/x-rtp,media=video,clock-rate=90000,encoding-name=MP2T,payload=33")
+        .args(["!", "rtpjitterbuffer", "latency=200", "!", "rtpmp2tdepay"])
+        .args(["!", "tsdemux", "!", "mpegvideoparse", "!", "mpeg2dec"])
+        .args(["!", "fakesink", "silent=false"])
+        .stdout(fs::File::create(&log).expect("gst log"))
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn gst-launch-1.0");
+    Some((child, log))
+}
+
+/// Frames the GStreamer receiver decoded (its fakesink's chain lines).
+fn gst_frames(log: &Path) -> u64 {
+    let n = fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains("fakesink") && l.contains("chain"))
+        .count();
+    u64::try_from(n).unwrap_or(u64::MAX)
+}
+
 /// Leg 0's datagrams dropped (`true`) or let through as they reach R
 /// (the encoder goes on sending: dropped at A it would see EPERM).
 fn cut_leg0(t: &Topology, cut: bool) {
@@ -319,6 +376,7 @@ fn failover_run(rtp_rewrite: bool) -> (u64, u64, u64) {
     );
     let relay = start(&t, &inputs, &settings);
     let (rx, progress) = decoder(&t);
+    let gst = gst_decoder(&t);
     std::thread::sleep(Duration::from_millis(300));
     const SECS: u32 = 10;
     let enc0 = encoder(&t, LEG0, "10.26.1.1", SECS);
@@ -355,6 +413,14 @@ fn failover_run(rtp_rewrite: bool) -> (u64, u64, u64) {
     }
     signal(&rx, libc::SIGTERM);
     let out = rx.wait_with_output().expect("receiver");
+    if let Some((mut g, log)) = gst {
+        let _ = g.kill();
+        let _ = g.wait();
+        eprintln!(
+            "rtp_rewrite = {rtp_rewrite}: GStreamer decoded {} frames",
+            gst_frames(&log)
+        );
+    }
     let s = stats(&t);
     let f = flow(&s);
     let switches = f["redundancy"]["switches"].as_u64().unwrap_or(0);
