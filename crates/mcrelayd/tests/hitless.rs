@@ -298,9 +298,7 @@ fn frames(progress: &Path) -> u64 {
 /// TS demux, MPEG-2 decode), printing each decoded frame; `None` when the
 /// variable is unset or an element is missing.
 fn gst_decoder(t: &Topology) -> Option<(Child, PathBuf)> {
-    if std::env::var_os("MCRELAY_GST_RECEIVER").is_none() {
-        return None;
-    }
+    std::env::var_os("MCRELAY_GST_RECEIVER")?;
     let elements = [
         "udpsrc",
         "rtpjitterbuffer",
