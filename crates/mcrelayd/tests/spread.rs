@@ -163,7 +163,10 @@ fn a_spread_flow_relays_every_datagram_to_every_output_once_in_order() {
     let f = snapshot(&socket).flow("wide").cloned().expect("flow wide");
     // The changed flow's counters go on from its predecessor's (issue
     // 26: no `_total` goes down on a reload): 3000 before, 2000 after.
-    assert_eq!(f.packets_in, 5000, "counters carried across the change: {f:?}");
+    assert_eq!(
+        f.packets_in, 5000,
+        "counters carried across the change: {f:?}"
+    );
     for o in &f.outputs {
         assert_eq!(o.packets_out, 5000, "{o:?}");
     }

@@ -62,7 +62,7 @@ pub fn open_xdp_ingress(input: &Input, ifindex: u32) -> io::Result<Ingress> {
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
     let prog = xdp::load_xdp_program(&program)?;
     let xsk = xdp::xsk_socket()?;
-    let (umem, zero_copy) = xdp::setup_xsk(&xsk, ifindex, QUEUE, GEOMETRY)?;
+    let (umem, zero_copy) = xdp::setup_xsk(&xsk, ifindex, QUEUE, GEOMETRY, BIND_RETRY)?;
     xdp::xsk_map_insert(&map, QUEUE, &xsk)?;
     // Membership first: the program only steers, the NIC's multicast
     // filter and snooping switches need the join.
@@ -112,7 +112,8 @@ pub struct XdpEgressFds {
     pub umem: OwnedFd,
 }
 
-/// How long [`open_xdp_egress`] retries a bind the queue refuses (`EBUSY`).
+/// How long an XDP input's socket and [`open_xdp_egress`] retry a bind the
+/// queue refuses (`EBUSY`).
 const BIND_RETRY: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Open an `egress = "xdp"` output's AF_XDP socket on `ifindex`, queue

@@ -336,21 +336,19 @@ impl XskGeometry {
 /// fd returned, for the worker to map), its fill, completion and RX rings,
 /// and bind it to queue `queue` of interface `ifindex` (zero-copy where
 /// the driver has it, else copy mode). Returns the memfd and whether the
-/// socket is zero-copy.
+/// socket is zero-copy. A bind the queue refuses with `EBUSY`, and a UMEM
+/// the locked-memory limit refuses with `ENOBUFS`, are retried until
+/// `busy_wait` has passed, as for [`setup_xsk_tx`] (a flow removed and
+/// added again by a reload: its old socket holds the queue and its UMEM
+/// a moment).
 pub fn setup_xsk(
     xsk: &OwnedFd,
     ifindex: u32,
     queue: u32,
     geometry: XskGeometry,
+    busy_wait: std::time::Duration,
 ) -> io::Result<(OwnedFd, bool)> {
-    setup(
-        xsk,
-        ifindex,
-        queue,
-        geometry,
-        Direction::Receive,
-        std::time::Duration::ZERO,
-    )
+    setup(xsk, ifindex, queue, geometry, Direction::Receive, busy_wait)
 }
 
 /// Like [`setup_xsk`] for an egress socket (`egress = "xdp"`): a UMEM of
@@ -391,6 +389,7 @@ fn setup(
     direction: Direction,
     busy_wait: std::time::Duration,
 ) -> io::Result<(OwnedFd, bool)> {
+    let deadline = std::time::Instant::now() + busy_wait;
     let umem =
         nix::sys::memfd::memfd_create(c"mcrelay-umem", nix::sys::memfd::MFdFlags::MFD_CLOEXEC)?;
     let len = geometry.umem_len();
@@ -410,7 +409,22 @@ fn setup(
             flags: 0,
             tx_metadata_len: 0,
         };
-        sockopt::set(xsk, libc::SOL_XDP, libc::XDP_UMEM_REG, &reg)?;
+        // The pages count against RLIMIT_MEMLOCK: `ENOBUFS` while a
+        // socket closed a moment ago (a flow a reload removed and adds
+        // again) still holds its UMEM, released by a kernel work queue.
+        // Retried like the bind below.
+        loop {
+            match sockopt::set(xsk, libc::SOL_XDP, libc::XDP_UMEM_REG, &reg) {
+                Ok(()) => break,
+                Err(e)
+                    if e.raw_os_error() == Some(libc::ENOBUFS)
+                        && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
     let ring = libc::c_int::try_from(geometry.ring).map_err(|_| io::ErrorKind::InvalidInput)?;
     // Bind requires both UMEM rings; the direction not used gets a small
@@ -439,7 +453,6 @@ fn setup(
         sxdp_queue_id: queue,
         sxdp_shared_umem_fd: 0,
     };
-    let deadline = std::time::Instant::now() + busy_wait;
     loop {
         // SAFETY: `addr` is a live `sockaddr_xdp` of the length given; the
         // kernel only reads it.

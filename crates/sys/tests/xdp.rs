@@ -93,7 +93,9 @@ fn xdp_program_steers_the_flow_and_passes_the_rest() {
             .expect("program");
         let prog = xdp::load_xdp_program(&insns).expect("load");
         let xsk = xdp::xsk_socket().expect("AF_XDP socket");
-        let (umem, zero_copy) = xdp::setup_xsk(&xsk, ifindex, 0, geometry).expect("bind xsk");
+        let (umem, zero_copy) =
+            xdp::setup_xsk(&xsk, ifindex, 0, geometry, std::time::Duration::ZERO)
+                .expect("bind xsk");
         assert!(!zero_copy, "veth has no zero-copy AF_XDP");
         xdp::xsk_map_insert(&map, 0, &xsk).expect("map insert");
         let link = xdp::attach_xdp(&prog, ifindex).expect("attach");
