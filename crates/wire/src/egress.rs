@@ -8,8 +8,8 @@
 //! frame and sent on the socket's TX ring: it skips the kernel's UDP/IP
 //! output path and the qdisc.
 //!
-//! (First written for issue 19's AF_PACKET egress lever, which
-//! `experiments/packet-tx` still measures with its own copy.)
+//! (First written for issue 19's AF_PACKET egress lever;
+//! `experiments/packet-tx` uses this one.)
 //!
 //! Pure and allocation-free: a fill is a 42-byte copy, two length stores
 //! and a 20-byte checksum.

@@ -287,8 +287,7 @@ impl Sender {
             let headers: &mut [u8; HEADER_LEN] = headers
                 .try_into()
                 .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-            template
-                .fill_partial_checksum(headers, self.size * n)
+            crate::frame::fill_partial_checksum(template, headers, self.size * n)
                 .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
             let segment = u16::try_from(self.size).unwrap_or(u16::MAX);
             let gso = n > 1;
