@@ -13,8 +13,10 @@
 //! back within `WAKE_INTERVAL` to kick again instead of waiting for the
 //! next datagram or its 100 ms tick.
 //!
-//! A datagram finding no free frame or a full TX ring is dropped and
-//! counted as a send error with `ENOBUFS`; one too long for a frame or the
+//! A datagram finding the TX ring full kicks it at once (the kernel
+//! hasn't taken what the last kicks left) and tries again; finding no
+//! free frame or a full TX ring still, it is dropped and counted as a
+//! send error with `ENOBUFS`; one too long for a frame or the
 //! interface's MTU with `EMSGSIZE` (no fragmentation on this path). A
 //! frame the driver drops after taking it from the ring (copy mode: the
 //! kick's `sendto` says `EBUSY`, e.g. a veth whose peer's backlog is
@@ -164,14 +166,41 @@ impl XskEgress {
                 self.header.set_destination_mac(mac);
             }
         }
-        let header = &self.header;
-        Some(
-            match self.tx.send(|frame| header.write_frame(frame, payload)) {
-                Ok(()) => i32::try_from(payload.len()).unwrap_or(i32::MAX),
-                Err(TxRefused::Full) => -libc::ENOBUFS,
-                Err(TxRefused::TooLong) => -libc::EMSGSIZE,
-            },
-        )
+        let header = self.header;
+        let mut sent = self.tx.send(|frame| header.write_frame(frame, payload));
+        if sent == Err(TxRefused::Full) {
+            // The ring is full: the kernel hasn't taken what earlier
+            // kicks left (copy mode sends only inside `sendto`). Kick it
+            // now (non-blocking; only when full, never per datagram
+            // otherwise) and try once more before dropping.
+            let kick = self.tx.kick();
+            self.note(&kick);
+            sent = self.tx.send(|frame| header.write_frame(frame, payload));
+        }
+        Some(match sent {
+            Ok(()) => i32::try_from(payload.len()).unwrap_or(i32::MAX),
+            Err(TxRefused::Full) => -libc::ENOBUFS,
+            Err(TxRefused::TooLong) => -libc::EMSGSIZE,
+        })
+    }
+
+    /// Count what a kick did: the driver's drops (send errors too), the
+    /// kicks that left frames behind. Whether to come back soon for them.
+    fn note(&mut self, kick: &mcrelay_sys::xdp::XskKick) -> bool {
+        if kick.driver_drops > 0 {
+            self.driver_drops += u64::from(kick.driver_drops);
+            self.counters
+                .drop_send_error
+                .add(u64::from(kick.driver_drops));
+        }
+        self.kicks += 1;
+        if kick.unsent {
+            self.kicks_left_frames += 1;
+            self.left_in_a_row = self.left_in_a_row.saturating_add(1);
+        } else {
+            self.left_in_a_row = 0;
+        }
+        kick.retry_soon() && self.left_in_a_row <= RETRY_LIMIT
     }
 }
 
@@ -245,18 +274,7 @@ impl Worker {
                     continue;
                 }
                 let kick = x.tx.kick();
-                if kick.driver_drops > 0 {
-                    x.driver_drops += u64::from(kick.driver_drops);
-                    x.counters.drop_send_error.add(u64::from(kick.driver_drops));
-                }
-                x.kicks += 1;
-                if kick.unsent {
-                    x.kicks_left_frames += 1;
-                    x.left_in_a_row = x.left_in_a_row.saturating_add(1);
-                } else {
-                    x.left_in_a_row = 0;
-                }
-                retry |= kick.retry_soon() && x.left_in_a_row <= RETRY_LIMIT;
+                retry |= x.note(&kick);
                 match kick.error {
                     Some(e)
                         if !x.kick_error_logged
