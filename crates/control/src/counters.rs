@@ -121,12 +121,12 @@ const fn reason(family: &'static ReasonFamily, reason: &'static str) -> Metric {
     Metric::Reason { family, reason }
 }
 
-/// A row for a `u64` total.
-macro_rules! total {
-    ($field:ident, $metric:expr) => {
+/// A row for a `u64` counted number of kind `$kind` (its slot carried).
+macro_rules! counted {
+    ($kind:ident, $field:ident, $metric:expr) => {
         Counter {
             field: stringify!($field),
-            kind: Kind::Total,
+            kind: Kind::$kind,
             value: |x| x.$field,
             slot: Some(|x| &mut x.$field),
             metric: $metric,
@@ -134,16 +134,17 @@ macro_rules! total {
     };
 }
 
+/// A row for a `u64` total.
+macro_rules! total {
+    ($field:ident, $metric:expr) => {
+        counted!(Total, $field, $metric)
+    };
+}
+
 /// A row for a `u64` high-water mark.
 macro_rules! max {
     ($field:ident, $metric:expr) => {
-        Counter {
-            field: stringify!($field),
-            kind: Kind::Max,
-            value: |x| x.$field,
-            slot: Some(|x| &mut x.$field),
-            metric: $metric,
-        }
+        counted!(Max, $field, $metric)
     };
 }
 
