@@ -142,6 +142,11 @@ impl LegSnapshot {
         add(&mut self.forwarded, e.forwarded);
         add(&mut self.standby, e.standby);
         add(&mut self.kernel_drops, e.kernel_drops);
+        if let (Some(r), Some(e)) = (&mut self.rist, &e.rist) {
+            add(&mut r.nacks_sent, e.nacks_sent);
+            add(&mut r.recovered, e.recovered);
+            add(&mut r.unrecovered, e.unrecovered);
+        }
     }
 }
 
@@ -250,6 +255,19 @@ mod tests {
                 output_rtt_us: 9,
             });
             f.interface_pauses = 3;
+            for (k, leg) in f
+                .redundancy
+                .iter_mut()
+                .flat_map(|r| &mut r.legs)
+                .enumerate()
+            {
+                leg.rist = Some(crate::snapshot::LegRistSnapshot {
+                    nacks_sent: 10 + u64::try_from(k).unwrap_or(0),
+                    recovered: 20,
+                    unrecovered: 30,
+                    rtt_us: 40,
+                });
+            }
             for o in &mut f.outputs {
                 o.connect_failures = 2;
             }
