@@ -21,8 +21,9 @@
 //!   `mcrelay_rist_output_on_multicast_to_ristreceiver`: an RTP counter
 //!   stream from A to mcrelayd, relayed by a RIST output (unicast, or a
 //!   group) to `ristreceiver -p 0` in B (at most 1 in 2 000 missing);
-//! - `mcrelay_rist_output_to_gstreamer_ristsrc` (ignored, run by hand):
-//!   the same into GStreamer's `ristsrc`, with 1000 ms buffers (see there).
+//! - `mcrelay_rist_output_to_gstreamer_ristsrc`: the same into
+//!   GStreamer's `ristsrc`, with 1000 ms buffers, at most 1 in 40 missing
+//!   (see there).
 //!
 //! The run lasts `MCRELAY_RIST_SECONDS` (default 15, so CI stays under a
 //! minute per test; the 60 s run: `MCRELAY_RIST_SECONDS=60`).
@@ -597,9 +598,15 @@ fn mcrelay_rist_output_to_ristreceiver() {
 
 /// The same with GStreamer's `ristsrc` (1.22, simple profile) as the
 /// receiver (it hands on the RTP datagrams themselves), `receiver-buffer`
-/// 1000 ms, mcrelay keeping 1500 ms. Still ignored, because GStreamer's
-/// element loses what mcrelay delivered when the loaded machine starves
-/// it, shown by these 15 s runs at 5 % loss each way:
+/// 1000 ms, mcrelay keeping 1500 ms. Loss-tolerant: at most 1 in 40
+/// (2.5 %) may be missing, while the path alone loses 5 % (about 375 of
+/// 7 500), so the test still fails when retransmission does nothing.
+/// That, and starting the stream only once `ristsrc` is bound (no fixed
+/// sleep), made it pass 3 runs in a row on the loaded machine (load 5,
+/// other engineers compiling): 0, 1 and 0 of 7 500 missing. It was
+/// ignored before, because GStreamer's element loses what mcrelay
+/// delivered when the loaded machine starves it, shown by these 15 s runs
+/// at 5 % loss each way:
 /// - its defaults (kernel-sized socket buffer, 7 requests a number): 1
 ///   of 7 500 missing; earlier sessions 27 of 7 500, in bursts of
 ///   consecutive numbers (5 % random loss does not lose 10 in a row);
@@ -613,9 +620,9 @@ fn mcrelay_rist_output_to_ristreceiver() {
 ///
 /// At `receiver-buffer=200` it left 24-35 of 4 000 missing (its RTCP
 /// pacing, 100 ms minimum interval, fits fewer requests into 200 ms).
-/// Run by hand: `cargo test -p mcrelayd --test rist -- --ignored gstreamer`.
+/// The starved run's 165 (2.2 %) would pass now; a run losing more than
+/// 2.5 % fails and names the numbers.
 #[test]
-#[ignore = "GStreamer's ristsrc drops bursts itself when the machine starves it (evidence in the doc comment); run by hand"]
 fn mcrelay_rist_output_to_gstreamer_ristsrc() {
     let gst = Command::new("gst-inspect-1.0")
         .arg("ristsrc")
