@@ -257,6 +257,7 @@ fn srt_snapshot(srt: &[RouteView], flow: &str, label: &str) -> Option<SrtSnapsho
         disconnects: r.disconnects,
         connect_failures: r.connect_failures,
         error: r.error.clone(),
+        series: r.series,
     })
 }
 
@@ -427,6 +428,7 @@ fn srt_inputs(srt: &[RouteView], flow: &str) -> Vec<SrtInputSnapshot> {
             disconnects: r.disconnects,
             connect_failures: r.connect_failures,
             error: r.error.clone(),
+            series: r.series,
         })
         .collect();
     all.sort_by_key(|s| s.leg);
