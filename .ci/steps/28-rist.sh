@@ -6,9 +6,9 @@
 # sender retransmits a number once per 4 RTT), on unicast and on a
 # multicast group, two RIST legs merged by 2022-7, and mcrelayd's RIST
 # output into ristreceiver -p 0 (unicast and multicast), and a standby
-# daemon that must send ristsender no RTCP. GStreamer's
-# ristsrc is an ignored test, run by hand (crates/mcrelayd/tests/rist.rs;
-# it skips without rist-tools, so the workspace run before this step may
+# daemon that must send ristsender no RTCP, and mcrelayd's RIST output
+# into GStreamer's ristsrc (crates/mcrelayd/tests/rist.rs; it skips
+# without rist-tools or ristsrc, so the workspace run before this step may
 # have skipped it). MCRELAY_RIST_SECONDS sets the run (15 s here; the
 # issue's 60 s: MCRELAY_RIST_SECONDS=60).
 set -euo pipefail
@@ -16,6 +16,8 @@ export DEBIAN_FRONTEND=noninteractive
 need=()
 command -v ristsender >/dev/null || need+=(rist-tools)
 command -v iptables >/dev/null || need+=(iptables)
+command -v gst-launch-1.0 >/dev/null || need+=(gstreamer1.0-tools)
+gst-inspect-1.0 ristsrc >/dev/null 2>&1 || need+=(gstreamer1.0-plugins-bad)
 if [ ${#need[@]} -gt 0 ]; then
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null

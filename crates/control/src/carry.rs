@@ -82,6 +82,9 @@ impl FlowSnapshot {
                         .and_then(|e| e.legs.iter().find(|l| l.input == leg.input))
                     {
                         carry(counters::LEG, leg, e);
+                        if let (Some(r), Some(e)) = (&mut leg.rist, &e.rist) {
+                            carry(counters::LEG_RIST, r, e);
+                        }
                     }
                 }
             }
@@ -174,6 +177,19 @@ mod tests {
                 output_rtt_us: 9,
             });
             f.interface_pauses = 3;
+            for (k, leg) in f
+                .redundancy
+                .iter_mut()
+                .flat_map(|r| &mut r.legs)
+                .enumerate()
+            {
+                leg.rist = Some(crate::snapshot::LegRistSnapshot {
+                    nacks_sent: 10 + u64::try_from(k).unwrap_or(0),
+                    recovered: 20,
+                    unrecovered: 30,
+                    rtt_us: 40,
+                });
+            }
             for o in &mut f.outputs {
                 o.connect_failures = 2;
             }

@@ -30,9 +30,10 @@
 //! `gauge!`).
 
 use crate::snapshot::{
-    EndpointSnapshot, FecSnapshot, FlowSnapshot, IngressDropsSnapshot, InputHealth, LegSnapshot,
-    OutputSnapshot, PoolClassSnapshot, RedundancySnapshot, RistSnapshot, RtpHealth, Snapshot,
-    SrtCallerSnapshot, SrtInputSnapshot, SrtPeerSnapshot, SrtSnapshot, TsHealth, WorkerSnapshot,
+    EndpointSnapshot, FecSnapshot, FlowSnapshot, IngressDropsSnapshot, InputHealth,
+    LegRistSnapshot, LegSnapshot, OutputSnapshot, PoolClassSnapshot, RedundancySnapshot,
+    RistSnapshot, RtpHealth, Snapshot, SrtCallerSnapshot, SrtInputSnapshot, SrtPeerSnapshot,
+    SrtSnapshot, TsHealth, WorkerSnapshot,
 };
 
 /// What a number is.
@@ -596,6 +597,40 @@ pub const LEG: &[Counter<LegSnapshot>] = &[
     gauge!(from detached, Metric::None),
 ];
 
+/// A RIST leg of a flow with several inputs: its own receiver's figures
+/// (the flow's are [`RIST`]).
+pub const LEG_RIST: &[Counter<LegRistSnapshot>] = &[
+    total!(
+        nacks_sent,
+        family(
+            "mcrelay_input_rist_nacks_sent_total",
+            "RIST input of a flow with several inputs: sequence numbers it NACKed to the sender.",
+        )
+    ),
+    total!(
+        recovered,
+        family(
+            "mcrelay_input_rist_recovered_packets_total",
+            "RIST input of a flow with several inputs: gaps filled by a retransmission.",
+        )
+    ),
+    total!(
+        unrecovered,
+        family(
+            "mcrelay_input_rist_unrecovered_packets_total",
+            "RIST input of a flow with several inputs: packets it neither received nor recovered within buffer_ms (lost on this input; another input may have delivered them: the flow's own loss is mcrelay_flow_rist_unrecovered_packets_total).",
+        )
+    ),
+    gauge!(
+        rtt_us,
+        seconds(
+            "mcrelay_input_rist_rtt_seconds",
+            "RIST input of a flow with several inputs: round-trip time to the sender, from NACKs to their retransmissions (0: no sample yet).",
+            1e6,
+        )
+    ),
+];
+
 /// SMPTE 2022-1 FEC on a flow's inputs.
 pub const FEC: &[Counter<FecSnapshot>] = &[
     total!(
@@ -655,7 +690,7 @@ pub const RIST: &[Counter<RistSnapshot>] = &[
         unrecovered,
         family(
             "mcrelay_flow_rist_unrecovered_packets_total",
-            "RIST input: packets neither received nor retransmitted within buffer_ms (skipped): the loss left after RIST.",
+            "RIST input: what the flow lost after RIST: packets neither received nor retransmitted within buffer_ms (skipped); of inputs merged by 2022-7, packets no input delivered (the merge's lost); of failover, what the active input skipped.",
         )
     ),
     total!(
@@ -973,6 +1008,7 @@ pub fn rows() -> Vec<(&'static str, &'static str, Kind)> {
         of("ts", TS),
         of("redundancy", REDUNDANCY),
         of("leg", LEG),
+        of("leg_rist", LEG_RIST),
         of("fec", FEC),
         of("rist", RIST),
         of("output", OUTPUT),
@@ -1063,6 +1099,11 @@ mod tests {
             ("ts", numbers(h.ts.as_ref().expect("ts")), fields(TS)),
             ("redundancy", numbers(r), fields(REDUNDANCY)),
             ("leg", numbers(&r.legs[0]), fields(LEG)),
+            (
+                "leg_rist",
+                numbers(&LegRistSnapshot::default()),
+                fields(LEG_RIST),
+            ),
             ("fec", numbers(&FecSnapshot::default()), fields(FEC)),
             ("rist", numbers(&RistSnapshot::default()), fields(RIST)),
             ("output", numbers(&f.outputs[0]), fields(OUTPUT)),
@@ -1149,6 +1190,7 @@ mod tests {
         each(TS, &mut check);
         each(REDUNDANCY, &mut check);
         each(LEG, &mut check);
+        each(LEG_RIST, &mut check);
         each(FEC, &mut check);
         each(RIST, &mut check);
         each(OUTPUT, &mut check);

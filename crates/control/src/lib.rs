@@ -61,9 +61,9 @@ pub use render::{
 pub use snapshot::bench_snapshot;
 pub use snapshot::{
     DaemonState, EndpointSnapshot, FecSnapshot, FlowSnapshot, FlowState, IngressDropsSnapshot,
-    InputHealth, LegSnapshot, OutputSnapshot, PoolClassSnapshot, RedundancySnapshot, RistSnapshot,
-    RtpHealth, Snapshot, SrtCallerSnapshot, SrtInputSnapshot, SrtPeerSnapshot, SrtSnapshot, Totals,
-    TsHealth, WorkerSnapshot, input_label,
+    InputHealth, LegRistSnapshot, LegSnapshot, OutputSnapshot, PoolClassSnapshot,
+    RedundancySnapshot, RistSnapshot, RtpHealth, Snapshot, SrtCallerSnapshot, SrtInputSnapshot,
+    SrtPeerSnapshot, SrtSnapshot, Totals, TsHealth, WorkerSnapshot, input_label,
 };
 pub use summary::{
     FlowStateCounts, MAX_NAMED, MAX_TEXT, Named, NotRunning, StreamErrors, Summary, decode_status,

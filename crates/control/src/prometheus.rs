@@ -290,6 +290,23 @@ fn rist_families(m: &mut Exposition, s: &Snapshot) {
         .iter()
         .filter_map(|f| Some(([("flow", f.name.as_str())], f.rist.as_ref()?)));
     table_families(m, counters::RIST, rist);
+    // Each RIST leg of a flow with several inputs, labelled `flow` and
+    // `input` (as its stream health): what its own receiver did, beside
+    // the flow's view above.
+    let legs: Vec<(&str, String, &crate::snapshot::LegRistSnapshot)> = s
+        .flows
+        .iter()
+        .filter_map(|f| Some((f, f.redundancy.as_ref()?)))
+        .flat_map(|(f, r)| {
+            r.legs.iter().filter_map(move |l| {
+                Some((f.name.as_str(), input_label(&l.input), l.rist.as_ref()?))
+            })
+        })
+        .collect();
+    let legs = legs
+        .iter()
+        .map(|(flow, input, l)| ([("flow", *flow), ("input", input.as_str())], *l));
+    table_families(m, counters::LEG_RIST, legs);
 }
 
 /// Flows with several inputs (legs): what `redundancy` did, labelled
@@ -673,8 +690,15 @@ fn text_capacity(s: &Snapshot) -> usize {
         .map(|r| 6 + 7 * r.callers.len())
         .sum::<usize>()
         + 11 * s.flows.iter().map(|f| f.srt_inputs.len()).sum::<usize>();
-    // A RIST flow: 8 samples.
-    let rist = 8 * s.flows.iter().filter(|f| f.rist.is_some()).count();
+    // A RIST flow: 8 samples, and 4 per RIST leg of a flow with several.
+    let rist = 8 * s.flows.iter().filter(|f| f.rist.is_some()).count()
+        + 4 * s
+            .flows
+            .iter()
+            .filter_map(|f| f.redundancy.as_ref())
+            .flat_map(|r| &r.legs)
+            .filter(|l| l.rist.is_some())
+            .count();
     let samples = 7 * s.flows.len() + 7 * outputs + 5 * pools + 3 * s.workers.len() + srt + rist;
     let legs: usize = s
         .flows
@@ -689,8 +713,8 @@ fn text_capacity(s: &Snapshot) -> usize {
             .count()
         + legs;
     // The SRT output families' HELP and TYPE lines: 3 KiB; the SRT input
-    // families': 3 KiB; RIST's: 2 KiB.
-    4096 + 128 * samples + 160 * health + 2048 + 3072 + 3072 + 2048
+    // families': 3 KiB; RIST's: 3 KiB.
+    4096 + 128 * samples + 160 * health + 2048 + 3072 + 3072 + 3072
 }
 
 /// OpenMetrics through the Prometheus project's client library.
@@ -1208,6 +1232,56 @@ mod tests {
         assert_eq!(
             types["mcrelay_flow_rist_retransmitted_packets_total"],
             "counter"
+        );
+    }
+
+    /// A merged flow's RIST legs each have their own figures, under
+    /// `input`; the flow's `unrecovered` is what the flow lost, not their
+    /// sum.
+    #[test]
+    fn rist_leg_families() {
+        let mut s = crate::snapshot::sample_with_legs();
+        s.flows[1].rist = Some(crate::snapshot::RistSnapshot {
+            recovered: 30,
+            unrecovered: 0,
+            ..Default::default()
+        });
+        let r = s.flows[1].redundancy.as_mut().expect("legs");
+        r.legs[0].rist = Some(crate::snapshot::LegRistSnapshot {
+            nacks_sent: 40,
+            recovered: 30,
+            unrecovered: 1,
+            rtt_us: 21_000,
+        });
+        r.legs[1].rist = Some(crate::snapshot::LegRistSnapshot {
+            unrecovered: 2500,
+            ..Default::default()
+        });
+        let (samples, types) = check(&render_metrics(&s));
+        let flow = [("flow", "video-r")];
+        let a = [("flow", "video-r"), ("input", "239.1.1.1:5000@vRA")];
+        let b = [("flow", "video-r"), ("input", "239.1.2.1:5000@vRB")];
+        let v = |name, labels: &[(&str, &str)]| find(&samples, name, labels).value;
+        assert_eq!(v("mcrelay_flow_rist_unrecovered_packets_total", &flow), 0.0);
+        assert_eq!(v("mcrelay_input_rist_unrecovered_packets_total", &a), 1.0);
+        assert_eq!(
+            v("mcrelay_input_rist_unrecovered_packets_total", &b),
+            2500.0
+        );
+        assert_eq!(v("mcrelay_input_rist_nacks_sent_total", &a), 40.0);
+        assert_eq!(v("mcrelay_input_rist_recovered_packets_total", &a), 30.0);
+        assert_eq!(v("mcrelay_input_rist_rtt_seconds", &a), 0.021);
+        assert_eq!(types["mcrelay_input_rist_rtt_seconds"], "gauge");
+        assert_eq!(
+            types["mcrelay_input_rist_unrecovered_packets_total"],
+            "counter"
+        );
+        // The single-input flow has no per-input RIST series.
+        assert!(
+            !samples
+                .iter()
+                .any(|x| x.name.starts_with("mcrelay_input_rist_")
+                    && x.labels.iter().any(|(_, v)| v == "video-a"))
         );
     }
 

@@ -177,8 +177,11 @@ pub struct RistSnapshot {
     pub nacks_sent: u64,
     /// Input: gaps filled by a retransmission.
     pub recovered: u64,
-    /// Input: numbers neither received nor recovered within `buffer_ms`
-    /// (skipped): the loss left after RIST.
+    /// Input: the loss left after RIST for the flow. One input: numbers
+    /// neither received nor recovered within `buffer_ms` (skipped).
+    /// Inputs merged by 2022-7: numbers no leg delivered after each leg's
+    /// repair (the merge's `lost`; each leg's own count is under
+    /// `redundancy.legs[].rist`). Failover: what the active leg skipped.
     pub unrecovered: u64,
     /// Input: datagrams the receiver dropped (already handed on or
     /// skipped, stray, not RTP).
@@ -342,6 +345,28 @@ pub struct LegSnapshot {
     pub detached: bool,
     /// Its stream health.
     pub health: InputHealth,
+    /// A leg with `protocol = "rist"`: its own receiver's figures (the
+    /// flow's `rist` has the flow's view). Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rist: Option<LegRistSnapshot>,
+}
+
+/// What one RIST leg's receiver did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LegRistSnapshot {
+    /// Sequence numbers NACKed to the sender.
+    pub nacks_sent: u64,
+    /// Gaps filled by a retransmission.
+    pub recovered: u64,
+    /// Numbers this leg neither received nor recovered within
+    /// `buffer_ms` (skipped, or given up at once after an outage longer
+    /// than the buffer): lost on this leg, though another leg of a merged
+    /// flow may have delivered them (the flow's `rist.unrecovered` counts
+    /// only what the flow lost).
+    pub unrecovered: u64,
+    /// RTT from NACKs to their retransmissions, in microseconds (0: no
+    /// sample yet).
+    pub rtt_us: u64,
 }
 
 /// What the input's datagrams said about the stream (the flow's
@@ -853,6 +878,7 @@ pub(crate) fn sample_with_legs() -> Snapshot {
             payload: "rtp".into(),
             ..f.health.clone()
         },
+        rist: None,
     };
     f.redundancy = Some(RedundancySnapshot {
         mode: "merge".into(),

@@ -191,7 +191,28 @@ pub struct FlowCounters {
     pub fec: FecCounters,
     /// RIST on the flow's legs and outputs, summed over them (see
     /// [`crate::rist`]); all 0 without `protocol = "rist"`.
+    /// `unrecovered` is what the flow lost after RIST (see there).
     pub rist: RistCounters,
+    /// RIST on each leg (0 to 3) with `protocol = "rist"`: its own
+    /// receiver's figures; all 0 on other legs.
+    pub leg_rist: [LegRistCounters; crate::redundancy::LegId::MAX_LEGS as usize],
+}
+
+/// What one RIST leg's receiver did (a flow's [`RistCounters`] has the
+/// flow's view).
+#[derive(Debug, Default)]
+pub struct LegRistCounters {
+    /// Sequence numbers NACKed to the sender (each NACK of each).
+    pub nacks_sent: Counter,
+    /// Gaps filled by a retransmission.
+    pub recovered: Counter,
+    /// Numbers this leg neither received nor recovered within
+    /// `buffer_ms` (skipped, or given up at once after an outage): lost
+    /// on this leg, though another leg of a merged flow may have
+    /// delivered them.
+    pub unrecovered: Counter,
+    /// RTT from NACKs to their retransmissions, microseconds (0: none yet).
+    pub rtt_us: Gauge,
 }
 
 /// What RIST retransmission did on a flow: its RIST input(s) (NACKs
@@ -207,8 +228,12 @@ pub struct RistCounters {
     pub dropped: Counter,
     /// Input: gaps filled by a retransmission.
     pub recovered: Counter,
-    /// Input: numbers neither received nor recovered within `buffer_ms`:
-    /// skipped.
+    /// Input: what the flow lost after RIST. One input: the numbers its
+    /// receiver neither received nor recovered within `buffer_ms`
+    /// (skipped). Inputs merged by 2022-7: the numbers no leg delivered
+    /// after each leg's repair (the merge's `lost`), so a number one leg
+    /// lost and another delivered is not counted (each leg's own figure
+    /// is in [`FlowCounters::leg_rist`]). Failover: the active leg's.
     pub unrecovered: Counter,
     /// Input: the RTT measured from NACKs to their retransmissions, in
     /// microseconds (0: none yet).

@@ -99,13 +99,14 @@ impl Core {
         if let Some(f) = self.flow_mut(flow) {
             f.intake = intake;
         }
-        // Each receiver is listed at most once between publishes: no
-        // allocation on the packet path.
+        // Each receiver is listed at most once between publishes, and a
+        // flow's output once more (`Core::observe_output`): no allocation
+        // on the packet path.
         let receivers: usize = self
             .flows
             .iter()
             .flatten()
-            .map(|f| f.intake.receivers.len())
+            .map(|f| f.intake.receivers.len() + usize::from(f.intake.output.is_some()))
             .sum();
         self.health_unpublished.reserve(receivers);
         true
@@ -140,7 +141,16 @@ impl Core {
                 return self.receive_fec(flow, media, payload, now_ns);
             }
             Some(Receiver::Media(h)) => {
-                if h.observe_at(payload, now_ns) {
+                // A RIST leg's retransmission repairs the stream its
+                // receiver hands on (counted there: `rist.recovered`); the
+                // leg's health is of the wire's original transmission, one
+                // SSRC, its `lost` the path's loss before repair.
+                let repair = !f.rist.is_empty()
+                    && f.rist
+                        .get(receiver.index())
+                        .and_then(Option::as_deref)
+                        .is_some_and(|r| r.is_retransmitted(payload));
+                if !repair && h.observe_at(payload, now_ns) {
                     // Room reserved by `set_intake`.
                     self.health_unpublished.push((flow, receiver));
                 }
@@ -161,6 +171,23 @@ impl Core {
             out.observe_at(payload, now_ns);
         }
         received
+    }
+
+    /// A datagram leg `leg`'s RIST receiver of `flow` released (held
+    /// behind a gap, or a repair) went on through the redundancy rule:
+    /// shown to the output's health, as [`Core::ingest`] shows those that
+    /// go on at once (the output's health would otherwise count what a
+    /// leg repaired or reordered as lost).
+    pub(crate) fn observe_output(&mut self, flow: FlowId, leg: LegId, d: &[u8], now_ns: u64) {
+        let Some(f) = self.flows.get_mut(flow.index()).and_then(Option::as_mut) else {
+            return;
+        };
+        if let Some(out) = f.intake.output.as_deref_mut()
+            && out.observe_at(d, now_ns)
+        {
+            // Room reserved by `set_intake`.
+            self.health_unpublished.push((flow, leg));
+        }
     }
 
     /// Publish the stream health of every receiver that took a datagram

@@ -244,6 +244,9 @@ impl Core {
             scratch.clear();
             scratch.extend_from_slice(d);
             let got = self.admit_on(flow, leg, &scratch, now_ns, false);
+            if got == Received::Queued {
+                self.observe_output(flow, leg, &scratch, now_ns);
+            }
             if got == (Received::Full { newly: true }) {
                 result = got;
             }
@@ -365,20 +368,46 @@ fn has_room(outputs: &[crate::Output]) -> bool {
     })
 }
 
-/// Copy a flow's RIST receivers' numbers into its counters.
+/// Copy a flow's RIST receivers' numbers into its counters: each leg's
+/// own ([`crate::counters::FlowCounters::leg_rist`]) and the flow's
+/// ([`crate::counters::RistCounters`]). NACKs and recoveries add up over
+/// the legs; what the flow lost after RIST does not: on merged legs a
+/// number one leg never recovered but another delivered is not lost, so
+/// a merged flow's `unrecovered` is what no leg delivered (the merge's
+/// `lost`), a failover flow's what its active leg skipped.
 fn publish_inputs(f: &crate::Flow) {
-    let (mut nacks, mut recovered, mut unrecovered, mut rtt) = (0, 0, 0, 0);
-    for r in f.rist.iter().flatten() {
+    let (mut nacks, mut recovered, mut rtt) = (0, 0, 0);
+    let c = &f.counters.rist;
+    for (leg, r) in f.rist.iter().enumerate() {
+        let Some(r) = r else { continue };
         let s = r.stats();
+        let leg_rtt = r.rtt_ns().unwrap_or(0) / 1000;
         nacks += s.nacks_sent;
         recovered += s.recovered;
-        unrecovered += s.unrecovered;
-        rtt = rtt.max(r.rtt_ns().unwrap_or(0) / 1000);
+        rtt = rtt.max(leg_rtt);
+        let Some(l) = f.counters.leg_rist.get(leg) else {
+            continue;
+        };
+        // The leg's skips since the last call (its receiver only counts up).
+        let new = s.unrecovered.saturating_sub(l.unrecovered.get());
+        let counts_for_flow = match &f.mode {
+            crate::redundancy::Mode::Single | crate::redundancy::Mode::Replaced => true,
+            crate::redundancy::Mode::Failover(fo) => fo.active().index() == leg,
+            crate::redundancy::Mode::Merge(_) => false,
+        };
+        if counts_for_flow {
+            c.unrecovered.add(new);
+        }
+        l.nacks_sent.set(s.nacks_sent);
+        l.recovered.set(s.recovered);
+        l.unrecovered.set(s.unrecovered);
+        l.rtt_us.set(leg_rtt);
     }
-    let c = &f.counters.rist;
+    if let crate::redundancy::Mode::Merge(_) = &f.mode {
+        c.unrecovered.set(f.counters.redundancy.lost.get());
+    }
     c.nacks_sent.set(nacks);
     c.recovered.set(recovered);
-    c.unrecovered.set(unrecovered);
     c.input_rtt_us.set(rtt);
 }
 

@@ -1198,6 +1198,228 @@ fn a_standby_rist_leg_counts_no_unrecovered() {
     let _ = flush_all(&mut core);
 }
 
+/// A RIST leg's retransmissions (TR-06-1: the media SSRC with its lowest
+/// bit set) are repairs, not a new stream: the leg's health sees one
+/// SSRC (no `ssrc_changes`, no strays: it used to count two for each
+/// pair of consecutive retransmissions), and the flow hands each repaired
+/// datagram on as it was first sent, with the media SSRC.
+#[test]
+fn rist_retransmissions_are_repairs_not_an_ssrc_change() {
+    let mut core = core(256);
+    let (id, counters, _) = add(&mut core, &[512], false);
+    let rtp = crate::health::HealthSettings {
+        payload: mcrelay_wire::health::Payload::Rtp,
+        rtp_clock_hz: 90_000,
+        silence_ms: 1000,
+    };
+    assert!(core.set_intake(id, rtp, &[]));
+    assert!(core.enable_rist_input(id, LegId(0), 1000));
+    let ms = 1_000_000u64;
+    for seq in [0u16, 1, 4, 5] {
+        core.ingest(id, LegId(0), Ok(&rtp_packet(seq)), ms);
+    }
+    core.rist_tick(2 * ms, 0, |_, _| {});
+    for seq in [2u16, 3] {
+        let mut re = rtp_packet(seq);
+        re[11] |= 1;
+        core.ingest(id, LegId(0), Ok(&re), 20 * ms);
+    }
+    for seq in 6..10u16 {
+        core.ingest(id, LegId(0), Ok(&rtp_packet(seq)), 21 * ms);
+    }
+    core.publish_health();
+    let h = &counters.health;
+    assert_eq!(h.rtp_ssrc_changes.get(), 0);
+    assert_eq!(h.rtp_strays.get(), 0);
+    assert_eq!(h.rtp_resyncs.get(), 0);
+    assert_eq!(h.rtp_ssrc.get(), 0x0909_0908);
+    assert_eq!(h.rtp_packets.get(), 8, "the wire's originals");
+    assert_eq!(counters.rist.recovered.get(), 2);
+    assert_eq!(counters.packets_in.get(), 10);
+    let sent = sent_by_output(&mut core).remove(&0).unwrap_or_default();
+    let want: Vec<Vec<u8>> = (0..10).map(rtp_packet).collect();
+    assert!(sent == want, "in order, each as first sent: {sent:?}");
+    assert_eq!(in_use(&core), 0);
+}
+
+/// Two RIST legs merged by 2022-7: each leg counts what it lost itself
+/// (`leg_rist`), but the flow's `rist.unrecovered` is what the flow lost
+/// after the merge: a number one leg never recovered and the other
+/// delivered is not lost (the flow used to add its legs' counts up, so
+/// a leg's outage showed as the flow's loss); one both legs lost is.
+#[test]
+fn a_merged_flow_counts_as_unrecovered_only_what_no_rist_leg_delivered() {
+    let mut core = core(512);
+    let (specs, _) = outputs(&[512], false);
+    let counters = Arc::<FlowCounters>::default();
+    let ms = 1_000_000u64;
+    let id = core
+        .add_flow(
+            specs,
+            Arc::clone(&counters),
+            2,
+            Redundancy::Merge {
+                delay_ns: 0,
+                window_ns: 50 * ms,
+            },
+            64,
+        )
+        .expect("room");
+    assert!(core.enable_rist_input(id, LegId(0), 100));
+    assert!(core.enable_rist_input(id, LegId(1), 100));
+    // Leg 0 loses 5 (never retransmitted); leg 1 delivers it.
+    for seq in 0..10u16 {
+        let t = u64::from(seq) * ms;
+        if seq != 5 {
+            core.receive_on(id, LegId(0), &rtp_packet(seq), t);
+        }
+        core.receive_on(id, LegId(1), &rtp_packet(seq), t + 1);
+        core.tick(t + 1);
+    }
+    for t in [20, 150, 300] {
+        core.rist_tick(t * ms, 0, |_, _| {});
+        core.tick(t * ms);
+    }
+    let _ = sent_by_output(&mut core);
+    let leg = |i: usize| counters.leg_rist[i].unrecovered.get();
+    assert_eq!((leg(0), leg(1)), (1, 0));
+    assert_eq!(counters.redundancy.lost.get(), 0);
+    assert_eq!(counters.rist.unrecovered.get(), 0, "leg 1 delivered 5");
+    assert!(counters.leg_rist[0].nacks_sent.get() > 0);
+    assert_eq!(
+        counters.rist.nacks_sent.get(),
+        counters.leg_rist[0].nacks_sent.get() + counters.leg_rist[1].nacks_sent.get()
+    );
+    // Both legs lose 12: lost for the flow.
+    for seq in 10..20u16 {
+        let t = 400 * ms + u64::from(seq) * ms;
+        if seq != 12 {
+            core.receive_on(id, LegId(0), &rtp_packet(seq), t);
+            core.receive_on(id, LegId(1), &rtp_packet(seq), t + 1);
+        }
+        core.tick(t + 1);
+    }
+    for t in [450, 600, 800, 1000] {
+        core.rist_tick(t * ms, 0, |_, _| {});
+        core.tick(t * ms);
+    }
+    core.rist_tick(1001 * ms, 0, |_, _| {});
+    let _ = sent_by_output(&mut core);
+    assert_eq!((leg(0), leg(1)), (2, 1));
+    assert_eq!(counters.redundancy.lost.get(), 1);
+    assert_eq!(counters.rist.unrecovered.get(), 1);
+}
+
+/// Two RIST legs under failover: the flow's `rist.unrecovered` is what the
+/// active leg skipped (what the flow lost), not what the standby leg did.
+#[test]
+fn a_failover_flow_counts_as_unrecovered_what_its_active_rist_leg_skipped() {
+    let mut core = core(512);
+    let (specs, _) = outputs(&[512], false);
+    let counters = Arc::<FlowCounters>::default();
+    let ms = 1_000_000u64;
+    let id = core
+        .add_flow(
+            specs,
+            Arc::clone(&counters),
+            2,
+            Redundancy::Failover {
+                after_ns: 10_000 * ms,
+                revert_after_ns: None,
+                rtp: true,
+                rtp_rewrite: None,
+                gap_factor: 0,
+            },
+            64,
+        )
+        .expect("room");
+    assert!(core.enable_rist_input(id, LegId(0), 100));
+    assert!(core.enable_rist_input(id, LegId(1), 100));
+    // Leg 0 (active) loses 3, leg 1 (standing by) loses 7; neither is
+    // retransmitted.
+    for seq in 0..10u16 {
+        let t = u64::from(seq) * ms;
+        if seq != 3 {
+            core.receive_on(id, LegId(0), &rtp_packet(seq), t);
+        }
+        if seq != 7 {
+            core.receive_on(id, LegId(1), &rtp_packet(seq), t + 1);
+        }
+        core.tick(t + 1);
+    }
+    for t in [20, 150, 300] {
+        core.rist_tick(t * ms, 0, |_, _| {});
+        core.tick(t * ms);
+    }
+    let _ = sent_by_output(&mut core);
+    assert_eq!(core.active_leg(id), Some(LegId(0)));
+    let leg = |i: usize| counters.leg_rist[i].unrecovered.get();
+    assert_eq!((leg(0), leg(1)), (1, 1));
+    assert_eq!(counters.rist.unrecovered.get(), 1, "the active leg's 3");
+}
+
+/// A merged flow's output health sees what its RIST legs release after a
+/// gap (the repair and what waited behind it) as it sees what goes on at
+/// once: each number once, none lost, one SSRC. It used to see only the
+/// latter, so every repaired gap showed as loss on the output.
+#[test]
+fn a_merged_flows_output_health_sees_what_rist_legs_release() {
+    let mut core = core(512);
+    let (specs, _) = outputs(&[512], false);
+    let counters = Arc::<FlowCounters>::default();
+    let ms = 1_000_000u64;
+    let id = core
+        .add_flow(
+            specs,
+            Arc::clone(&counters),
+            2,
+            Redundancy::Merge {
+                delay_ns: 0,
+                window_ns: 50 * ms,
+            },
+            64,
+        )
+        .expect("room");
+    let rtp = crate::health::HealthSettings {
+        payload: mcrelay_wire::health::Payload::Rtp,
+        rtp_clock_hz: 90_000,
+        silence_ms: 1000,
+    };
+    assert!(core.set_intake(id, rtp, &[]));
+    assert!(core.enable_rist_input(id, LegId(0), 100));
+    assert!(core.enable_rist_input(id, LegId(1), 100));
+    // Both legs lose 3; leg 0's retransmission repairs it.
+    for seq in [0u16, 1, 2, 4, 5] {
+        for leg in [LegId(0), LegId(1)] {
+            core.ingest(id, leg, Ok(&rtp_packet(seq)), ms);
+        }
+    }
+    core.rist_tick(2 * ms, 0, |_, _| {});
+    let mut re = rtp_packet(3);
+    re[11] |= 1;
+    core.ingest(id, LegId(0), Ok(&re), 20 * ms);
+    // Leg 1 gives 3 up and lets 4 and 5 go: duplicates by then.
+    core.rist_tick(150 * ms, 0, |_, _| {});
+    for seq in 6..10u16 {
+        for leg in [LegId(0), LegId(1)] {
+            core.ingest(id, leg, Ok(&rtp_packet(seq)), 160 * ms);
+        }
+    }
+    core.tick(300 * ms);
+    core.publish_health();
+    core.settle_health(2000 * ms);
+    let out = &counters.output_health;
+    assert_eq!(out.rtp_packets.get(), 10, "each number once");
+    assert_eq!(out.rtp_lost.get(), 0);
+    assert_eq!(out.rtp_duplicates.get(), 0);
+    assert_eq!(out.rtp_ssrc_changes.get(), 0);
+    let sent = sent_by_output(&mut core).remove(&0).unwrap_or_default();
+    let want: Vec<Vec<u8>> = (0..10).map(rtp_packet).collect();
+    assert!(sent == want, "{sent:?}");
+    assert_eq!(counters.leg_rist[1].unrecovered.get(), 1);
+    assert_eq!(counters.rist.unrecovered.get(), 0);
+}
+
 /// A standby worker sends nothing (`crate::standby`), RTCP included: no
 /// NACKs for its RIST legs' gaps, no receiver or sender reports, no
 /// retransmissions for what its RIST outputs' receivers NACK. Taking

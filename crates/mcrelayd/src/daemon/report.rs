@@ -8,8 +8,8 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use mcrelay_config::Flow;
 use mcrelay_control::{
-    DaemonState, FecSnapshot, FlowSnapshot, FlowState, IngressDropsSnapshot, LegSnapshot,
-    OutputSnapshot, PoolClassSnapshot, RedundancySnapshot, RistSnapshot, Snapshot,
+    DaemonState, FecSnapshot, FlowSnapshot, FlowState, IngressDropsSnapshot, LegRistSnapshot,
+    LegSnapshot, OutputSnapshot, PoolClassSnapshot, RedundancySnapshot, RistSnapshot, Snapshot,
     SrtCallerSnapshot, SrtInputSnapshot, SrtPeerSnapshot, SrtSnapshot, WorkerSnapshot,
 };
 use mcrelay_relay::counters::{FlowCounters, FlowStats};
@@ -39,6 +39,9 @@ pub(super) struct FlowEntry {
     /// An input or output has `protocol = "rist"`: the snapshot shows
     /// the RIST counters.
     rist: bool,
+    /// Bit `k`: leg `k` has `protocol = "rist"` (its own RIST figures
+    /// are under `redundancy.legs`).
+    rist_legs: u8,
     /// Kept across pauses: the counters go on where they stopped.
     pub(super) stats: FlowStats,
     /// While it runs, a second handle on the ingress socket, to read the
@@ -375,6 +378,14 @@ fn own_snapshot(f: &FlowEntry, srt: &[RouteView]) -> FlowSnapshot {
     }
 }
 
+/// Leg `k`'s bit in [`FlowEntry`]'s `rist_legs` (0 past the eighth).
+fn leg_bit(k: usize) -> u8 {
+    u32::try_from(k)
+        .ok()
+        .and_then(|k| 1u8.checked_shl(k))
+        .unwrap_or(0)
+}
+
 fn rist_snapshot(r: &mcrelay_relay::counters::RistCounters) -> RistSnapshot {
     RistSnapshot {
         nacks_sent: r.nacks_sent.get(),
@@ -459,6 +470,16 @@ fn redundancy_snapshot(f: &FlowEntry) -> Option<RedundancySnapshot> {
                     .leg_health(i)
                     .map(crate::health::snapshot)
                     .unwrap_or_default(),
+                rist: c
+                    .leg_rist
+                    .get(i)
+                    .filter(|_| f.rist_legs & leg_bit(i) != 0)
+                    .map(|r| LegRistSnapshot {
+                        nacks_sent: r.nacks_sent.get(),
+                        recovered: r.recovered.get(),
+                        unrecovered: r.unrecovered.get(),
+                        rtt_us: r.rtt_us.get(),
+                    }),
             })
             .collect(),
     })
@@ -520,6 +541,12 @@ pub(super) fn new_entry(flow: &Flow, workers: &[usize]) -> FlowEntry {
         fec: flow.inputs.iter().any(|i| i.fec.is_some()),
         rist: flow.inputs.iter().any(|i| i.rist.is_some())
             || flow.outputs.iter().any(|o| o.rist.is_some()),
+        rist_legs: flow
+            .inputs
+            .iter()
+            .enumerate()
+            .filter(|(_, i)| i.rist.is_some())
+            .fold(0, |m, (k, _)| m | leg_bit(k)),
         stats: new_stats(flow),
         ingress: None,
         own: Vec::new(),

@@ -9,6 +9,12 @@
 //! has waited `buffer_ms` (then it is skipped and counted unrecovered).
 //! So a clean stream pays nothing and a lossy one at most `buffer_ms`.
 //!
+//! Retransmissions (TR-06-1: the media SSRC with its lowest bit set) are
+//! repairs, not another stream: each is copied into the ring and handed
+//! on with the media SSRC, byte-identical to the original, so the flow's
+//! merge, health and outputs see one SSRC ([`RistReceiver::is_retransmitted`]
+//! tells the caller's wire health which datagrams to leave out).
+//!
 //! NACK timing: a number is NACKed at the first [`RistReceiver::poll`]
 //! after its gap is seen, then again every RTT × 1.25 (at least 10 ms;
 //! 50 ms until a first RTT sample) for as long as a retransmission asked
@@ -18,6 +24,11 @@
 //! whose answer would come too late. The RTT is measured from a NACK to
 //! the retransmission it brought back (only numbers NACKed once, as
 //! Karn's rule for TCP).
+//!
+//! After an outage longer than `buffer_ms`, the gap's numbers sent
+//! `buffer_ms` or more ago (spread evenly over the silence) are given up
+//! at once (`unrecovered`, and `given_up`), never NACKed: the sender, who
+//! keeps about what its receivers wait, no longer has them.
 //!
 //! Pure: no socket, no clock (`now_ns` is passed in), storage allocated
 //! by [`RistReceiver::new`].
@@ -70,6 +81,11 @@ pub struct ReceiverStats {
     pub reordered: u64,
     /// Numbers neither received nor recovered in `buffer_ms`: skipped.
     pub unrecovered: u64,
+    /// Of `unrecovered` (or `standby_skipped`): numbers given up at once
+    /// when their gap opened, never NACKed, because they were sent
+    /// `buffer_ms` or more before (a gap longer than the buffer, an
+    /// outage; see `RistReceiver::give_up_count`).
+    pub given_up: u64,
     /// Numbers skipped so while standing by (no NACK was sent for them:
     /// see [`RistReceiver::set_standby`]), not counted as unrecovered.
     pub standby_skipped: u64,
@@ -120,7 +136,14 @@ pub struct RistReceiver {
     flushing: bool,
     /// A far jump's number waiting for its successor to confirm it.
     candidate: Option<u16>,
+    /// The stream's SSRC as NACKs name it (lowest bit clear).
     media_ssrc: u32,
+    /// An original datagram (SSRC's lowest bit clear) told `media_ssrc`:
+    /// `media_ssrc | 1` marks a retransmission ([`Self::is_retransmission`]).
+    media_known: bool,
+    /// When the highest number so far arrived: where a gap opened past
+    /// it begins in time (`give_up_count`).
+    top_ns: u64,
     /// The last sender report: its LSR and when it arrived.
     last_sr: Option<(u32, u64)>,
     rtt_ns: Option<u64>,
@@ -150,6 +173,8 @@ impl RistReceiver {
             flushing: false,
             candidate: None,
             media_ssrc: 0,
+            media_known: false,
+            top_ns: 0,
             last_sr: None,
             rtt_ns: None,
             ranges: [(0, 0); MAX_RANGES],
@@ -220,13 +245,19 @@ impl RistReceiver {
             self.stats.rejected += 1;
             return Verdict::Rejected;
         }
-        if h.ssrc & 1 == 1 {
+        // A retransmission is a repair of the stream, not another one: it
+        // is handed on with the media SSRC (copied, so never on the
+        // no-copy paths), byte-identical to the original.
+        let retransmission = self.is_retransmission(h.ssrc);
+        if retransmission {
             self.stats.retransmissions += 1;
+        } else {
+            self.media_ssrc = h.ssrc & !1;
+            self.media_known = h.ssrc & 1 == 0;
         }
-        self.media_ssrc = h.ssrc & !1;
         let seq = h.sequence;
         if !self.started {
-            self.restart(seq);
+            self.restart(seq, now_ns);
             return Verdict::Deliver;
         }
         let window = self.window();
@@ -244,12 +275,17 @@ impl RistReceiver {
                 self.stats.late += 1;
                 return Verdict::Late;
             }
-            return self.far(seq);
+            return self.far(seq, now_ns);
         }
         if d_ahead < window {
             let i = usize::from(seq) & self.mask;
             let s = self.slots[i];
             if !s.missing {
+                if !s.present {
+                    // Given up when its gap opened (`give_up_count`).
+                    self.stats.late += 1;
+                    return Verdict::Late;
+                }
                 self.stats.duplicates += 1;
                 return Verdict::Duplicate;
             }
@@ -262,61 +298,134 @@ impl RistReceiver {
             } else {
                 self.stats.reordered += 1;
             }
-            if d_ahead == 0 && !hold {
+            if d_ahead == 0 && !hold && !retransmission {
                 self.slots[i].missing = false;
                 self.slots[i].delivered = true;
                 self.head = self.head.wrapping_add(1);
                 return Verdict::Deliver;
             }
-            self.store(i, seq, len, d);
+            self.store(i, seq, len, d, retransmission);
             return Verdict::Held;
         }
         if d_ahead >= self.capacity() {
-            return self.far(seq);
+            return self.far(seq, now_ns);
         }
         self.candidate = None;
-        if window == 0 && d_ahead == 0 && !hold {
+        if window == 0 && d_ahead == 0 && !hold && !retransmission {
             // The fast path: in order, nothing missing, no copy.
             self.slots[usize::from(seq) & self.mask] = Slot {
                 seq,
                 delivered: true,
                 ..Slot::default()
             };
-            self.advance_top(seq);
+            self.advance_top(seq, now_ns);
             self.head = self.top;
             return Verdict::Deliver;
         }
-        // New numbers past the top: the ones skipped are missing.
+        // New numbers past the top: the ones skipped are missing, but
+        // those sent `buffer_ms` or more ago (a gap longer than the
+        // buffer: an outage) are given up at once, never NACKed.
+        let gap = seq.wrapping_sub(self.top);
+        let give_up = self.give_up_count(gap, now_ns);
         let mut s = self.top;
+        let mut k = 0u16;
         while s != seq {
             let i = usize::from(s) & self.mask;
-            self.slots[i] = Slot {
-                seq: s,
-                missing: true,
-                since_ns: now_ns,
-                next_nack_ns: now_ns,
-                ..Slot::default()
+            self.slots[i] = if k < give_up {
+                Slot {
+                    seq: s,
+                    ..Slot::default()
+                }
+            } else {
+                self.missing += 1;
+                Slot {
+                    seq: s,
+                    missing: true,
+                    since_ns: now_ns,
+                    next_nack_ns: now_ns,
+                    ..Slot::default()
+                }
             };
-            self.missing += 1;
+            k = k.wrapping_add(1);
             s = s.wrapping_add(1);
         }
-        self.advance_top(seq);
+        if give_up > 0 {
+            self.stats.given_up += u64::from(give_up);
+            if self.standby {
+                self.stats.standby_skipped += u64::from(give_up);
+            } else {
+                self.stats.unrecovered += u64::from(give_up);
+            }
+        }
+        self.advance_top(seq, now_ns);
         let i = usize::from(seq) & self.mask;
-        self.store(i, seq, len, d);
+        self.store(i, seq, len, d, retransmission);
         Verdict::Held
     }
 
-    fn advance_top(&mut self, seq: u16) {
+    /// Whether `ssrc` marks a retransmission of this receiver's stream:
+    /// TR-06-1 sends them with the media SSRC's lowest bit set. Known
+    /// once an original (lowest bit clear) named the media SSRC, so a
+    /// sender whose own SSRC is odd is not taken for retransmitting
+    /// everything.
+    pub fn is_retransmission(&self, ssrc: u32) -> bool {
+        ssrc & 1 == 1 && self.media_known && ssrc & !1 == self.media_ssrc
+    }
+
+    /// [`Self::is_retransmission`] for datagram `d` (RTP version 2 and
+    /// long enough for an SSRC; anything else is not).
+    pub fn is_retransmitted(&self, d: &[u8]) -> bool {
+        match (d.first(), d.get(8..12)) {
+            (Some(&b0), Some(&[s0, s1, s2, s3])) if b0 >> 6 == 2 => {
+                self.is_retransmission(u32::from_be_bytes([s0, s1, s2, s3]))
+            }
+            _ => false,
+        }
+    }
+
+    /// Of a gap of `gap` numbers past the top seen at `now_ns`, how many
+    /// at its start were sent `buffer_ms` or more ago, taking them as
+    /// sent evenly between the top's arrival (`top_ns`) and now. A sender
+    /// keeps about what its receivers wait (`buffer_ms`), so it no longer
+    /// has them (NACKs for them are wasted: after a 5 s outage a leg once
+    /// NACKed 24 187 numbers), and an answer would come later than the
+    /// buffer's latency anyway. 0 unless the gap lasted longer than the
+    /// buffer.
+    fn give_up_count(&self, gap: u16, now_ns: u64) -> u16 {
+        let span = u128::from(now_ns.saturating_sub(self.top_ns));
+        let buffer = u128::from(self.buffer_ns);
+        if gap == 0 || span <= buffer {
+            return 0;
+        }
+        // Number `top + j` (j < gap) was sent about `(gap - j) / (gap + 1)`
+        // of the span before now: given up when that is `buffer` or more,
+        // so for `gap - j` from `buffer * (gap + 1) / span` (rounded up,
+        // at least 1) to `gap`.
+        let steps = u128::from(gap) + 1;
+        let from = (buffer * steps).div_ceil(span).max(1);
+        u16::try_from(steps.saturating_sub(from)).map_or(gap, |n| n.min(gap))
+    }
+
+    fn advance_top(&mut self, seq: u16, now_ns: u64) {
         let next = seq.wrapping_add(1);
         if next < self.top || next == 0 {
             self.cycles = self.cycles.wrapping_add(1);
         }
         self.top = next;
+        self.top_ns = now_ns;
     }
 
-    fn store(&mut self, i: usize, seq: u16, len: u16, d: &[u8]) {
+    /// Keep `d` (number `seq`, `len` bytes) in slot `i`; a retransmission
+    /// with the media SSRC (its lowest bit cleared), as it was first sent.
+    fn store(&mut self, i: usize, seq: u16, len: u16, d: &[u8], retransmission: bool) {
         let at = i * MAX_DATAGRAM;
         self.data[at..at + d.len()].copy_from_slice(d);
+        if retransmission {
+            // An RTP header (parsed by the caller) is at least 12 bytes.
+            if let Some(b) = self.data.get_mut(at + 11) {
+                *b &= !1;
+            }
+        }
         self.slots[i] = Slot {
             seq,
             len,
@@ -325,7 +434,7 @@ impl RistReceiver {
         };
     }
 
-    fn restart(&mut self, seq: u16) {
+    fn restart(&mut self, seq: u16, now_ns: u64) {
         if self.started {
             self.stats.resets += 1;
         }
@@ -338,12 +447,13 @@ impl RistReceiver {
         self.candidate = None;
         self.head = seq.wrapping_add(1);
         self.top = self.head;
+        self.top_ns = now_ns;
         self.cycles = 0;
     }
 
     /// A number far from the window: a restart once its successor
     /// follows it, a stray until then.
-    fn far(&mut self, seq: u16) -> Verdict {
+    fn far(&mut self, seq: u16, now_ns: u64) -> Verdict {
         let confirmed = self.candidate == Some(seq.wrapping_sub(1));
         self.candidate = Some(seq);
         if !confirmed {
@@ -354,7 +464,7 @@ impl RistReceiver {
             self.flushing = true;
             return Verdict::Flush;
         }
-        self.restart(seq);
+        self.restart(seq, now_ns);
         Verdict::Deliver
     }
 

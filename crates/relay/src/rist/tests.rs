@@ -201,13 +201,16 @@ fn receiver_nacks_a_gap_then_hands_on_in_order_once_it_is_filled() {
         d[11] |= 1;
         d
     };
+    // Each is copied and handed on as first sent, with the media SSRC
+    // (so never straight through, even at the head).
     assert_eq!(r.receive(22 * MS, &re(12)), Verdict::Held);
-    assert_eq!(r.receive(22 * MS, &re(11)), Verdict::Deliver);
-    out.push(11);
-    drain(&mut r, 22 * MS, &mut out);
+    assert_eq!(r.receive(22 * MS, &re(11)), Verdict::Held);
+    while let Some(d) = r.pop_ready(22 * MS) {
+        assert_eq!(d, &rtp(seq_of(d), 2)[..], "as first sent");
+        out.push(seq_of(d));
+    }
     assert_eq!(out, [10, 11, 12, 13]);
-    assert_eq!(r.receive(22 * MS, &re(14)), Verdict::Deliver);
-    out.push(14);
+    assert_eq!(r.receive(22 * MS, &re(14)), Verdict::Held);
     drain(&mut r, 22 * MS, &mut out);
     assert_eq!(out, [10, 11, 12, 13, 14, 15]);
     assert_eq!(r.stats().recovered, 3);
@@ -245,6 +248,68 @@ fn receiver_renacks_at_the_retry_interval_and_skips_at_the_buffer_end() {
     assert_eq!(r.stats().unrecovered, 1);
     // It arrives after all: late, dropped.
     assert_eq!(r.receive(201 * MS, &rtp(1, 3)), Verdict::Late);
+}
+
+/// After an outage longer than the buffer, the numbers sent `buffer_ms`
+/// or more ago (as the gap's own pacing tells) are given up at once,
+/// counted unrecovered and never NACKed: the sender, keeping about what
+/// this receiver waits, no longer has them (a leg back from a 5 s cut
+/// once NACKed 24 187 numbers). Only the gap's last `buffer_ms` is
+/// NACKed and waited for.
+#[test]
+fn receiver_gives_up_at_once_what_an_outage_took_beyond_its_buffer() {
+    let mut r = RistReceiver::new(100, 5);
+    // 500 datagrams/s: number k at 2k ms.
+    for seq in 0..10u16 {
+        let at = u64::from(seq) * 2 * MS;
+        assert_eq!(r.receive(at, &rtp(seq, 2)), Verdict::Deliver);
+    }
+    // A 1 s outage: 10..=509 lost, 510 arrives at 1020 ms.
+    let now = 1020 * MS;
+    assert_eq!(r.receive(now, &rtp(510, 2)), Verdict::Held);
+    // 10..=460 were sent at 920 ms or before: given up at once.
+    assert_eq!(r.stats().given_up, 451);
+    assert_eq!(r.stats().unrecovered, 451);
+    assert_eq!(r.missing(), 49);
+    // An original of one of them arriving after all is late.
+    assert_eq!(r.receive(now, &rtp(100, 2)), Verdict::Late);
+    let mut b = [0u8; 1500];
+    let n = r.poll(now, &mut b);
+    assert_eq!(nacked_in(&b[..n]), (461..510).collect::<Vec<u16>>());
+    assert_eq!(r.stats().nacks_sent, 49);
+    let mut out = Vec::new();
+    drain(&mut r, now, &mut out);
+    assert!(out.is_empty(), "461..=509 are awaited");
+    for seq in 461..510u16 {
+        let mut d = rtp(seq, 2);
+        d[11] |= 1;
+        assert_eq!(r.receive(now + 20 * MS, &d), Verdict::Held);
+    }
+    drain(&mut r, now + 20 * MS, &mut out);
+    assert_eq!(out, (461..=510).collect::<Vec<u16>>());
+    assert_eq!(r.stats().recovered, 49);
+    assert_eq!(r.stats().unrecovered, 451);
+    // A gap no longer than the buffer gives nothing up.
+    r.receive(now + 21 * MS, &rtp(511, 2));
+    r.receive(now + 90 * MS, &rtp(540, 2));
+    assert_eq!(r.stats().given_up, 451);
+    assert_eq!(r.missing(), 28);
+}
+
+/// A sender whose own SSRC is odd is not taken for retransmitting
+/// everything: its datagrams go straight on, unchanged.
+#[test]
+fn receiver_takes_an_odd_ssrc_for_retransmissions_only_beside_its_even_one() {
+    let mut r = RistReceiver::new(100, 5);
+    for seq in 0..5u16 {
+        assert_eq!(r.receive(0, &rtp(seq, 7)), Verdict::Deliver);
+    }
+    assert_eq!(r.stats().retransmissions, 0);
+    assert!(!r.is_retransmitted(&rtp(5, 7)));
+    r.receive(0, &rtp(5, 8));
+    assert!(r.is_retransmitted(&rtp(1, 9)));
+    assert!(!r.is_retransmitted(&rtp(1, 11)), "another stream");
+    assert!(!r.is_retransmitted(&[0x80, 33, 0, 1]), "too short");
 }
 
 #[test]
