@@ -21,7 +21,6 @@ import argparse
 import datetime as dt
 import json
 import os
-import shutil
 import signal
 import statistics
 import sys
@@ -53,10 +52,11 @@ def points(o) -> list[dict]:
 class LatencyBench(rt.Bench):
     """relay_throughput's Bench, the relay optionally at SCHED_FIFO."""
 
-    def relay_prefix(self) -> list[str]:
+    def relay_prefix(self, busy_polls: bool = False) -> list[str]:
         if self.o.relay_sched == "fifo":
-            return ["chrt", "-f", str(self.o.relay_rt_priority), "taskset", "-c", str(self.topo.relay_cpu)]
-        return super().relay_prefix()
+            pin = [] if busy_polls else ["taskset", "-c", str(self.topo.relay_cpu)]
+            return ["chrt", "-f", str(self.o.relay_rt_priority), *pin]
+        return super().relay_prefix(busy_polls)
 
 
 def latency_of(r: dict) -> dict | None:
@@ -210,14 +210,7 @@ def main() -> int:
     # mcrelayd's helper reads the round's config after dropping to
     # --mcrelay-user: mkdtemp's 0700 would hide it.
     logdir.chmod(0o755)
-    bindir = logdir / "bin"
-    bindir.mkdir()
-    for attr in ("loadgen", "mcrelayd", "mcrelayd_before"):
-        if getattr(o, attr) is None:
-            continue
-        dst = bindir / (getattr(o, attr).name + ("-before" if attr == "mcrelayd_before" else ""))
-        shutil.copy2(getattr(o, attr), dst)
-        setattr(o, attr, dst)
+    rt.private_binaries(o, logdir)
     log(f"logs: {logdir}")
     topo = rt.Topology(o.tag, o.relay_cpu, o.harness_cpu, False, logdir)
     bench = LatencyBench(o, topo, logdir / "rounds")

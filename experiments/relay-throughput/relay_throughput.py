@@ -371,6 +371,8 @@ class Mcrelay(Relay):
     before = False
     # Each output's `egress` ("socket" or "xdp").
     egress = "socket"
+    # The flow's `latency` ("low": its worker busy-polls).
+    latency = "normal"
 
     def send_args(self) -> list[str]:
         args = ["--payload", self.framing]
@@ -392,6 +394,8 @@ class Mcrelay(Relay):
             keys = f"input = {leg('vRA', IN_GROUP)}\n"
         if self.payload:
             keys += f'payload = "{self.payload}"\n'
+        if self.latency != "normal":
+            keys += f'latency = "{self.latency}"\n'
         return keys
 
     def start(self) -> None:
@@ -418,7 +422,8 @@ class Mcrelay(Relay):
         path = self.rdir / "mcrelay.toml"
         path.write_text(conf)
         binary = self.bench.o.mcrelayd_before if self.before else self.bench.mcrelayd
-        self.popen([*self.bench.relay_prefix(), str(binary), "--config", str(path)])
+        prefix = self.bench.relay_prefix(busy_polls=self.latency == "low")
+        self.popen([*prefix, str(binary), "--config", str(path)])
 
         def ready():
             self.check_alive()
@@ -604,6 +609,19 @@ class McrelayXdpFull(McrelayXdp):
     egress = "xdp"
 
 
+class McrelayLow(Mcrelay):
+    """mcrelay (socket ingress) with latency = "low": the worker
+    busy-polls instead of sleeping, spending the relay core."""
+    name = "mcrelay-low"
+    latency = "low"
+
+
+class McrelayXdpFullLow(McrelayXdpFull):
+    """mcrelay-xdp-full with latency = "low"."""
+    name = "mcrelay-xdp-full-low"
+    latency = "low"
+
+
 class McrelayBefore(Mcrelay):
     """mcrelay run by the --mcrelayd-before binary: a before/after
     comparison inside one interleaved run."""
@@ -697,7 +715,8 @@ class Kernel(Relay):
 
 CONTENDERS = {"mcrelay": Mcrelay, "mcrelay-before": McrelayBefore, "mcrelay-packet": McrelayPacket,
               "mcrelay-xdp": McrelayXdp, "mcrelay-xdp-egress": McrelayXdpEgress,
-              "mcrelay-xdp-full": McrelayXdpFull,
+              "mcrelay-xdp-full": McrelayXdpFull, "mcrelay-low": McrelayLow,
+              "mcrelay-xdp-full-low": McrelayXdpFullLow,
               "mcrelay-packet-before": McrelayPacketBefore, "mcrelay-rtp": McrelayRtp,
               "mcrelay-rtp-mpegts": McrelayRtpMpegts, "mcrelay-merge": McrelayMerge,
               "baseline": Baseline, "kernel": Kernel}
@@ -725,8 +744,13 @@ class Bench:
             return f"239.2.2.{10 + i}"
         return OUT_GROUP
 
-    def relay_prefix(self) -> list[str]:
-        return ["nice", "-n", str(self.o.relay_nice), "taskset", "-c", str(self.topo.relay_cpu)]
+    def relay_prefix(self, busy_polls: bool = False) -> list[str]:
+        """How the relay is started: on the relay CPU. A daemon whose
+        worker busy-polls (latency = "low") is not confined there as a
+        whole: its worker pins itself (daemon.cores), and its other
+        threads (control, metrics) would never run beside it."""
+        pin = [] if busy_polls else ["taskset", "-c", str(self.topo.relay_cpu)]
+        return ["nice", "-n", str(self.o.relay_nice), *pin]
 
     def kill_children(self) -> None:
         for p in list(self.children):
@@ -842,6 +866,10 @@ class Bench:
             "R_udp_rcvbuf_errors": d["snmp_r"]["Udp"]["RcvbufErrors"],
             "R_udp_in_errors": d["snmp_r"]["Udp"]["InErrors"],
             "R_vRA_rx_drop": d["dev_r"]["vRA"]["rx_drop"] + d["dev_r"]["vRA2"]["rx_drop"],
+            # A veth whose peer has an XDP program hands its frames to the
+            # peer's NAPI through a 256-entry ring; what that ring refuses
+            # is counted as a tx drop on the sending side (vA), in A.
+            "A_vA_tx_drop": d["dev_a"]["vA"]["tx_drop"] + d["dev_a"]["vA2"]["tx_drop"],
             "R_vRB_tx_drop": sum(d["dev_r"][f"vRB{i}"]["tx_drop"] for i in range(1, FANOUT_MAX + 1)),
             "B_udp_rcvbuf_errors": d["snmp_b"]["Udp"]["RcvbufErrors"],
             "B_vB_rx_drop": sum(d["dev_b"][f"vB{i}"]["rx_drop"] for i in range(1, FANOUT_MAX + 1)),
@@ -915,6 +943,7 @@ class Bench:
         w = r["where"]
         s = (r["relay"].get("summary") or {}) if isinstance(r.get("relay"), dict) else {}
         r_side = (w["R_udp_rcvbuf_errors"] + w["R_vRA_rx_drop"] + w["R_vRB_tx_drop"]
+                  + w.get("A_vA_tx_drop", 0)
                   + (s.get("drop_pool_exhausted") or 0) + (s.get("drop_backlog") or 0)
                   + (s.get("drop_send_error") or 0) + (s.get("drops") or 0))
         b_side = w["B_udp_rcvbuf_errors"] + w["B_vB_rx_drop"]
@@ -1145,6 +1174,25 @@ def sat_text(r: dict) -> str:
             f"{r['saturation_ratio_median']:.2f}× ({r['saturation_ratio_min']:.2f})")
 
 
+def private_binaries(o, logdir: Path) -> None:
+    """Copy the binaries `o` names into logdir/bin and point `o` at the
+    copies: a concurrent `cargo build` must not swap a binary mid-run.
+    mcrelayd runs the privileged helper program found beside it, so
+    mcrelay-helper is copied with it, and --mcrelayd-before gets a
+    directory of its own (bin/before) for its own helper."""
+    for attr in ("loadgen", "mcrelayd", "mcrelayd_before"):
+        if getattr(o, attr) is None:
+            continue
+        src = getattr(o, attr)
+        bindir = logdir / "bin" / ("before" if attr == "mcrelayd_before" else "")
+        bindir.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, bindir / src.name)
+        helper = src.with_name("mcrelay-helper")
+        if attr != "loadgen" and helper.is_file():
+            shutil.copy2(helper, bindir / helper.name)
+        setattr(o, attr, bindir / src.name)
+
+
 def sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -1229,19 +1277,7 @@ def main() -> int:
     # mcrelayd's helper reads the round's config after dropping to
     # --mcrelay-user: mkdtemp's 0700 would hide it.
     logdir.chmod(0o755)
-    # Private copies: a concurrent `cargo build` must not swap a binary mid-run.
-    bindir = logdir / "bin"
-    bindir.mkdir()
-    for attr in ("loadgen", "mcrelayd", "mcrelayd_before"):
-        if getattr(o, attr) is None:
-            continue
-        dst = bindir / (getattr(o, attr).name + ("-before" if attr == "mcrelayd_before" else ""))
-        shutil.copy2(getattr(o, attr), dst)
-        # mcrelayd runs the privileged helper program found beside it.
-        helper = getattr(o, attr).with_name("mcrelay-helper")
-        if attr == "mcrelayd" and helper.is_file():
-            shutil.copy2(helper, bindir / helper.name)
-        setattr(o, attr, dst)
+    private_binaries(o, logdir)
     log(f"logs: {logdir}")
     topo = Topology(o.tag, o.relay_cpu, o.harness_cpu, o.keep_uso, logdir)
     topo.input_gro = o.input_gro

@@ -152,8 +152,11 @@ TOML
         for ((i = 0; i < n; i++)); do
             mkfifo "$dir/fifo-$i"
             rm -f "$dir/rx-$i"
+            # The shell waits for its caller (not exec wc): a caller
+            # nobody reaps would count as another process's CPU in
+            # quiet's report.
             ip netns exec "$b" sh -c "srt-live-transmit -q srt://10.10.2.1:9000 file://con >'$dir/fifo-$i' 2>/dev/null &
-                echo \$! >'$dir/pid-$i'; exec wc -c <'$dir/fifo-$i' >'$dir/rx-$i'" &
+                echo \$! >'$dir/pid-$i'; wc -c <'$dir/fifo-$i' >'$dir/rx-$i'; wait" &
             pids+=("$!")
         done
         waited=0
