@@ -695,6 +695,9 @@ fn reload_replacing_and_removing_srt_outputs_keeps_the_other_callers() {
     wait_log(&relay, "SRT output taken over by the reloaded flow", 1);
     // other's output (and its caller) goes with its flow.
     wait_log(&relay, "SRT output removed flow=other", 1);
+    // third's output is on the listener before its caller calls (one
+    // calling earlier is refused, an unknown stream ID, and gives up).
+    wait_log(&relay, "SRT output added flow=third", 1);
     let third = srt_receiver(
         &t,
         "srt://10.10.2.1:9000?streamid=third",
