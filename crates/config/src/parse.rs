@@ -187,20 +187,45 @@ pub fn reaches(output: &Output, input: &Input) -> bool {
 /// cycle goes through), in file order. A flow sending to its own input is
 /// reported where its outputs are checked, not here.
 fn loops_between_flows(flows: &[Flow]) -> Vec<(String, String)> {
-    // Edge i -> j: an output of flow i is an input of flow j (i != j).
-    let feeds = |i: usize, j: usize| {
-        flows[i]
-            .outputs
-            .iter()
-            .any(|o| flows[j].inputs.iter().any(|inp| reaches(o, inp)))
-    };
+    // Every input by its endpoint (address read canonically, and port):
+    // an output reaches only inputs at its own endpoint, so each output
+    // looks its few candidates up rather than every flow's inputs (the
+    // n x n comparison was ~54 M of a 1000-flow file's 138 M
+    // instructions: docs/benchmarks.md "Config parsing").
+    let mut by_endpoint: HashMap<(IpAddr, u16), Vec<(usize, &Input)>> = HashMap::new();
+    for (j, f) in flows.iter().enumerate() {
+        for input in &f.inputs {
+            by_endpoint
+                .entry((input.address.to_canonical(), input.port))
+                .or_default()
+                .push((j, input));
+        }
+    }
+    // Edge i -> j: an output of flow i is an input of flow j (i != j);
+    // each flow's edges in file order, once.
     let n = flows.len();
-    let edges: Vec<Vec<usize>> = (0..n)
-        .map(|i| (0..n).filter(|&j| j != i && feeds(i, j)).collect())
-        .collect();
+    let mut edges: Vec<Vec<usize>> = vec![Vec::new(); n];
+    let mut fed = vec![false; n];
+    for (i, f) in flows.iter().enumerate() {
+        for o in &f.outputs {
+            let Some(inputs) = by_endpoint.get(&(o.address.to_canonical(), o.port)) else {
+                continue;
+            };
+            for &(j, input) in inputs {
+                if j != i && reaches(o, input) {
+                    edges[i].push(j);
+                    fed[j] = true;
+                }
+            }
+        }
+        edges[i].sort_unstable();
+        edges[i].dedup();
+    }
     let mut found = Vec::new();
     for start in 0..n {
-        if edges[start].is_empty() {
+        // Only a flow that feeds another and is fed by one can be on a
+        // cycle.
+        if edges[start].is_empty() || !fed[start] {
             continue;
         }
         // Breadth-first from `start`, remembering the way back.
@@ -2416,6 +2441,113 @@ outputs = [{ interface = "eth1", address = "239.2.2.2", port = 6000, ttl = 255, 
             ]
         );
         assert_eq!(e.iter().next().map(|e| e.line), Some(2));
+    }
+
+    /// The loop check by endpoint finds what comparing every output with
+    /// every other flow's inputs (the check before it) finds, the same
+    /// paths in the same order, on flows drawn from a few groups, ports
+    /// and interfaces so that many feed each other.
+    #[test]
+    fn loops_by_endpoint_are_the_loops_by_pairs() {
+        fn by_pairs(flows: &[Flow]) -> Vec<(String, String)> {
+            let n = flows.len();
+            let mut found = Vec::new();
+            for start in 0..n {
+                let edges = |i: usize| -> Vec<usize> {
+                    (0..n)
+                        .filter(|&j| {
+                            j != i
+                                && flows[i]
+                                    .outputs
+                                    .iter()
+                                    .any(|o| flows[j].inputs.iter().any(|inp| reaches(o, inp)))
+                        })
+                        .collect()
+                };
+                let mut from = vec![None; n];
+                let mut seen = vec![false; n];
+                seen[start] = true;
+                let mut queue = std::collections::VecDeque::from([start]);
+                let mut closing = None;
+                'bfs: while let Some(i) = queue.pop_front() {
+                    for j in edges(i) {
+                        if j == start {
+                            closing = Some(i);
+                            break 'bfs;
+                        }
+                        if !seen[j] {
+                            seen[j] = true;
+                            from[j] = Some(i);
+                            queue.push_back(j);
+                        }
+                    }
+                }
+                if let Some(mut last) = closing {
+                    let mut back = Vec::new();
+                    while last != start {
+                        back.push(format!("{:?}", flows[last].name));
+                        last = from[last].unwrap_or(start);
+                    }
+                    back.reverse();
+                    let name = format!("{:?}", flows[start].name);
+                    let through = [vec![name.clone()], back, vec![name]].concat().join(" -> ");
+                    found.push((flows[start].name.clone(), through));
+                }
+            }
+            found
+        }
+        /// A few groups (and a unicast address), two ports, two
+        /// interfaces, drawn by xorshift.
+        struct Draw(u64);
+        impl Draw {
+            fn next(&mut self, m: usize) -> usize {
+                self.0 ^= self.0 << 13;
+                self.0 ^= self.0 >> 7;
+                self.0 ^= self.0 << 17;
+                usize::try_from(self.0 % 1024).unwrap_or(0) % m
+            }
+            fn endpoint(&mut self, address: &mut IpAddr, port: &mut u16, interface: &mut String) {
+                *address = [
+                    IpAddr::from([239, 0, 0, 1]),
+                    IpAddr::from([239, 0, 0, 2]),
+                    IpAddr::from([239, 0, 0, 3]),
+                    IpAddr::from([10, 0, 0, 1]),
+                ][self.next(4)];
+                *port = [5000, 5001][self.next(2)];
+                *interface = ["eth0", "eth1"][self.next(2)].to_owned();
+            }
+        }
+        let template = parse(&flow(IN, OUT), "t.toml")
+            .expect("one flow")
+            .flows
+            .as_slice()[0]
+            .clone();
+        let mut draw = Draw(0x9e37_79b9_7f4a_7c15);
+        for round in 0..20 {
+            let mut flows = Vec::new();
+            for k in 0..60 {
+                let mut f = template.clone();
+                f.name = format!("f{round}-{k}");
+                for input in &mut f.inputs {
+                    draw.endpoint(&mut input.address, &mut input.port, &mut input.interface);
+                }
+                let out = f.outputs[0].clone();
+                let outputs = 1 + draw.next(3);
+                f.outputs = (0..outputs)
+                    .map(|_| {
+                        let mut o = out.clone();
+                        draw.endpoint(&mut o.address, &mut o.port, &mut o.interface);
+                        o
+                    })
+                    .collect();
+                flows.push(f);
+            }
+            let want = by_pairs(&flows);
+            assert_eq!(loops_between_flows(&flows), want, "round {round}");
+            if round == 0 {
+                assert!(!want.is_empty(), "the draw makes loops");
+            }
+        }
     }
 
     #[test]

@@ -15,37 +15,41 @@
 //!   one input or one of its legs before and after. A flow with several
 //!   legs has its output's health at the top: it goes on from the
 //!   top-level health before (its output's, or its one input's, which
-//!   was its output); a flow going back to one input shows that input's.
+//!   was its output); a flow going back to one input shows that input's;
+//! - an SRT output's route totals, and an SRT input's (by its label):
+//!   when the SRT thread's route is another one than before (the route
+//!   ended with the old flow and was opened anew); a route the new flow
+//!   took over, or one the SRT thread rebuilt in place (it then goes on
+//!   from the old route's totals itself), is the same series and already
+//!   counts everything. A caller's or a peer's own counters are its
+//!   connection's and are not carried.
 //!
-//! Gauges (the latest SSRC, jitter, the active leg, a gap maximum, a
-//! high-water mark, whether a leg is detached) are the new flow's: they
-//! describe now, not a sum.
+//! Which numbers are totals (added), high-water marks (the larger kept)
+//! or gauges (the latest SSRC, jitter, the active leg, a gap maximum,
+//! whether a leg is detached: the new flow's, describing now) is the
+//! counter table's to say ([`crate::counters`]); this module only says
+//! which section goes on from which.
 
-use crate::snapshot::{
-    FecSnapshot, FlowSnapshot, IngressDropsSnapshot, InputHealth, LegSnapshot, OutputSnapshot,
-    RedundancySnapshot, RistSnapshot, RtpHealth, TsHealth,
-};
-
-fn add(to: &mut u64, from: u64) {
-    *to = to.saturating_add(from);
-}
+use crate::counters::{self, carry};
+use crate::snapshot::{FlowSnapshot, InputHealth, OutputSnapshot};
 
 impl FlowSnapshot {
     /// Add what `earlier` (the flow this one replaced, as readers last
     /// saw it, itself carried) counted to every counter of this one,
     /// matched as the module says.
     pub fn carry(&mut self, earlier: &FlowSnapshot) {
-        add(&mut self.packets_in, earlier.packets_in);
-        add(&mut self.bytes_in, earlier.bytes_in);
-        self.drops.carry(&earlier.drops);
-        add(&mut self.receive_errors, earlier.receive_errors);
-        add(&mut self.receive_rearms, earlier.receive_rearms);
-        add(&mut self.pool_fallbacks, earlier.pool_fallbacks);
-        add(&mut self.interface_pauses, earlier.interface_pauses);
-        add(&mut self.standby_discarded, earlier.standby_discarded);
+        carry(counters::FLOW, self, earlier);
+        carry(counters::INGRESS_DROPS, &mut self.drops, &earlier.drops);
         for out in &mut self.outputs {
             if let Some(e) = earlier.outputs.iter().find(|e| e.label == out.label) {
                 out.carry(e);
+            }
+        }
+        for input in &mut self.srt_inputs {
+            if let Some(e) = earlier.srt_inputs.iter().find(|e| e.label == input.label)
+                && e.series != input.series
+            {
+                carry(counters::SRT_INPUT, input, e);
             }
         }
         // Each input's health, by its label, wherever it was before.
@@ -63,7 +67,7 @@ impl FlowSnapshot {
             }
             Some(r) => {
                 if let Some(e) = &earlier.redundancy {
-                    r.carry(e);
+                    carry(counters::REDUNDANCY, r, e);
                 }
                 // The output's health goes on from the output's before:
                 // the merge's or active leg's, or the one input's stream.
@@ -77,71 +81,31 @@ impl FlowSnapshot {
                         .as_ref()
                         .and_then(|e| e.legs.iter().find(|l| l.input == leg.input))
                     {
-                        leg.carry(e);
+                        carry(counters::LEG, leg, e);
                     }
                 }
             }
         }
         if let (Some(f), Some(e)) = (&mut self.fec, &earlier.fec) {
-            f.carry(e);
+            carry(counters::FEC, f, e);
         }
         if let (Some(r), Some(e)) = (&mut self.rist, &earlier.rist) {
-            r.carry(e);
+            carry(counters::RIST, r, e);
         }
-    }
-}
-
-impl IngressDropsSnapshot {
-    fn carry(&mut self, e: &Self) {
-        add(&mut self.oversize, e.oversize);
-        add(&mut self.pool_exhausted, e.pool_exhausted);
-        add(&mut self.kernel, e.kernel);
-        add(&mut self.truncated, e.truncated);
-        add(&mut self.malformed, e.malformed);
-        add(&mut self.fragment, e.fragment);
-        add(&mut self.bad_checksum, e.bad_checksum);
-        add(&mut self.not_this_flow, e.not_this_flow);
-        add(&mut self.looped, e.looped);
     }
 }
 
 impl OutputSnapshot {
     fn carry(&mut self, e: &Self) {
-        add(&mut self.packets_out, e.packets_out);
-        add(&mut self.bytes_out, e.bytes_out);
-        add(&mut self.drops_backlog, e.drops_backlog);
-        add(&mut self.drops_send_error, e.drops_send_error);
-        add(&mut self.gso_sends, e.gso_sends);
-        add(&mut self.gso_fallbacks, e.gso_fallbacks);
-        add(&mut self.connect_failures, e.connect_failures);
-        // A high-water mark: the most ever, not a sum.
-        self.in_flight_high_water = self.in_flight_high_water.max(e.in_flight_high_water);
+        carry(counters::OUTPUT, self, e);
         if self.last_error.is_none() {
             self.last_error.clone_from(&e.last_error);
         }
-    }
-}
-
-impl RedundancySnapshot {
-    fn carry(&mut self, e: &Self) {
-        add(&mut self.recovered, e.recovered);
-        add(&mut self.duplicates, e.duplicates);
-        add(&mut self.lost, e.lost);
-        add(&mut self.resets, e.resets);
-        add(&mut self.switches, e.switches);
-        add(&mut self.late, e.late);
-        add(&mut self.not_rtp, e.not_rtp);
-        add(&mut self.strays, e.strays);
-        add(&mut self.replays, e.replays);
-        add(&mut self.mismatched, e.mismatched);
-    }
-}
-
-impl LegSnapshot {
-    fn carry(&mut self, e: &Self) {
-        add(&mut self.forwarded, e.forwarded);
-        add(&mut self.standby, e.standby);
-        add(&mut self.kernel_drops, e.kernel_drops);
+        if let (Some(s), Some(e)) = (&mut self.srt, &e.srt)
+            && s.series != e.series
+        {
+            carry(counters::SRT_OUTPUT, s, e);
+        }
     }
 }
 
@@ -158,55 +122,13 @@ impl InputHealth {
             self.ts.clone_from(&e.ts);
             return;
         }
+        carry(counters::INPUT_HEALTH, self, e);
         if let (Some(r), Some(e)) = (&mut self.rtp, &e.rtp) {
-            r.carry(e);
+            carry(counters::RTP, r, e);
         }
         if let (Some(t), Some(e)) = (&mut self.ts, &e.ts) {
-            t.carry(e);
+            carry(counters::TS, t, e);
         }
-    }
-}
-
-impl RtpHealth {
-    fn carry(&mut self, e: &Self) {
-        add(&mut self.packets, e.packets);
-        add(&mut self.lost, e.lost);
-        add(&mut self.duplicates, e.duplicates);
-        add(&mut self.reordered, e.reordered);
-        add(&mut self.ssrc_changes, e.ssrc_changes);
-        add(&mut self.resyncs, e.resyncs);
-        add(&mut self.malformed, e.malformed);
-    }
-}
-
-impl TsHealth {
-    fn carry(&mut self, e: &Self) {
-        add(&mut self.packets, e.packets);
-        add(&mut self.sync_errors, e.sync_errors);
-        add(&mut self.continuity_errors, e.continuity_errors);
-        add(&mut self.transport_errors, e.transport_errors);
-    }
-}
-
-impl FecSnapshot {
-    fn carry(&mut self, e: &Self) {
-        add(&mut self.packets, e.packets);
-        add(&mut self.recovered, e.recovered);
-        add(&mut self.unrecoverable, e.unrecoverable);
-        add(&mut self.duplicates, e.duplicates);
-        add(&mut self.rejected, e.rejected);
-    }
-}
-
-impl RistSnapshot {
-    fn carry(&mut self, e: &Self) {
-        add(&mut self.nacks_sent, e.nacks_sent);
-        add(&mut self.recovered, e.recovered);
-        add(&mut self.unrecovered, e.unrecovered);
-        add(&mut self.dropped, e.dropped);
-        add(&mut self.nacks_received, e.nacks_received);
-        add(&mut self.retransmitted, e.retransmitted);
-        add(&mut self.unrecoverable, e.unrecoverable);
     }
 }
 
@@ -214,7 +136,9 @@ impl RistSnapshot {
 mod tests {
     use mcrelay_testkit::metrics::{fell, totals};
 
-    use crate::snapshot::{FecSnapshot, RistSnapshot, Snapshot, sample_with_legs};
+    use crate::snapshot::{
+        FecSnapshot, RistSnapshot, Snapshot, SrtInputSnapshot, SrtSnapshot, sample_with_legs,
+    };
 
     /// Every number in `v` set to 0 (strings and shapes kept): a flow
     /// just built, with the same inputs and outputs.
@@ -253,8 +177,51 @@ mod tests {
             for o in &mut f.outputs {
                 o.connect_failures = 2;
             }
+            // The SRT thread's routes: their callers and peers are their
+            // connections' (not carried), so a rebuilt route has none.
+            f.outputs[1].srt = Some(srt_output(7));
+            f.srt_inputs = vec![srt_input(0, "srt://0.0.0.0:9000", 7)];
         }
         s
+    }
+
+    /// An SRT output's route `series`, every total of it counted.
+    fn srt_output(series: u64) -> SrtSnapshot {
+        SrtSnapshot {
+            listener: true,
+            max_callers: 4,
+            datagrams: 100,
+            no_caller: 1,
+            oversize: 2,
+            sent: 90,
+            dropped: 3,
+            connects: 4,
+            refused: 5,
+            disconnects: 6,
+            connect_failures: 7,
+            series,
+            ..SrtSnapshot::default()
+        }
+    }
+
+    /// SRT input `label` (leg `leg`) of route `series`, every total of it
+    /// counted.
+    fn srt_input(leg: usize, label: &str, series: u64) -> SrtInputSnapshot {
+        SrtInputSnapshot {
+            leg,
+            label: label.into(),
+            listener: true,
+            datagrams: 100,
+            delivered: 95,
+            drop_queue_full: 4,
+            drop_flow_gone: 1,
+            connects: 2,
+            refused: 3,
+            disconnects: 1,
+            connect_failures: 9,
+            series,
+            ..SrtInputSnapshot::default()
+        }
     }
 
     /// A flow rebuilt by a reload (every counter 0) carrying its
@@ -282,6 +249,32 @@ mod tests {
         assert!(fell.is_empty(), "went down: {fell:#?}");
         // And carried exactly: nothing was counted since.
         assert_eq!(was, now);
+    }
+
+    /// An SRT route the new flow took over (the same series) already
+    /// counts what the old flow's did: nothing is added. One opened anew
+    /// (another series) starts at 0: the old one's totals are.
+    #[test]
+    fn srt_routes_carry_when_opened_anew_and_only_then() {
+        let before = populated().flows.remove(0);
+        let mut taken_over = before.clone();
+        taken_over.carry(&before);
+        assert_eq!(taken_over.outputs[1].srt, before.outputs[1].srt);
+        assert_eq!(taken_over.srt_inputs, before.srt_inputs);
+
+        let mut anew = before.clone();
+        let mut fresh = srt_output(8);
+        fresh.sent = 10;
+        anew.outputs[1].srt = Some(fresh);
+        anew.srt_inputs = vec![
+            srt_input(0, "srt://0.0.0.0:9000", 8),
+            srt_input(1, "srt://0.0.0.0:9001", 8),
+        ];
+        anew.carry(&before);
+        let out = anew.outputs[1].srt.as_ref().expect("srt");
+        assert_eq!((out.sent, out.datagrams, out.max_callers), (100, 200, 4));
+        assert_eq!(anew.srt_inputs[0].delivered, 190, "the same label");
+        assert_eq!(anew.srt_inputs[1].delivered, 95, "a new input");
     }
 
     /// Outputs match by label and inputs by their address, wherever they

@@ -9,7 +9,9 @@
 //! crate parses the requests ([`parse_request`]), turns snapshots into
 //! tables ([`render_flows`]), into the
 //! bounded [`Summary`] that `status` answers with, and into
-//! metrics ([`render_metrics`], or OpenMetrics through [`render_metrics_as`]). `mcrelayctl` uses the same types to encode
+//! metrics ([`render_metrics`], or OpenMetrics through [`render_metrics_as`]). Which number is a total, a
+//! high-water mark or a gauge, and its Prometheus name, is one table,
+//! [`counters`], that the reload carry and the exposition both follow. `mcrelayctl` uses the same types to encode
 //! requests and decode replies, through the one control-socket client both
 //! share ([`client::ask`]). Apart from that client the crate opens no
 //! sockets, reads no clock and does no I/O, so every piece is unit-tested
@@ -24,6 +26,7 @@ mod carry;
 pub mod client;
 #[cfg(feature = "cli")]
 pub mod completions;
+pub mod counters;
 mod framing;
 mod fuzz;
 mod mode;

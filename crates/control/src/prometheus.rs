@@ -16,9 +16,9 @@
 
 use std::fmt::{Display, Write};
 
+use crate::counters::{self, Counter, Metric};
 use crate::snapshot::{
-    DaemonState, FlowSnapshot, InputHealth, OutputSnapshot, PoolClassSnapshot, RtpHealth, Snapshot,
-    TsHealth, WorkerSnapshot, input_label,
+    DaemonState, FlowSnapshot, InputHealth, Snapshot, WorkerSnapshot, input_label,
 };
 
 /// The `Content-Type` of [`render_metrics`]' output.
@@ -140,47 +140,75 @@ fn emit_all(mut m: Exposition, s: &Snapshot) -> Exposition {
     m
 }
 
-fn flow_families(m: &mut Exposition, s: &Snapshot) {
-    type Value = fn(&FlowSnapshot) -> u64;
-    let simple: [(&str, &str, Value); 6] = [
-        (
-            "mcrelay_flow_received_packets_total",
-            "Datagrams received on the flow's input.",
-            |f| f.packets_in,
-        ),
-        (
-            "mcrelay_flow_received_bytes_total",
-            "UDP payload bytes received on the flow's input.",
-            |f| f.bytes_in,
-        ),
-        (
-            "mcrelay_flow_receive_errors_total",
-            "Receive completions that failed with an error.",
-            |f| f.receive_errors,
-        ),
-        (
-            "mcrelay_flow_receive_rearms_total",
-            "Times the provided receive buffers ran out and the receive was re-armed.",
-            |f| f.receive_rearms,
-        ),
-        (
-            "mcrelay_flow_pool_fallbacks_total",
-            "Datagrams copied into a larger pool class because the fitting one had no buffer for the flow.",
-            |f| f.pool_fallbacks,
-        ),
-        (
-            "mcrelay_flow_standby_discarded_packets_total",
-            "Datagrams received while the daemon was in standby: read and discarded on purpose, not a drop.",
-            |f| f.standby_discarded,
-        ),
-    ];
-    for (name, help, value) in simple {
-        m.family(name, Kind::Counter, help);
-        for f in &s.flows {
-            m.sample(name, &[("flow", &f.name)], value(f));
+/// The rows of `table` with a family of their own ([`Metric::Family`],
+/// [`Metric::Seconds`]), in table order: each family, then a sample per
+/// item of `items` (its labels and its section).
+fn table_families<'a, T: 'a, const N: usize>(
+    m: &mut Exposition,
+    table: &[Counter<T>],
+    items: impl Iterator<Item = ([(&'a str, &'a str); N], &'a T)> + Clone,
+) {
+    for c in table {
+        let (name, help, per_second) = match c.metric {
+            Metric::Family { name, help } => (name, help, None),
+            Metric::Seconds {
+                name,
+                help,
+                per_second,
+            } => (name, help, Some(per_second)),
+            Metric::None | Metric::Reason { .. } => continue,
+        };
+        let kind = match c.kind {
+            counters::Kind::Total => Kind::Counter,
+            counters::Kind::Max | counters::Kind::Gauge => Kind::Gauge,
+        };
+        m.family(name, kind, help);
+        for (labels, x) in items.clone() {
+            let v = (c.value)(x);
+            match per_second {
+                None => m.sample(name, &labels, v),
+                Some(per) => m.sample(name, &labels, Float(v as f64 / per)),
+            }
         }
     }
+}
 
+/// The families by reason of `table` ([`Metric::Reason`]), in the order
+/// of their first row: each family, then per item of `items` a sample
+/// per reason, labelled as the item and `reason`.
+fn table_reasons<'a, T: 'a, const N: usize>(
+    m: &mut Exposition,
+    table: &[Counter<T>],
+    items: impl Iterator<Item = ([(&'a str, &'a str); N], &'a T)> + Clone,
+) {
+    const { assert!(N < 4, "at most three labels besides the reason") };
+    for (i, c) in table.iter().enumerate() {
+        let Some((family, _)) = c.reason() else {
+            continue;
+        };
+        let same = |d: &Counter<T>| d.reason().is_some_and(|(f, _)| f.name == family.name);
+        if table[..i].iter().any(same) {
+            continue;
+        }
+        m.family(family.name, Kind::Counter, family.help);
+        for (labels, x) in items.clone() {
+            let mut l = [("", ""); 4];
+            l[..N].copy_from_slice(&labels);
+            for d in table {
+                if let Some((f, reason)) = d.reason()
+                    && f.name == family.name
+                {
+                    l[N] = ("reason", reason);
+                    m.sample(family.name, &l[..=N], (d.value)(x));
+                }
+            }
+        }
+    }
+}
+
+fn flow_families(m: &mut Exposition, s: &Snapshot) {
+    let flows = s.flows.iter().map(|f| ([("flow", f.name.as_str())], f));
+    table_families(m, counters::FLOW, flows);
     m.family(
         "mcrelay_flow_up",
         Kind::Gauge,
@@ -191,74 +219,18 @@ fn flow_families(m: &mut Exposition, s: &Snapshot) {
         let up = u8::from(f.state.is_running());
         m.sample("mcrelay_flow_up", &[("flow", &f.name)], up);
     }
-    m.family(
-        "mcrelay_flow_interface_pauses_total",
-        Kind::Counter,
-        "Times the flow stopped relaying because an interface of it went down or away.",
-    );
-    for f in &s.flows {
-        m.sample(
-            "mcrelay_flow_interface_pauses_total",
-            &[("flow", &f.name)],
-            f.interface_pauses,
-        );
-    }
-
-    let name = "mcrelay_flow_dropped_packets_total";
-    m.family(
-        name,
-        Kind::Counter,
-        "Datagrams of the flow not relayed, by reason: oversize (above the largest \
-         buffer), pool_exhausted (no free buffer), kernel (socket buffer overflow); \
-         packet ingress only: truncated, malformed, fragment, bad_checksum, \
-         not_this_flow (frames that carried no datagram for the flow); loop (datagrams \
-         this relay sent that came back to the input, dropped by the loop guard).",
-    );
-    for f in &s.flows {
-        for (reason, n) in f.drops.by_reason() {
-            m.sample(name, &[("flow", &f.name), ("reason", reason)], n);
-        }
-    }
+    let drops = s
+        .flows
+        .iter()
+        .map(|f| ([("flow", f.name.as_str())], &f.drops));
+    table_reasons(m, counters::INGRESS_DROPS, drops);
 }
 
 /// The metrics endpoint's own connection counters.
 fn endpoint(m: &mut Exposition, e: &crate::EndpointSnapshot) {
-    let name = "mcrelay_metrics_connections_served_total";
-    m.family(
-        name,
-        Kind::Counter,
-        "Connections to the metrics endpoint that were served (read and answered, or timed out).",
-    );
-    m.sample(name, &[], e.served);
-    let name = "mcrelay_metrics_connections_refused_total";
-    m.family(
-        name,
-        Kind::Counter,
-        "Connections to the metrics endpoint closed at accept, by reason: not_allowed (the peer \
-         is not in daemon.metrics_allow), address_cap (its address already had its share of \
-         connections, all being answered), full (every slot was being answered).",
-    );
-    for (reason, n) in [
-        ("not_allowed", e.refused_not_allowed),
-        ("address_cap", e.refused_address_cap),
-        ("full", e.refused_full),
-    ] {
-        m.sample(name, &[("reason", reason)], n);
-    }
-    let name = "mcrelay_metrics_connections_displaced_total";
-    m.family(
-        name,
-        Kind::Counter,
-        "Connections to the metrics endpoint shut down before their request was complete, to make \
-         room for a newer one, by reason: address_cap (from the same address), full (from an \
-         address holding fewer).",
-    );
-    for (reason, n) in [
-        ("address_cap", e.displaced_address_cap),
-        ("full", e.displaced_full),
-    ] {
-        m.sample(name, &[("reason", reason)], n);
-    }
+    let none: [(&str, &str); 0] = [];
+    table_families(m, counters::ENDPOINT, std::iter::once((none, e)));
+    table_reasons(m, counters::ENDPOINT, std::iter::once((none, e)));
 }
 
 /// Every input of every flow with its health, labelled: a flow's one
@@ -284,249 +256,40 @@ fn inputs_of(s: &Snapshot) -> Vec<(&str, &InputHealth, String)> {
 /// families for "rtp" and "rtp-mpegts" flows, TS families for "mpegts"
 /// and "rtp-mpegts" flows.
 fn input_families(m: &mut Exposition, s: &Snapshot) {
-    struct Input<'a> {
-        name: &'a str,
-        health: &'a InputHealth,
-    }
-    let inputs: Vec<(Input<'_>, String)> = inputs_of(s)
+    let inputs: Vec<(&str, &InputHealth, String)> = inputs_of(s)
         .into_iter()
         .filter(|(_, h, _)| !h.payload.is_empty())
-        .map(|(name, health, label)| (Input { name, health }, label))
         .collect();
-    fn emit(m: &mut Exposition, name: &str, f: &Input<'_>, input: &str, v: impl Into<Value>) {
-        m.sample(name, &[("flow", f.name), ("input", input)], v);
-    }
-
-    m.family(
-        "mcrelay_input_silent",
-        Kind::Gauge,
-        "1 while no datagram has arrived on the input for the flow's silence_ms, else 0.",
-    );
-    for (f, input) in &inputs {
-        emit(
-            m,
-            "mcrelay_input_silent",
-            f,
-            input,
-            u8::from(f.health.silent),
-        );
-    }
-    m.family(
-        "mcrelay_input_max_gap_seconds",
-        Kind::Gauge,
-        "Longest gap between datagrams on the input in the last one to two minutes (fixed one-minute windows; reading resets nothing), counting the one still open.",
-    );
-    for (f, input) in &inputs {
-        let gap = Float(f.health.max_gap_ns as f64 / 1e9);
-        emit(m, "mcrelay_input_max_gap_seconds", f, input, gap);
-    }
-
-    type RtpValue = fn(&RtpHealth) -> u64;
-    let rtp: [(&str, &str, RtpValue); 7] = [
-        (
-            "mcrelay_input_rtp_packets_total",
-            "Datagrams with a valid RTP header.",
-            |r| r.packets,
-        ),
-        (
-            "mcrelay_input_rtp_lost_packets_total",
-            "RTP sequence numbers skipped and never arrived.",
-            |r| r.lost,
-        ),
-        (
-            "mcrelay_input_rtp_duplicate_packets_total",
-            "RTP packets whose sequence number had already arrived.",
-            |r| r.duplicates,
-        ),
-        (
-            "mcrelay_input_rtp_reordered_packets_total",
-            "RTP packets that arrived after a higher sequence number.",
-            |r| r.reordered,
-        ),
-        (
-            "mcrelay_input_rtp_ssrc_changes_total",
-            "Times the RTP SSRC changed (a new source).",
-            |r| r.ssrc_changes,
-        ),
-        (
-            "mcrelay_input_rtp_resyncs_total",
-            "RTP sequence jumps too large to count as loss; counting restarted.",
-            |r| r.resyncs,
-        ),
-        (
-            "mcrelay_input_rtp_malformed_packets_total",
-            "Datagrams that are not RTP version 2 (relayed unchanged).",
-            |r| r.malformed,
-        ),
-    ];
-    for (name, help, value) in rtp {
-        m.family(name, Kind::Counter, help);
-        for (f, input) in &inputs {
-            if let Some(r) = &f.health.rtp {
-                emit(m, name, f, input, value(r));
-            }
-        }
-    }
-    m.family(
-        "mcrelay_input_rtp_jitter_seconds",
-        Kind::Gauge,
-        "RTP interarrival jitter (RFC 3550 6.4.1) of the input.",
-    );
-    for (f, input) in &inputs {
-        if let Some(r) = &f.health.rtp {
-            let j = Float(r.jitter_ns as f64 / 1e9);
-            emit(m, "mcrelay_input_rtp_jitter_seconds", f, input, j);
-        }
-    }
-
-    type TsValue = fn(&TsHealth) -> u64;
-    let ts: [(&str, Kind, &str, TsValue); 5] = [
-        (
-            "mcrelay_input_ts_packets_total",
-            Kind::Counter,
-            "MPEG-TS packets read on the input.",
-            |t| t.packets,
-        ),
-        (
-            "mcrelay_input_ts_continuity_errors_total",
-            Kind::Counter,
-            "MPEG-TS continuity-counter errors (TR 101 290 1.4).",
-            |t| t.continuity_errors,
-        ),
-        (
-            "mcrelay_input_ts_sync_errors_total",
-            Kind::Counter,
-            "Datagrams not a multiple of 188 bytes, and TS packets without the 0x47 sync byte.",
-            |t| t.sync_errors,
-        ),
-        (
-            "mcrelay_input_ts_transport_errors_total",
-            Kind::Counter,
-            "MPEG-TS packets with the transport-error indicator set (TR 101 290 2.1).",
-            |t| t.transport_errors,
-        ),
-        (
-            "mcrelay_input_ts_pids",
-            Kind::Gauge,
-            "Distinct MPEG-TS PIDs seen on the input.",
-            |t| t.pids,
-        ),
-    ];
-    for (name, kind, help, value) in ts {
-        m.family(name, kind, help);
-        for (f, input) in &inputs {
-            if let Some(t) = &f.health.ts {
-                emit(m, name, f, input, value(t));
-            }
-        }
-    }
+    let health = inputs
+        .iter()
+        .map(|(flow, h, input)| ([("flow", *flow), ("input", input.as_str())], *h));
+    table_families(m, counters::INPUT_HEALTH, health.clone());
+    let rtp = health
+        .clone()
+        .filter_map(|(labels, h)| Some((labels, h.rtp.as_ref()?)));
+    table_families(m, counters::RTP, rtp);
+    let ts = health.filter_map(|(labels, h)| Some((labels, h.ts.as_ref()?)));
+    table_families(m, counters::TS, ts);
 }
 
 /// Flows with an input with `fec = "2022-1"`: what FEC repaired and
 /// what it could not, labelled `flow`.
 fn fec_families(m: &mut Exposition, s: &Snapshot) {
-    type Value = fn(&crate::snapshot::FecSnapshot) -> u64;
-    let families: [(&str, &str, Value); 5] = [
-        (
-            "mcrelay_flow_fec_packets_total",
-            "Datagrams received on the 2022-1 FEC ports (input port + 2 and + 4).",
-            |x| x.packets,
-        ),
-        (
-            "mcrelay_flow_fec_recovered_packets_total",
-            "Media packets repaired by 2022-1 FEC and relayed (not in received_packets_total).",
-            |x| x.recovered,
-        ),
-        (
-            "mcrelay_flow_fec_unrecoverable_packets_total",
-            "Media packets neither received nor repaired by FEC: the loss left after FEC.",
-            |x| x.unrecoverable,
-        ),
-        (
-            "mcrelay_flow_fec_duplicate_packets_total",
-            "Media packets that arrived after FEC had repaired them: dropped.",
-            |x| x.duplicates,
-        ),
-        (
-            "mcrelay_flow_fec_rejected_total",
-            "Datagrams on the FEC ports that are not 2022-1 XOR FEC.",
-            |x| x.rejected,
-        ),
-    ];
-    for (name, help, value) in families {
-        m.family(name, Kind::Counter, help);
-        for f in &s.flows {
-            if let Some(x) = &f.fec {
-                m.sample(name, &[("flow", &f.name)], value(x));
-            }
-        }
-    }
+    let fec = s
+        .flows
+        .iter()
+        .filter_map(|f| Some(([("flow", f.name.as_str())], f.fec.as_ref()?)));
+    table_families(m, counters::FEC, fec);
 }
 
 /// Flows with a RIST input or output: NACKs, retransmissions, what was
 /// lost after them and the RTT, labelled `flow`.
 fn rist_families(m: &mut Exposition, s: &Snapshot) {
-    type Value = fn(&crate::snapshot::RistSnapshot) -> u64;
-    let counters: [(&str, &str, Value); 6] = [
-        (
-            "mcrelay_flow_rist_nacks_sent_total",
-            "RIST input: sequence numbers NACKed to the sender.",
-            |x| x.nacks_sent,
-        ),
-        (
-            "mcrelay_flow_rist_recovered_packets_total",
-            "RIST input: gaps filled by a retransmission.",
-            |x| x.recovered,
-        ),
-        (
-            "mcrelay_flow_rist_unrecovered_packets_total",
-            "RIST input: packets neither received nor retransmitted within buffer_ms (skipped): the loss left after RIST.",
-            |x| x.unrecovered,
-        ),
-        (
-            "mcrelay_flow_rist_nacks_received_total",
-            "RIST output: sequence numbers the receivers NACKed.",
-            |x| x.nacks_received,
-        ),
-        (
-            "mcrelay_flow_rist_retransmitted_packets_total",
-            "RIST output: packets sent again.",
-            |x| x.retransmitted,
-        ),
-        (
-            "mcrelay_flow_rist_unrecoverable_nacks_total",
-            "RIST output: NACKed packets no longer in the buffer (NACKed too late, or buffer_ms too short for the receivers).",
-            |x| x.unrecoverable,
-        ),
-    ];
-    for (name, help, value) in counters {
-        m.family(name, Kind::Counter, help);
-        for f in &s.flows {
-            if let Some(x) = &f.rist {
-                m.sample(name, &[("flow", &f.name)], value(x));
-            }
-        }
-    }
-    let rtts: [(&str, &str, Value); 2] = [
-        (
-            "mcrelay_flow_rist_input_rtt_seconds",
-            "RIST input: round-trip time to the sender, from NACKs to their retransmissions (0: no sample yet).",
-            |x| x.input_rtt_us,
-        ),
-        (
-            "mcrelay_flow_rist_output_rtt_seconds",
-            "RIST output: round-trip time to the receivers, from their reports (0: no sample yet).",
-            |x| x.output_rtt_us,
-        ),
-    ];
-    for (name, help, value) in rtts {
-        m.family(name, Kind::Gauge, help);
-        for f in &s.flows {
-            if let Some(x) = &f.rist {
-                m.sample(name, &[("flow", &f.name)], Float(value(x) as f64 / 1e6));
-            }
-        }
-    }
+    let rist = s
+        .flows
+        .iter()
+        .filter_map(|f| Some(([("flow", f.name.as_str())], f.rist.as_ref()?)));
+    table_families(m, counters::RIST, rist);
 }
 
 /// Flows with several inputs (legs): what `redundancy` did, labelled
@@ -538,64 +301,9 @@ fn redundancy_families(m: &mut Exposition, s: &Snapshot) {
         .iter()
         .filter_map(|f| Some((f, f.redundancy.as_ref()?)))
         .collect();
-    type Value = fn(&crate::snapshot::RedundancySnapshot) -> u64;
-    let per_flow: [(&str, &str, Value); 4] = [
-        (
-            "mcrelay_flow_merge_recovered_packets_total",
-            "Merge: packets forwarded from one input while another missed them.",
-            |r| r.recovered,
-        ),
-        (
-            "mcrelay_flow_merge_duplicate_packets_total",
-            "Later copies of packets already forwarded (merge), or repeats after a \
-             failover switch: dropped.",
-            |r| r.duplicates,
-        ),
-        (
-            "mcrelay_flow_merge_lost_packets_total",
-            "Merge: sequence numbers no input delivered within merge_window_ms.",
-            |r| r.lost,
-        ),
-        (
-            "mcrelay_flow_input_switches_total",
-            "Failover: changes of the input the flow forwards from.",
-            |r| r.switches,
-        ),
-    ];
-    for (name, help, value) in per_flow {
-        m.family(name, Kind::Counter, help);
-        for (f, r) in &flows {
-            m.sample(name, &[("flow", &f.name)], value(r));
-        }
-    }
-    let name = "mcrelay_flow_sequence_restarts_total";
-    m.family(
-        name,
-        Kind::Counter,
-        "Restarts of the flow's RTP sequence state: an input confirmed a new numbering (an encoder restart).",
-    );
-    for (f, r) in &flows {
-        m.sample(name, &[("flow", &f.name)], r.resets);
-    }
-    let name = "mcrelay_flow_redundancy_dropped_packets_total";
-    m.family(
-        name,
-        Kind::Counter,
-        "Datagrams the flow's redundancy rule dropped, by reason: late (after their turn or the window), \
-         stray (an unconfirmed jump ahead), replay (far behind, not a restart), mismatched (merge: another \
-         numbering than the flow's), not_rtp. Duplicates are mcrelay_flow_merge_duplicate_packets_total.",
-    );
-    for (f, r) in &flows {
-        for (reason, v) in [
-            ("late", r.late),
-            ("stray", r.strays),
-            ("replay", r.replays),
-            ("mismatched", r.mismatched),
-            ("not_rtp", r.not_rtp),
-        ] {
-            m.sample(name, &[("flow", &f.name), ("reason", reason)], v);
-        }
-    }
+    let items = flows.iter().map(|(f, r)| ([("flow", f.name.as_str())], *r));
+    table_families(m, counters::REDUNDANCY, items.clone());
+    table_reasons(m, counters::REDUNDANCY, items);
     let name = "mcrelay_input_detached";
     m.family(
         name,
@@ -627,257 +335,83 @@ fn redundancy_families(m: &mut Exposition, s: &Snapshot) {
             );
         }
     }
-    let name = "mcrelay_input_forwarded_packets_total";
-    m.family(
-        name,
-        Kind::Counter,
-        "Datagrams of the input forwarded to the flow's outputs (flows with several inputs).",
-    );
-    for (f, r) in &flows {
-        for leg in &r.legs {
-            m.sample(
-                name,
-                &[("flow", &f.name), ("input", &input_label(&leg.input))],
-                leg.forwarded,
-            );
-        }
-    }
+    let legs: Vec<(&str, String, &crate::snapshot::LegSnapshot)> = flows
+        .iter()
+        .flat_map(|(f, r)| {
+            r.legs
+                .iter()
+                .map(|l| (f.name.as_str(), input_label(&l.input), l))
+        })
+        .collect();
+    let legs = legs
+        .iter()
+        .map(|(flow, input, l)| ([("flow", *flow), ("input", input.as_str())], *l));
+    table_families(m, counters::LEG, legs);
 }
 
 fn output_families(m: &mut Exposition, s: &Snapshot) {
-    type Value = fn(&OutputSnapshot) -> u64;
-    let simple: [(&str, Kind, &str, Value); 7] = [
-        (
-            "mcrelay_output_sent_packets_total",
-            Kind::Counter,
-            "Datagrams sent to the output.",
-            |o| o.packets_out,
-        ),
-        (
-            "mcrelay_output_sent_bytes_total",
-            Kind::Counter,
-            "UDP payload bytes sent to the output.",
-            |o| o.bytes_out,
-        ),
-        (
-            "mcrelay_output_in_flight_high_water",
-            Kind::Gauge,
-            "Most sends the output ever had in flight at once.",
-            |o| o.in_flight_high_water,
-        ),
-        (
-            "mcrelay_output_gso_sends_total",
-            Kind::Counter,
-            "UDP GSO sends completed (each carried several datagrams).",
-            |o| o.gso_sends,
-        ),
-        (
-            "mcrelay_output_gso_fallbacks_total",
-            Kind::Counter,
-            "GSO sends the kernel refused; their datagrams were sent one by one.",
-            |o| o.gso_fallbacks,
-        ),
-        (
-            "mcrelay_output_connected",
-            Kind::Gauge,
-            "1 if the output is connected; 0 while it waits for a route or its source \
-             address (its sends fail; retried every second).",
-            |o| u64::from(o.not_connected.is_none()),
-        ),
-        (
-            "mcrelay_output_connect_failures_total",
-            Kind::Counter,
-            "Attempts to connect the output that failed (no route, source address missing).",
-            |o| o.connect_failures,
-        ),
-    ];
-    for (name, kind, help, value) in simple {
-        m.family(name, kind, help);
-        for f in &s.flows {
-            for o in &f.outputs {
-                m.sample(name, &[("flow", &f.name), ("output", &o.label)], value(o));
-            }
-        }
-    }
-
-    let name = "mcrelay_output_dropped_packets_total";
+    let outputs = s.flows.iter().flat_map(|f| {
+        f.outputs
+            .iter()
+            .map(move |o| ([("flow", f.name.as_str()), ("output", o.label.as_str())], o))
+    });
+    table_families(m, counters::OUTPUT, outputs.clone());
+    let name = "mcrelay_output_connected";
     m.family(
         name,
-        Kind::Counter,
-        "Datagrams not sent to the output, by reason: backlog (too many sends in \
-         flight), send_error (the send failed).",
+        Kind::Gauge,
+        "1 if the output is connected; 0 while it waits for a route or its source \
+         address (its sends fail; retried every second).",
     );
-    for f in &s.flows {
-        for o in &f.outputs {
-            for (reason, n) in [
-                ("backlog", o.drops_backlog),
-                ("send_error", o.drops_send_error),
-            ] {
-                let labels = [
-                    ("flow", f.name.as_str()),
-                    ("output", &o.label),
-                    ("reason", reason),
-                ];
-                m.sample(name, &labels, n);
-            }
-        }
+    for (labels, o) in outputs.clone() {
+        m.sample(name, &labels, u8::from(o.not_connected.is_none()));
     }
+    table_reasons(m, counters::OUTPUT, outputs);
+}
+
+/// `listener` or `caller`.
+fn srt_mode(listener: bool) -> &'static str {
+    if listener { "listener" } else { "caller" }
 }
 
 /// SRT outputs: per output, its callers and refusals; per caller (at most
 /// `max_callers` each, so the series stay bounded), what it was sent,
 /// dropped, and libsrt's retransmissions, losses, RTT and rate.
 fn srt_families(m: &mut Exposition, s: &Snapshot) {
-    use crate::snapshot::{SrtCallerSnapshot, SrtSnapshot};
-    let srt_outputs = || {
-        s.flows.iter().flat_map(|f| {
-            f.outputs
-                .iter()
-                .filter_map(move |o| o.srt.as_ref().map(|srt| (f, o, srt)))
-        })
-    };
-    type RouteValue = fn(&SrtSnapshot) -> u64;
-    let routes: [(&str, Kind, &str, RouteValue); 10] = [
-        (
-            "mcrelay_srt_callers",
-            Kind::Gauge,
-            "SRT callers connected to the output (a caller output: 1 while connected).",
-            |r| r.callers.len() as u64,
-        ),
-        (
-            "mcrelay_srt_max_callers",
-            Kind::Gauge,
-            "Most callers the SRT output serves at once.",
-            |r| u64::from(r.max_callers),
-        ),
-        (
-            "mcrelay_srt_refused_total",
-            Kind::Counter,
-            "SRT callers refused: unknown stream ID, max_callers reached, wrong or missing passphrase.",
-            |r| r.refused,
-        ),
-        (
-            "mcrelay_srt_disconnects_total",
-            Kind::Counter,
-            "SRT callers gone: left, broke, or dropped for not keeping up.",
-            |r| r.disconnects,
-        ),
-        (
-            "mcrelay_srt_late_disconnects_total",
-            Kind::Counter,
-            "SRT callers disconnected for not keeping up: datagrams dropped for them two seconds in a row, or their receiver stopped reading.",
-            |r| r.late_disconnects,
-        ),
-        (
-            "mcrelay_srt_refusing_callers",
-            Kind::Gauge,
-            "1 while the SRT output refuses new callers because most of its callers fell behind at once (the relay's sending is short).",
-            |r| u64::from(r.holding),
-        ),
-        (
-            "mcrelay_srt_connect_failures_total",
-            Kind::Counter,
-            "Failed connection attempts of an SRT caller output.",
-            |r| r.connect_failures,
-        ),
-        (
-            "mcrelay_srt_no_caller_packets_total",
-            Kind::Counter,
-            "Datagrams that reached the SRT output while no caller was connected.",
-            |r| r.no_caller,
-        ),
-        (
-            "mcrelay_srt_sent_packets_total",
-            Kind::Counter,
-            "Datagrams handed to libsrt for the SRT output's callers, those gone included.",
-            |r| r.sent,
-        ),
-        (
-            "mcrelay_srt_dropped_packets_total",
-            Kind::Counter,
-            "Datagrams dropped for the SRT output's callers (those gone included): a caller's send buffer was full.",
-            |r| r.dropped,
-        ),
-    ];
-    for (name, kind, help, value) in routes {
-        m.family(name, kind, help);
-        for (f, o, r) in srt_outputs() {
-            let mode = if r.listener { "listener" } else { "caller" };
-            m.sample(
-                name,
-                &[("flow", &f.name), ("output", &o.label), ("mode", mode)],
-                value(r),
-            );
-        }
-    }
-    type CallerValue = fn(&SrtCallerSnapshot) -> u64;
-    let callers: [(&str, Kind, &str, CallerValue); 6] = [
-        (
-            "mcrelay_srt_caller_sent_packets_total",
-            Kind::Counter,
-            "Datagrams handed to libsrt for this SRT caller.",
-            |c| c.sent,
-        ),
-        (
-            "mcrelay_srt_caller_dropped_packets_total",
-            Kind::Counter,
-            "Datagrams dropped for this SRT caller: its send buffer was full.",
-            |c| c.dropped,
-        ),
-        (
-            "mcrelay_srt_caller_retransmitted_packets_total",
-            Kind::Counter,
-            "Packets libsrt retransmitted to this caller.",
-            |c| c.retransmitted,
-        ),
-        (
-            "mcrelay_srt_caller_lost_packets_total",
-            Kind::Counter,
-            "Packets this caller reported lost (before retransmission).",
-            |c| c.lost,
-        ),
-        (
-            "mcrelay_srt_caller_too_late_packets_total",
-            Kind::Counter,
-            "Packets libsrt dropped as too late to deliver to this caller (residual loss).",
-            |c| c.too_late,
-        ),
-        (
-            "mcrelay_srt_caller_send_bits_per_second",
-            Kind::Gauge,
-            "Send rate to this caller over the last second.",
-            |c| c.send_bps,
-        ),
-    ];
-    for (name, kind, help, value) in callers {
-        m.family(name, kind, help);
-        for (f, o, r) in srt_outputs() {
-            for c in &r.callers {
-                m.sample(
-                    name,
-                    &[("flow", &f.name), ("output", &o.label), ("peer", &c.peer)],
-                    value(c),
-                );
-            }
-        }
-    }
-    let name = "mcrelay_srt_caller_rtt_seconds";
+    let srt_outputs = s.flows.iter().flat_map(|f| {
+        f.outputs
+            .iter()
+            .filter_map(move |o| o.srt.as_ref().map(|srt| (f, o, srt)))
+    });
+    let routes = srt_outputs.clone().map(|(f, o, r)| {
+        let labels = [
+            ("flow", f.name.as_str()),
+            ("output", o.label.as_str()),
+            ("mode", srt_mode(r.listener)),
+        ];
+        (labels, r)
+    });
+    let name = "mcrelay_srt_callers";
     m.family(
         name,
         Kind::Gauge,
-        "Smoothed round-trip time to this SRT caller.",
+        "SRT callers connected to the output (a caller output: 1 while connected).",
     );
-    for (f, o, r) in srt_outputs() {
-        for c in &r.callers {
-            #[allow(clippy::cast_precision_loss)]
-            let rtt = c.rtt_us as f64 / 1e6;
-            m.sample(
-                name,
-                &[("flow", &f.name), ("output", &o.label), ("peer", &c.peer)],
-                Float(rtt),
-            );
-        }
+    for (labels, r) in routes.clone() {
+        m.sample(name, &labels, r.callers.len() as u64);
     }
+    table_families(m, counters::SRT_OUTPUT, routes);
+    let callers = srt_outputs.flat_map(|(f, o, r)| {
+        r.callers.iter().map(move |c| {
+            let labels = [
+                ("flow", f.name.as_str()),
+                ("output", o.label.as_str()),
+                ("peer", c.peer.as_str()),
+            ];
+            (labels, c)
+        })
+    });
+    table_families(m, counters::SRT_CALLER, callers);
 }
 
 /// SRT inputs: per input (one series each, labelled by flow, input and
@@ -885,179 +419,79 @@ fn srt_families(m: &mut Exposition, s: &Snapshot) {
 /// worker, what was dropped on the way (by reason), libsrt's receive
 /// losses, refusals and reconnections, and the RTT.
 fn srt_input_families(m: &mut Exposition, s: &Snapshot) {
-    use crate::snapshot::SrtInputSnapshot;
-    let inputs = || {
-        s.flows
-            .iter()
-            .flat_map(|f| f.srt_inputs.iter().map(move |i| (f, i)))
-    };
-    let mode = |i: &SrtInputSnapshot| if i.listener { "listener" } else { "caller" };
-    type InputValue = fn(&SrtInputSnapshot) -> u64;
-    let families: [(&str, Kind, &str, InputValue); 8] = [
-        (
-            "mcrelay_srt_input_connected",
-            Kind::Gauge,
-            "1 while the SRT input's peer is connected (a listener: its caller; a caller: its connection).",
-            |i| u64::from(i.peer.is_some()),
-        ),
-        (
-            "mcrelay_srt_input_received_packets_total",
-            Kind::Counter,
-            "Datagrams the SRT input received from its peer.",
-            |i| i.datagrams,
-        ),
-        (
-            "mcrelay_srt_input_delivered_packets_total",
-            Kind::Counter,
-            "Datagrams of the SRT input handed to the flow's worker.",
-            |i| i.delivered,
-        ),
+    let inputs = s.flows.iter().flat_map(|f| {
+        f.srt_inputs.iter().map(move |i| {
+            let labels = [
+                ("flow", f.name.as_str()),
+                ("input", i.label.as_str()),
+                ("mode", srt_mode(i.listener)),
+            ];
+            (labels, i)
+        })
+    });
+    let name = "mcrelay_srt_input_connected";
+    m.family(
+        name,
+        Kind::Gauge,
+        "1 while the SRT input's peer is connected (a listener: its caller; a caller: its connection).",
+    );
+    for (labels, i) in inputs.clone() {
+        m.sample(name, &labels, u8::from(i.peer.is_some()));
+    }
+    table_families(m, counters::SRT_INPUT, inputs.clone());
+    // The peer's libsrt counters, over its current connection (0 without
+    // one): see counters::SRT_PEER.
+    type PeerValue = fn(&crate::snapshot::SrtPeerSnapshot) -> u64;
+    let peer: [(&str, &str, PeerValue); 2] = [
         (
             "mcrelay_srt_input_lost_packets_total",
-            Kind::Counter,
             "Packets libsrt found missing on the SRT input (before retransmission), over its current connection.",
-            |i| i.peer.as_ref().map_or(0, |p| p.lost),
+            |p| p.lost,
         ),
         (
             "mcrelay_srt_input_too_late_packets_total",
-            Kind::Counter,
             "Packets libsrt dropped on the SRT input as too late for its latency (residual loss), over its current connection.",
-            |i| i.peer.as_ref().map_or(0, |p| p.too_late),
-        ),
-        (
-            "mcrelay_srt_input_refused_total",
-            Kind::Counter,
-            "Callers the SRT input refused: a second caller while one is connected, unknown stream ID, wrong or missing passphrase.",
-            |i| i.refused,
-        ),
-        (
-            "mcrelay_srt_input_disconnects_total",
-            Kind::Counter,
-            "Connections of the SRT input that ended.",
-            |i| i.disconnects,
-        ),
-        (
-            "mcrelay_srt_input_connect_failures_total",
-            Kind::Counter,
-            "Failed connection attempts of an SRT caller input.",
-            |i| i.connect_failures,
+            |p| p.too_late,
         ),
     ];
-    for (name, kind, help, value) in families {
-        m.family(name, kind, help);
-        for (f, i) in inputs() {
-            m.sample(
-                name,
-                &[("flow", &f.name), ("input", &i.label), ("mode", mode(i))],
-                value(i),
-            );
+    for (name, help, value) in peer {
+        m.family(name, Kind::Counter, help);
+        for (labels, i) in inputs.clone() {
+            m.sample(name, &labels, i.peer.as_ref().map_or(0, value));
         }
     }
-    let name = "mcrelay_srt_input_dropped_packets_total";
-    m.family(
-        name,
-        Kind::Counter,
-        "Datagrams of the SRT input dropped before its worker, by reason: queue_full (the worker's queue was full), flow_gone (the flow was being removed).",
-    );
-    for (f, i) in inputs() {
-        for (reason, v) in [
-            ("queue_full", i.drop_queue_full),
-            ("flow_gone", i.drop_flow_gone),
-        ] {
-            m.sample(
-                name,
-                &[("flow", &f.name), ("input", &i.label), ("reason", reason)],
-                v,
-            );
-        }
-    }
+    let dropped = inputs
+        .clone()
+        .map(|([flow, input, _], i)| ([flow, input], i));
+    table_reasons(m, counters::SRT_INPUT, dropped);
     let name = "mcrelay_srt_input_rtt_seconds";
     m.family(
         name,
         Kind::Gauge,
         "Smoothed round-trip time to the SRT input's peer.",
     );
-    for (f, i) in inputs() {
+    for (labels, i) in inputs {
         if let Some(p) = &i.peer {
             #[allow(clippy::cast_precision_loss)]
             let rtt = p.rtt_us as f64 / 1e6;
-            m.sample(
-                name,
-                &[("flow", &f.name), ("input", &i.label), ("mode", mode(i))],
-                Float(rtt),
-            );
+            m.sample(name, &labels, Float(rtt));
         }
     }
 }
 
 fn worker_families(m: &mut Exposition, s: &Snapshot) {
-    type PoolValue = fn(&PoolClassSnapshot) -> u64;
-    let pools: [(&str, Kind, &str, PoolValue); 5] = [
-        (
-            "mcrelay_pool_buffers",
-            Kind::Gauge,
-            "Buffers in the worker's pool class.",
-            |p| u64::from(p.capacity),
-        ),
-        (
-            "mcrelay_pool_buffers_in_use",
-            Kind::Gauge,
-            "Buffers of the class out of the pool now.",
-            |p| u64::from(p.in_use),
-        ),
-        (
-            "mcrelay_pool_buffers_high_water",
-            Kind::Gauge,
-            "Most buffers of the class ever out at once.",
-            |p| u64::from(p.high_water),
-        ),
-        (
-            "mcrelay_pool_taken_total",
-            Kind::Counter,
-            "Buffers of the class taken from the pool.",
-            |p| p.taken,
-        ),
-        (
-            "mcrelay_pool_exhausted_total",
-            Kind::Counter,
-            "Takes that failed because the class had no free buffer.",
-            |p| p.exhausted,
-        ),
-    ];
-    for (name, kind, help, value) in pools {
-        m.family(name, kind, help);
-        for w in &s.workers {
-            let worker = w.index.to_string();
-            for p in &w.pools {
-                m.sample(name, &[("worker", &worker), ("class", &p.class)], value(p));
-            }
-        }
-    }
-
-    type LoopValue = fn(&WorkerSnapshot) -> u64;
-    let loops: [(&str, &str, LoopValue); 3] = [
-        (
-            "mcrelay_worker_loop_turns_total",
-            "Turns of the worker's event loop.",
-            |w| w.loop_turns,
-        ),
-        (
-            "mcrelay_worker_completions_total",
-            "Completions the worker handled.",
-            |w| w.completions,
-        ),
-        (
-            "mcrelay_worker_sends_submitted_total",
-            "Send operations the worker submitted (a GSO send counts once).",
-            |w| w.sends_submitted,
-        ),
-    ];
-    for (name, help, value) in loops {
-        m.family(name, Kind::Counter, help);
-        for w in &s.workers {
-            m.sample(name, &[("worker", &w.index.to_string())], value(w));
-        }
-    }
+    let workers: Vec<(String, &WorkerSnapshot)> =
+        s.workers.iter().map(|w| (w.index.to_string(), w)).collect();
+    let pools = workers.iter().flat_map(|(index, w)| {
+        w.pools
+            .iter()
+            .map(move |p| ([("worker", index.as_str()), ("class", p.class.as_str())], p))
+    });
+    table_families(m, counters::POOL, pools);
+    let loops = workers
+        .iter()
+        .map(|(index, w)| ([("worker", index.as_str())], *w));
+    table_families(m, counters::WORKER, loops);
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -230,6 +230,10 @@ pub struct SrtInputSnapshot {
     /// The listener couldn't open, or the last connect error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The SRT thread's route these totals are of (not in the JSON): a
+    /// reload's successor on another route adds them ([`FlowSnapshot::carry`]).
+    #[serde(skip)]
+    pub series: u64,
 }
 
 /// The peer of an SRT input.
@@ -509,19 +513,15 @@ pub struct IngressDropsSnapshot {
 
 impl IngressDropsSnapshot {
     /// Every reason with its count, in a fixed order (the names used in
-    /// tables and metrics).
+    /// tables and metrics: the counter table's, [`crate::counters::INGRESS_DROPS`]).
     pub fn by_reason(&self) -> [(&'static str, u64); 9] {
-        [
-            ("oversize", self.oversize),
-            ("pool_exhausted", self.pool_exhausted),
-            ("kernel", self.kernel),
-            ("truncated", self.truncated),
-            ("malformed", self.malformed),
-            ("fragment", self.fragment),
-            ("bad_checksum", self.bad_checksum),
-            ("not_this_flow", self.not_this_flow),
-            ("loop", self.looped),
-        ]
+        let rows = crate::counters::INGRESS_DROPS;
+        std::array::from_fn(|i| {
+            (
+                rows[i].reason().map_or("", |(_, r)| r),
+                (rows[i].value)(self),
+            )
+        })
     }
 
     /// All reasons together.
@@ -539,15 +539,7 @@ impl IngressDropsSnapshot {
     }
 
     fn add(&mut self, other: &Self) {
-        self.oversize = self.oversize.saturating_add(other.oversize);
-        self.pool_exhausted = self.pool_exhausted.saturating_add(other.pool_exhausted);
-        self.kernel = self.kernel.saturating_add(other.kernel);
-        self.truncated = self.truncated.saturating_add(other.truncated);
-        self.malformed = self.malformed.saturating_add(other.malformed);
-        self.fragment = self.fragment.saturating_add(other.fragment);
-        self.bad_checksum = self.bad_checksum.saturating_add(other.bad_checksum);
-        self.not_this_flow = self.not_this_flow.saturating_add(other.not_this_flow);
-        self.looped = self.looped.saturating_add(other.looped);
+        crate::counters::carry(crate::counters::INGRESS_DROPS, self, other);
     }
 }
 
@@ -629,6 +621,10 @@ pub struct SrtSnapshot {
     /// The listener couldn't open, or the last connect error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The SRT thread's route these totals are of (not in the JSON): a
+    /// reload's successor on another route adds them ([`FlowSnapshot::carry`]).
+    #[serde(skip)]
+    pub series: u64,
 }
 
 /// One connected SRT caller (or a caller output's connection).

@@ -13,7 +13,8 @@
 //!
 //! Checked generically, not on a list of names: every `_total` series of
 //! `/metrics` and every counter of `stats --json` (every number but the
-//! gauges named in [`GAUGES`]) is at least what it was in every earlier
+//! gauges of the counter table, `mcrelay_control::counters::gauges`) is
+//! at least what it was in every earlier
 //! read that had it. A scraper reads `/metrics` all along, the reloads
 //! included, so a moment in between where a counter dips is caught too.
 //!
@@ -38,36 +39,6 @@ const OUT: &str = "239.26.2.1:5000";
 const OUT2: &str = "239.26.2.2:5000";
 const METRICS: &str = "127.0.0.1:9466";
 const RATE: u64 = 500;
-
-/// Numbers in `stats --json` that describe now rather than count: they
-/// may go down. Everything else is a counter.
-const GAUGES: &[&str] = &[
-    "uptime_seconds",
-    "taken_at_unix_ms",
-    "pid",
-    "worker",
-    "workers",
-    "index",
-    "cpu",
-    "in_use",
-    "capacity",
-    "buffer_bytes",
-    "high_water",
-    "silence_ms",
-    "max_gap_ns",
-    "payload_type",
-    "ssrc",
-    "jitter_ns",
-    "pids",
-    "active_input",
-    "input_rtt_us",
-    "output_rtt_us",
-    "rtt_us",
-    "send_bps",
-    "receive_bps",
-    "connected_since",
-    "max_callers",
-];
 
 fn socket(t: &Topology) -> PathBuf {
     t.dir.join("control.sock")
@@ -121,13 +92,16 @@ fn try_scrape(ns: &str) -> Option<String> {
 }
 
 /// Every counter of a `stats --json`, by its path (flows by name, outputs
-/// by label, legs by input, workers by index; gauges left out).
-fn counters(v: &Value, path: &str, out: &mut BTreeMap<String, u64>) {
+/// by label, legs by input, workers by index; the counter table's
+/// `gauges` left out).
+fn counters(v: &Value, path: &str, gauges: &[&str], out: &mut BTreeMap<String, u64>) {
     match v {
         Value::Number(n) => {
+            // The field's name: `.workers[1]` is `workers`.
             let key = path.rsplit('.').next().unwrap_or(path);
+            let key = key.split('[').next().unwrap_or(key);
             if let Some(n) = n.as_u64()
-                && !GAUGES.contains(&key)
+                && !gauges.contains(&key)
             {
                 out.insert(path.to_owned(), n);
             }
@@ -138,12 +112,12 @@ fn counters(v: &Value, path: &str, out: &mut BTreeMap<String, u64>) {
                     .iter()
                     .find_map(|k| item.get(k).and_then(Value::as_str))
                     .map_or_else(|| i.to_string(), str::to_owned);
-                counters(item, &format!("{path}[{id}]"), out);
+                counters(item, &format!("{path}[{id}]"), gauges, out);
             }
         }
         Value::Object(map) => {
             for (k, item) in map {
-                counters(item, &format!("{path}.{k}"), out);
+                counters(item, &format!("{path}.{k}"), gauges, out);
             }
         }
         _ => {}
@@ -167,6 +141,7 @@ impl Reads {
         counters(
             &serde_json::from_str(&out).expect("stats --json"),
             "",
+            &mcrelay_control::counters::gauges(),
             &mut s,
         );
         let down = fell(&self.metrics, &m);

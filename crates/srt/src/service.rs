@@ -151,6 +151,41 @@ pub struct RouteView {
     pub connect_failures: u64,
     /// Why the listener could not be opened, or the last connect error.
     pub error: Option<String>,
+    /// The series its totals belong to: a route rebuilt in place (a
+    /// reload changed its settings) keeps the old route's series and goes
+    /// on from its totals ([`RouteView::go_on_from`]); a route opened anew
+    /// (its flow's feed had ended) starts a series of its own, at 0, whose
+    /// readers add what the earlier one counted (the daemon's carry).
+    pub series: u64,
+}
+
+impl RouteView {
+    /// This route replaces `old` in place: its totals go on from
+    /// `old`'s, in `old`'s series. `old`'s callers are closed with it
+    /// (counted as disconnects); their `sent` and `dropped`, in `old`'s
+    /// totals, are returned as what departed callers sent and dropped.
+    fn go_on_from(&mut self, old: &RouteView) -> [u64; 2] {
+        self.series = old.series;
+        for (new, old) in [
+            (&mut self.datagrams, old.datagrams),
+            (&mut self.delivered, old.delivered),
+            (&mut self.drop_queue_full, old.drop_queue_full),
+            (&mut self.drop_flow_gone, old.drop_flow_gone),
+            (&mut self.no_caller, old.no_caller),
+            (&mut self.oversize, old.oversize),
+            (&mut self.connects, old.connects),
+            (&mut self.refused, old.refused),
+            (&mut self.connect_failures, old.connect_failures),
+        ] {
+            *new = new.saturating_add(old);
+        }
+        let callers = u64::try_from(old.callers.len()).unwrap_or(u64::MAX);
+        self.disconnects = self
+            .disconnects
+            .saturating_add(old.disconnects)
+            .saturating_add(callers);
+        [old.sent, old.dropped]
+    }
 }
 
 /// One SRT output or input to serve, and its end of the socket pair.
@@ -193,6 +228,7 @@ impl SrtService {
             last_tick: Instant::now(),
             srt_ready: Vec::with_capacity(ffi::READY_MAX),
             sys_ready: Vec::with_capacity(ffi::READY_MAX),
+            series: 0,
         };
         let thread = std::thread::Builder::new()
             .name("mcrelay-srt".into())
@@ -351,6 +387,8 @@ struct Thread {
     /// the most one wait returns, so no wake-up allocates.
     srt_ready: Vec<i32>,
     sys_ready: Vec<i32>,
+    /// The last [`RouteView::series`] given out.
+    series: u64,
 }
 
 fn now_unix() -> u64 {
@@ -433,7 +471,10 @@ impl Thread {
         }
         // A reload replacing the flow: the new feed takes the old route's
         // callers over; the old feed is closed (the old flow's sends to it
-        // fail from then on, which only its draining sees).
+        // fail from then on, which only its draining sees). A route whose
+        // settings changed is rebuilt in place instead: the new route goes
+        // on from the old one's totals, as it published them last.
+        let mut replaced = None;
         if let Some(old) = self.routes.iter_mut().find(|r| r.key == key && !r.gone) {
             if old.spec.srt == spec.srt
                 && old.spec.address == spec.address
@@ -447,6 +488,12 @@ impl Thread {
                 return;
             }
             old.gone = true;
+            let mut last = old.view.clone();
+            last.callers = old.callers.iter().map(|c| c.view.clone()).collect();
+            last.sent = old.departed[0] + old.callers.iter().map(|c| c.view.sent).sum::<u64>();
+            last.dropped =
+                old.departed[1] + old.callers.iter().map(|c| c.view.dropped).sum::<u64>();
+            replaced = Some(last);
         }
         self.sweep();
         let taken = Arc::new(AtomicU32::new(0));
@@ -467,6 +514,14 @@ impl Thread {
                 SrtMode::Caller => 1,
             },
             ..RouteView::default()
+        };
+        let departed = match &replaced {
+            Some(old) => view.go_on_from(old),
+            None => {
+                self.series += 1;
+                view.series = self.series;
+                [0; 2]
+            }
         };
         let calling = match spec.srt.mode {
             SrtMode::Caller => Some(Calling::Idle {
@@ -496,7 +551,7 @@ impl Thread {
             feed,
             old_feeds: Vec::new(),
             callers: Vec::new(),
-            departed: [0; 2],
+            departed,
             taken,
             hold,
             hold_until: None,
@@ -1189,4 +1244,53 @@ fn admit(shared: &ListenerShared, req: &Request<'_>) -> bool {
             },
         );
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{CallerView, RouteView};
+
+    /// A route rebuilt in place goes on from the old one's totals, in its
+    /// series; its callers were closed with it.
+    #[test]
+    fn a_route_rebuilt_in_place_goes_on_from_the_old_ones_totals() {
+        let old = RouteView {
+            series: 3,
+            datagrams: 100,
+            delivered: 90,
+            drop_queue_full: 1,
+            drop_flow_gone: 2,
+            no_caller: 3,
+            oversize: 4,
+            connects: 5,
+            refused: 6,
+            disconnects: 7,
+            connect_failures: 8,
+            sent: 80,
+            dropped: 9,
+            callers: vec![CallerView::default(), CallerView::default()],
+            ..RouteView::default()
+        };
+        let mut new = RouteView {
+            series: 4,
+            max_callers: 2,
+            ..RouteView::default()
+        };
+        let departed = new.go_on_from(&old);
+        assert_eq!(departed, [80, 9]);
+        assert_eq!(new.series, 3);
+        assert_eq!(
+            (
+                new.datagrams,
+                new.delivered,
+                new.drop_queue_full,
+                new.drop_flow_gone
+            ),
+            (100, 90, 1, 2)
+        );
+        assert_eq!((new.no_caller, new.oversize, new.connects), (3, 4, 5));
+        assert_eq!((new.refused, new.connect_failures), (6, 8));
+        assert_eq!(new.disconnects, 9, "7 before, and its 2 callers");
+        assert_eq!(new.max_callers, 2, "a setting: the new route's");
+    }
 }

@@ -256,6 +256,7 @@ fn srt_snapshot(srt: &[RouteView], flow: &str, label: &str) -> Option<SrtSnapsho
         holding: r.holding,
         connect_failures: r.connect_failures,
         error: r.error.clone(),
+        series: r.series,
     })
 }
 
@@ -418,6 +419,7 @@ fn srt_inputs(srt: &[RouteView], flow: &str) -> Vec<SrtInputSnapshot> {
             disconnects: r.disconnects,
             connect_failures: r.connect_failures,
             error: r.error.clone(),
+            series: r.series,
         })
         .collect();
     all.sort_by_key(|s| s.leg);
