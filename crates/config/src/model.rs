@@ -122,7 +122,9 @@ pub enum EgressKind {
     /// An AF_XDP socket bound to queue 0 of the output interface: frames
     /// built by the worker (prebuilt Ethernet/IPv4/UDP header) sent on its
     /// TX ring, skipping the kernel's UDP/IP output path and the qdisc.
-    /// IPv4 multicast outputs only (the destination MAC is the group's).
+    /// IPv4 outputs only. The destination MAC is a group's multicast MAC,
+    /// or a unicast destination's next hop's, read from the neighbour
+    /// table when the output is opened.
     Xdp,
 }
 

@@ -1333,10 +1333,6 @@ impl<'t> Walker<'t> {
                         self.err(&v.span(), format!("{p}{} = \"xdp\" takes IPv4 outputs only ({a} is IPv6: the frames' headers are built for IPv4); use egress = \"socket\"", path("egress")));
                         ok = false;
                     }
-                    Some(a) if !a.is_multicast() => {
-                        self.err(&v.span(), format!("{p}{} = \"xdp\" sends to multicast groups only ({a} is unicast: its next hop's MAC address would have to come from the neighbour table, which the xdp egress doesn't read); use egress = \"socket\"", path("egress")));
-                        ok = false;
-                    }
                     _ if fec.is_some() || rist.is_some() => {
                         self.err(&v.span(), format!("{p}{} = \"xdp\" can't be used with fec or protocol = \"rist\" (their extra ports are sent on sockets); remove egress or fec/protocol", path("egress")));
                         ok = false;
@@ -1751,12 +1747,14 @@ mod tests {
             e.contains("egress = \"xdp\" takes IPv4 outputs only"),
             "{e}"
         );
+        // A unicast destination is served (its next hop's MAC comes from
+        // the neighbour table when the flow starts).
         let unicast =
             r#"{ interface = "eth1", address = "10.0.0.2", port = 6000, egress = "xdp" }"#;
-        let e = error(&flow(IN, &out(unicast)));
-        assert!(
-            e.contains("multicast groups only") && e.contains("neighbour table"),
-            "{e}"
+        let c = parse(&flow(IN, &out(unicast)), "t.toml").expect("unicast xdp output");
+        assert_eq!(
+            c.flows.by_name("x").expect("x").outputs[0].egress,
+            EgressKind::Xdp
         );
         let fec = r#"{ interface = "eth1", address = "239.2.2.2", port = 6000, egress = "xdp", fec = { columns = 4, rows = 4 } }"#;
         assert!(error(&flow(IN, &out(fec))).contains("can't be used with fec"));

@@ -19,6 +19,7 @@ mod kernel_limits;
 mod loopguard;
 mod manpage;
 mod metrics;
+mod neighbour;
 mod netlink;
 mod notify;
 mod outputs;

@@ -171,6 +171,8 @@ fn supervise(
             privileges.drop()?;
             // Only now: the SRT thread and libsrt's must not keep privileges.
             crate::srt::privileges_dropped();
+            // And the neighbour watcher of unicast xdp outputs.
+            crate::neighbour::privileges_dropped();
             Ok::<(), PrivilegeError>(())
         },
     )?;

@@ -697,15 +697,19 @@ pub enum OpenError {
 /// What the worker needs of an `egress = "xdp"` output beside its AF_XDP
 /// socket: the frames' header, built once from the output's UDP socket
 /// (its local address and port, which routing and `source_address` chose
-/// when it was connected), the interface's MAC address and the group; and
-/// the largest payload the interface's MTU carries.
+/// when it was connected), the interface's MAC address and the
+/// destination's: a group's multicast MAC, or for a unicast destination
+/// its next hop's from the neighbour table ([`crate::neighbour`], which
+/// may wait up to [`crate::neighbour::RESOLVE_WAIT`] for ARP); and the
+/// largest payload the interface's MTU carries.
 fn xdp_output(
     o: &Output,
     socket: &std::net::UdpSocket,
     fds: mcrelay_sockets::xdp::XdpEgressFds,
 ) -> std::io::Result<mcrelay_uring::worker::XskOutput> {
     let invalid = |why: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, why);
-    let (SocketAddr::V4(local), std::net::IpAddr::V4(group)) = (socket.local_addr()?, o.address)
+    let (SocketAddr::V4(local), std::net::IpAddr::V4(destination)) =
+        (socket.local_addr()?, o.address)
     else {
         return Err(invalid("not an IPv4 output".into()));
     };
@@ -717,11 +721,31 @@ fn xdp_output(
     }
     let source_mac = mcrelay_sys::xdp::interface_mac(&o.interface)?;
     let mtu = mcrelay_sys::xdp::interface_mtu(&o.interface)? as usize;
+    let (destination_mac, next_hop) = if destination.is_multicast() {
+        (mcrelay_wire::egress::multicast_mac(destination), None)
+    } else {
+        let resolved = crate::neighbour::resolve_mac(
+            &o.interface,
+            destination,
+            crate::neighbour::RESOLVE_WAIT,
+        )?;
+        tracing::info!(
+            output = %SocketAddr::new(o.address, o.port),
+            interface = %o.interface,
+            next_hop = %resolved.next_hop,
+            next_hop_mac = %format_mac(resolved.mac),
+            "xdp egress to a unicast destination: next hop resolved"
+        );
+        let mac = std::sync::Arc::new(mcrelay_uring::worker::NextHopMac::new(resolved.mac));
+        crate::neighbour::follow(&resolved, &mac, output_label(o));
+        (resolved.mac, Some(mac))
+    };
     let header = mcrelay_wire::egress::Template::new(&mcrelay_wire::egress::Endpoints {
         source_mac,
         source: *local.ip(),
         source_port: local.port(),
-        group,
+        destination,
+        destination_mac,
         port: o.port,
         ttl: o.ttl,
     });
@@ -730,7 +754,14 @@ fn xdp_output(
         umem: fds.umem,
         header,
         max_payload: mtu.saturating_sub(28),
+        next_hop,
     })
+}
+
+/// `aa:bb:cc:dd:ee:ff`.
+pub(crate) fn format_mac(mac: [u8; 6]) -> String {
+    let [a, b, c, d, e, f] = mac;
+    format!("{a:02x}:{b:02x}:{c:02x}:{d:02x}:{e:02x}:{f:02x}")
 }
 
 /// An output's label in counters and metrics: `address:port@interface`,

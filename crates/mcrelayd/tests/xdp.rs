@@ -206,7 +206,7 @@ fn relays_more(t: &Topology, socket: &Path) {
 }
 
 /// The flow's program follows the flow through a link flap, the death of
-/// the privileged helper and reloads that remove and re-add it.
+/// the privileged helper and reloads that remove, re-add and change it.
 #[test]
 fn link_flap_helper_death_and_reload_keep_the_program_in_step() {
     let Some(t) = topology() else { return };
@@ -257,6 +257,31 @@ fn link_flap_helper_death_and_reload_keep_the_program_in_step() {
     wait_flow(&socket, "xdp", "running", |s, _| s.is_running());
     wait_attached(&t, true);
     relays_more(&t, &socket);
+
+    // A reload that changes the flow (its output's TTL): the old flow's
+    // program holds vRA, so the flow is stopped before its successor
+    // attaches its own (break-before-make), instead of the new one being
+    // refused with EBUSY. It relays again, with the new TTL.
+    std::fs::write(
+        &path,
+        text.replace("port = 6000 }", "port = 6000, ttl = 7 }"),
+    )
+    .expect("rewrite");
+    let (code, said) = ctl(&socket, &["reload"]);
+    assert_eq!(code, 0, "{said}\n{}", relay.log());
+    assert!(
+        relay.log().contains("stopped before its successor starts"),
+        "{}",
+        relay.log()
+    );
+    wait_flow(&socket, "xdp", "running", |s, _| s.is_running());
+    wait_attached(&t, true);
+    let rx = t.receiver("239.2.2.2:6000", 300, &[]);
+    t.send("239.1.1.1:5000", &["--count", "300", "--rate", "10000"]);
+    let out = finish(rx);
+    clean(&out);
+    assert_eq!(field(&out, "valid"), 300, "{out}");
+    assert_eq!(field(&out, "ttl"), 7, "{out}");
     relay.stop();
     wait_attached(&t, false);
 }

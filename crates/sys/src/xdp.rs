@@ -755,6 +755,9 @@ pub struct XskTx {
     /// exceeded: a frame is either here, in the TX ring or the kernel's).
     free: Vec<u64>,
     fd: RawFd,
+    /// The socket is in zero-copy mode (the driver reads the UMEM; a kick
+    /// only wakes it).
+    zero_copy: bool,
 }
 
 impl XskTx {
@@ -788,12 +791,14 @@ impl XskTx {
             .rev()
             .map(|i| u64::from(i) * u64::from(FRAME_SIZE))
             .collect();
+        let options: libc::xdp_options = get(xsk, libc::SOL_XDP, libc::XDP_OPTIONS)?;
         Ok(XskTx {
             umem,
             tx,
             completion,
             free,
             fd: xsk.as_fd().as_raw_fd(),
+            zero_copy: options.flags & libc::XDP_OPTIONS_ZEROCOPY != 0,
         })
     }
 
@@ -901,14 +906,21 @@ impl XskTx {
     }
 
     /// Ask the kernel to send what the TX ring holds (`sendto` with
-    /// `MSG_DONTWAIT`; copy mode sends a bounded batch per call and says
-    /// `EAGAIN` when frames are left, so it is called again while the
-    /// ring drains, at most `ring / 16` times). Then reap. The error of
-    /// the last call when the ring could not be drained (`ENETDOWN` on a
-    /// link that is down, `ENOBUFS`/`EBUSY` when the driver's queue is
-    /// full): the frames stay in the ring for the next kick.
-    pub fn kick(&mut self) -> io::Result<()> {
-        let mut result = Ok(());
+    /// `MSG_DONTWAIT`), then reap. Copy mode sends at most a batch (32) per
+    /// call and says `EAGAIN` when frames are left, and also when it can't
+    /// go on now (the driver's queue is stopped, the socket's send buffer
+    /// of copies in flight is full): called again while frames are left,
+    /// at most `ring / 16` times. In copy mode `EBUSY` means the driver
+    /// dropped the frame it was given (a veth whose peer's backlog is
+    /// full; the frame is completed, not sent): counted in
+    /// [`XskKick::driver_drops`], and the kick goes on. A call that returns
+    /// without an error has taken what the kernel will take now (zero-copy
+    /// mode only wakes the driver). The error, when the ring still holds
+    /// frames: `EAGAIN` (the caller kicks again soon,
+    /// [`XskKick::retry_soon`]), or another (`ENETDOWN` on a link that is
+    /// down, ...: the frames wait for the next flush).
+    pub fn kick(&mut self) -> XskKick {
+        let mut kick = XskKick::default();
         let mut tries = (self.tx.mask as usize + 1) / 16 + 1;
         while self.unsent() && tries > 0 {
             tries -= 1;
@@ -925,20 +937,88 @@ impl XskTx {
                     0,
                 )
             };
+            kick.calls += 1;
             if rc >= 0 {
-                result = Ok(());
-                continue;
+                kick.error = None;
+                break;
             }
             let e = io::Error::last_os_error();
             match e.raw_os_error() {
-                Some(libc::EAGAIN | libc::EINTR) => result = Err(e),
+                // Copy mode: the driver dropped the frame it was given.
+                Some(libc::EBUSY) if !self.zero_copy => {
+                    kick.driver_drops += 1;
+                    kick.error = None;
+                }
+                Some(libc::EINTR) => {}
+                // The batch limit, or it can't go on now: which, the ring
+                // doesn't say (the kernel publishes its consumer index
+                // lazily), so try again, a bounded number of times.
+                Some(libc::EAGAIN) => kick.error = Some(e),
                 _ => {
-                    result = Err(e);
+                    kick.error = Some(e);
                     break;
                 }
             }
         }
         self.reap();
-        if self.unsent() { result } else { Ok(()) }
+        if !self.unsent() {
+            kick.error = None;
+        }
+        kick.unsent = self.unsent();
+        kick
+    }
+}
+
+/// What one [`XskTx::kick`] did.
+#[derive(Debug, Default)]
+pub struct XskKick {
+    /// `sendto` calls made.
+    pub calls: u32,
+    /// Frames the driver dropped (`EBUSY`): completed, not sent.
+    pub driver_drops: u32,
+    /// Frames are left in the TX ring.
+    pub unsent: bool,
+    /// Why frames are left (`None` when none are, or when the last call
+    /// took what the kernel would take now).
+    pub error: Option<io::Error>,
+}
+
+impl XskKick {
+    /// Frames are left that the kernel could take soon: the caller should
+    /// kick again without waiting for new datagrams (`EAGAIN`: a stopped
+    /// queue, a full send buffer or completion ring, or the batch limit;
+    /// or a zero-copy driver still working through the ring).
+    pub fn retry_soon(&self) -> bool {
+        self.unsent
+            && self
+                .error
+                .as_ref()
+                .is_none_or(|e| e.raw_os_error() == Some(libc::EAGAIN))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kick(unsent: bool, errno: Option<i32>) -> XskKick {
+        XskKick {
+            calls: 1,
+            driver_drops: 0,
+            unsent,
+            error: errno.map(io::Error::from_raw_os_error),
+        }
+    }
+
+    /// Frames left by a kick the kernel could take soon are kicked again
+    /// without new datagrams; frames left behind a down link wait for
+    /// the next flush (no busy retry while the flow is being paused).
+    #[test]
+    fn frames_left_by_eagain_are_retried_soon() {
+        assert!(!kick(false, None).retry_soon(), "nothing left");
+        assert!(kick(true, Some(libc::EAGAIN)).retry_soon(), "queue stopped");
+        assert!(kick(true, None).retry_soon(), "zero-copy driver at work");
+        assert!(!kick(true, Some(libc::ENETDOWN)).retry_soon(), "link down");
+        assert!(!kick(true, Some(libc::ENXIO)).retry_soon(), "unbound");
     }
 }

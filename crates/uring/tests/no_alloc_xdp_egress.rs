@@ -115,7 +115,8 @@ fn xdp_egress_packet_path_does_not_allocate() {
             source_mac: mcrelay_sys::xdp::interface_mac("vo").expect("mac"),
             source: *local.ip(),
             source_port: local.port(),
-            group: GROUP,
+            destination: GROUP,
+            destination_mac: mcrelay_wire::egress::multicast_mac(GROUP),
             port: PORT,
             ttl: 1,
         });
@@ -124,6 +125,7 @@ fn xdp_egress_packet_path_does_not_allocate() {
             umem: fds.umem,
             header,
             max_payload: 1500 - 28,
+            next_hop: None,
         });
         let sender = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind sender");
         sender

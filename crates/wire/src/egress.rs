@@ -1,6 +1,7 @@
 //! Frames for `egress = "xdp"`: the prebuilt Ethernet + IPv4 + UDP header
-//! of one IPv4 multicast output (a [`Template`], built once when the
-//! output is placed), and the three fields that change per datagram,
+//! of one IPv4 output (a [`Template`], built once when the output is
+//! placed; its destination MAC is the group's for a multicast output, the
+//! next hop's, from the neighbour table, for a unicast one), and the three fields that change per datagram,
 //! filled by [`Template::fill`]: the IP total length, the IP header
 //! checksum and the UDP length. The UDP checksum is 0 ("not computed",
 //! allowed for IPv4 by RFC 768). A frame is the filled header followed by
@@ -46,9 +47,11 @@ pub struct Endpoints {
     pub source: Ipv4Addr,
     /// The source port (the output socket's).
     pub source_port: u16,
-    /// The multicast group: the destination address and, through
-    /// [`multicast_mac`], the destination MAC.
-    pub group: Ipv4Addr,
+    /// The destination address: a multicast group or a unicast host.
+    pub destination: Ipv4Addr,
+    /// The destination MAC: for a group its [`multicast_mac`], for a
+    /// unicast host its next hop's (the host's, or its gateway's).
+    pub destination_mac: [u8; 6],
     /// The destination port.
     pub port: u16,
     /// IP TTL.
@@ -56,10 +59,11 @@ pub struct Endpoints {
 }
 
 impl Template {
-    /// The headers to `e.group:e.port` from `e.source:e.source_port`.
+    /// The headers to `e.destination:e.port` (at `e.destination_mac`) from
+    /// `e.source:e.source_port`.
     pub fn new(e: &Endpoints) -> Self {
         let mut b = [0u8; HEADER_LEN];
-        b[0..6].copy_from_slice(&multicast_mac(e.group));
+        b[0..6].copy_from_slice(&e.destination_mac);
         b[6..12].copy_from_slice(&e.source_mac);
         b[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
         let ip = &mut b[ETH_LEN..ETH_LEN + IP_LEN];
@@ -71,12 +75,25 @@ impl Template {
         ip[9] = 17; // UDP
         // [10..12] checksum per datagram.
         ip[12..16].copy_from_slice(&e.source.octets());
-        ip[16..20].copy_from_slice(&e.group.octets());
+        ip[16..20].copy_from_slice(&e.destination.octets());
         let udp = &mut b[ETH_LEN + IP_LEN..];
         udp[0..2].copy_from_slice(&e.source_port.to_be_bytes());
         udp[2..4].copy_from_slice(&e.port.to_be_bytes());
         // [4..6] length per datagram, [6..8] checksum 0.
         Self { bytes: b }
+    }
+
+    /// The destination MAC the frames carry.
+    pub fn destination_mac(&self) -> [u8; 6] {
+        let mut mac = [0u8; 6];
+        mac.copy_from_slice(&self.bytes[0..6]);
+        mac
+    }
+
+    /// Send to `mac` from now on (a unicast next hop that changed its
+    /// address).
+    pub fn set_destination_mac(&mut self, mac: [u8; 6]) {
+        self.bytes[0..6].copy_from_slice(&mac);
     }
 
     /// Write the headers for a `payload_len`-byte UDP payload into `out`;
@@ -119,10 +136,23 @@ mod tests {
             source_mac: [2, 0, 0, 0, 0, 1],
             source: SOURCE,
             source_port: 4000,
-            group: GROUP,
+            destination: GROUP,
+            destination_mac: multicast_mac(GROUP),
             port: 5000,
             ttl,
         })
+    }
+
+    #[test]
+    fn a_changed_destination_mac_is_in_the_next_frame() {
+        let mut t = template(1);
+        assert_eq!(t.destination_mac(), multicast_mac(GROUP));
+        t.set_destination_mac([2, 0, 0, 0, 0, 7]);
+        let mut out = [0u8; 100];
+        let n = t.write_frame(&mut out, &[1, 2, 3]).expect("fits");
+        assert_eq!(out[..6], [2, 0, 0, 0, 0, 7]);
+        assert_eq!(out[6..12], [2, 0, 0, 0, 0, 1], "source MAC kept");
+        assert_eq!(n, HEADER_LEN + 3);
     }
 
     #[test]

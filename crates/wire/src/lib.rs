@@ -21,7 +21,9 @@
 //!
 //! Also the daemon's other parser of kernel bytes, [`rtnetlink`] (link
 //! messages from a `NETLINK_ROUTE` socket), here so it is reachable from
-//! outside the daemon's binary; fuzzed through [`fuzz_rtnetlink`].
+//! outside the daemon's binary; fuzzed through [`fuzz_rtnetlink`]. And
+//! [`neighbour`], the route and neighbour answers that give a unicast
+//! `egress = "xdp"` output its next hop's MAC ([`fuzz_neighbour`]).
 #![forbid(unsafe_code)]
 
 pub mod bpf;
@@ -29,6 +31,7 @@ pub mod checksum;
 pub mod egress;
 pub mod frame;
 pub mod health;
+pub mod neighbour;
 pub mod rtnetlink;
 pub mod rtp;
 pub mod rtp_seq;
@@ -137,6 +140,35 @@ pub fn fuzz_rtnetlink(data: &[u8]) {
                 if let Some(name) = &link.name {
                     let _ = table.state(name);
                 }
+            }
+            Ok(_) | Err(Malformed::ShortLink { .. }) => {}
+            Err(Malformed::Truncated { .. } | Malformed::BadLength { .. }) => {
+                assert!(walk.next().is_none(), "walk went on after a bad length");
+            }
+        }
+    }
+}
+
+/// Fuzz entry point for [`neighbour`]: walk arbitrary bytes as route and
+/// neighbour answers; the walk advances, stops after a malformed length,
+/// and whatever parses gives a next hop or a refusal, a MAC or none.
+pub fn fuzz_neighbour(data: &[u8]) {
+    use rtnetlink::{Malformed, NLMSG_HDRLEN};
+    let mut n = 0usize;
+    let mut walk = neighbour::answers(data);
+    while let Some(a) = walk.next() {
+        n += 1;
+        assert!(n <= data.len() / NLMSG_HDRLEN + 1, "walk did not advance");
+        match a {
+            Ok((_, neighbour::Answer::Route(r))) => {
+                let _ = neighbour::next_hop(&r, std::net::Ipv4Addr::new(10, 0, 0, 1), 1)
+                    .map_err(|e| e.to_string());
+            }
+            Ok((_, neighbour::Answer::Neighbour(nb))) => {
+                if let Some(mac) = nb.usable_mac() {
+                    assert!(mac.iter().any(|&b| b != 0), "an all-zero MAC was usable");
+                }
+                let _ = nb.state_name();
             }
             Ok(_) | Err(Malformed::ShortLink { .. }) => {}
             Err(Malformed::Truncated { .. } | Malformed::BadLength { .. }) => {

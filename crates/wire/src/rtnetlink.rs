@@ -18,7 +18,7 @@ pub const NLMSG_HDRLEN: usize = 16;
 /// `sizeof(struct ifinfomsg)`.
 pub const IFINFOMSG_LEN: usize = 16;
 /// `sizeof(struct rtattr)`.
-const RTA_HDRLEN: usize = 4;
+pub(crate) const RTA_HDRLEN: usize = 4;
 
 pub const NLMSG_ERROR: u16 = 2;
 pub const NLMSG_DONE: u16 = 3;
@@ -34,7 +34,7 @@ pub const NLM_F_DUMP: u16 = 0x300;
 const IFLA_IFNAME: u16 = 3;
 const IFLA_OPERSTATE: u16 = 16;
 /// `NLA_F_NESTED | NLA_F_NET_BYTEORDER`: flag bits of an attribute type.
-const NLA_TYPE_FLAGS: u16 = 0xc000;
+pub(crate) const NLA_TYPE_FLAGS: u16 = 0xc000;
 
 const IFF_UP: u32 = 0x1;
 const IFF_RUNNING: u32 = 0x40;
@@ -49,16 +49,16 @@ const IFF_DORMANT: u32 = 0x2_0000;
 const AF_UNSPEC: u8 = 0;
 
 /// `NLMSG_ALIGN`: lengths round up to 4 bytes.
-fn align4(n: usize) -> usize {
+pub(crate) fn align4(n: usize) -> usize {
     n.saturating_add(3) & !3
 }
 
-fn u16_at(b: &[u8], at: usize) -> Option<u16> {
+pub(crate) fn u16_at(b: &[u8], at: usize) -> Option<u16> {
     let bytes = b.get(at..at.checked_add(2)?)?;
     Some(u16::from_ne_bytes(bytes.try_into().ok()?))
 }
 
-fn u32_at(b: &[u8], at: usize) -> Option<u32> {
+pub(crate) fn u32_at(b: &[u8], at: usize) -> Option<u32> {
     let bytes = b.get(at..at.checked_add(4)?)?;
     Some(u32::from_ne_bytes(bytes.try_into().ok()?))
 }

@@ -46,7 +46,8 @@ mod tests {
             source_mac: [2, 0, 0, 0, 0, 1],
             source: SOURCE,
             source_port: 4000,
-            group: GROUP,
+            destination: GROUP,
+            destination_mac: mcrelay_wire::egress::multicast_mac(GROUP),
             port: 5000,
             ttl,
         })

@@ -27,6 +27,7 @@ mod rejoin;
 mod reload;
 mod report;
 mod shards;
+mod xdp_reload;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -140,16 +140,19 @@ impl Daemon {
         let mut reload_problems = Vec::new();
         // Changed flows relaying now whose interfaces are up are replaced
         // make-before-break (see `replace_flow`); the others stop here and
-        // start again below.
+        // start again below. So do those whose old and new versions need
+        // one interface's XDP program or queue-0 AF_XDP socket, which the
+        // old flow holds until it stops (`xdp_reload`).
         let replace: Vec<&Flow> = plan
             .start
             .iter()
             .filter(|f| plan.changed.contains(&f.name))
             .filter(|f| {
-                self.flows
-                    .iter()
-                    .any(|m| m.running && m.flow.name == f.name)
-                    && super::blocked(self.links.as_ref(), f, false).is_none()
+                self.flows.iter().any(|m| {
+                    m.running
+                        && m.flow.name == f.name
+                        && !super::xdp_reload::must_stop_first(&m.flow, f)
+                }) && super::blocked(self.links.as_ref(), f, false).is_none()
             })
             .collect();
         // A changed flow stopped here and configured anew below: what it
@@ -158,6 +161,18 @@ impl Daemon {
         for name in &plan.stop {
             if replace.iter().any(|f| &f.name == name) {
                 continue;
+            }
+            if let Some(new) = plan.start.iter().find(|f| &f.name == name)
+                && self.flows.iter().any(|m| {
+                    m.running
+                        && &m.flow.name == name
+                        && super::xdp_reload::must_stop_first(&m.flow, new)
+                })
+            {
+                tracing::info!(
+                    flow = %name,
+                    "changed: stopped before its successor starts (its XDP program or AF_XDP socket holds an interface the new one needs; what arrives meanwhile is lost)"
+                );
             }
             match self.forget_flow(name) {
                 Ok(Some(old)) if plan.changed.contains(name) => {

@@ -443,6 +443,9 @@ impl Topology {
             "ready-{interface}-{}",
             group.replace([':', '[', ']'], "_")
         ));
+        // A receiver of the same group earlier in the test left its file:
+        // waiting on it would not wait for this one.
+        let _ = fs::remove_file(&ready);
         let child = self
             .command(&self.b, &loadgen())
             .args(["recv", "--group", group, "--interface", interface, "--json"])

@@ -79,6 +79,9 @@ pub(super) struct Worker {
     /// ([`Worker::finish_xsk_sends`]); capacity `xsk_done_room`.
     pub(super) xsk_done: Vec<(mcrelay_relay::SendToken, i32)>,
     pub(super) xsk_done_room: usize,
+    /// An xdp output's last kick left frames the kernel could take soon:
+    /// the loop waits at most `WAKE_INTERVAL` to kick again.
+    pub(super) xsk_retry: bool,
 }
 
 impl Worker {
@@ -187,6 +190,7 @@ impl Worker {
             xsk_outputs: 0,
             xsk_done: Vec::new(),
             xsk_done_room: 0,
+            xsk_retry: false,
         };
         let flows = config.flows.len();
         for f in config.flows {
@@ -287,7 +291,9 @@ impl Worker {
                             None => (p, i),
                         }
                     });
-            if by_interval {
+            // An xdp output's TX ring holds frames its last kick left (see
+            // `xsk_egress`): come back soon to kick again.
+            if by_interval || self.xsk_retry {
                 wait_ns = wait_ns.min(interval_ns);
             }
             if self.core.has_rist() {

@@ -128,9 +128,10 @@ impl Flow {
                 .iter_mut()
                 .map(|o| {
                     let label = o.label.clone();
+                    let counters = Arc::clone(&o.counters);
                     o.xsk
                         .take()
-                        .map(|x| super::xsk_egress::XskEgress::new(&f.name, &label, x))
+                        .map(|x| super::xsk_egress::XskEgress::new(&f.name, &label, x, counters))
                 })
                 .collect()
         } else {

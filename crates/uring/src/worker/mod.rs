@@ -33,7 +33,7 @@ mod wake;
 mod xsk;
 mod xsk_egress;
 
-pub use xsk_egress::XskOutput;
+pub use xsk_egress::{NextHopMac, XskOutput};
 
 use std::io;
 use std::net::UdpSocket;
