@@ -1461,6 +1461,7 @@ impl<'t> Walker<'t> {
                         HashMap::new();
                     let mut srt_listeners: HashMap<SrtListenerKey, (String, SrtSide)> =
                         HashMap::new();
+                    let mut srt_binds = srt::ListenerBinds::default();
                     // An interface holds one XDP program: one xdp input each.
                     let mut xdp_interfaces: HashMap<String, String> = HashMap::new();
                     // Queue 0 of an interface holds one AF_XDP socket: one
@@ -1559,6 +1560,10 @@ impl<'t> Walker<'t> {
                                 |s| format!("stream_id {s:?}"),
                             );
                             let listener = SocketAddr::new(*a, *port);
+                            if let Some(e) = srt_binds.add(name, *a, *port, *side) {
+                                self.errors.push((*at, e));
+                                all_ok = false;
+                            }
                             match srt_listeners.get(key) {
                                 // Two inputs or two outputs of one flow are
                                 // compared in `legs` and with the outputs.

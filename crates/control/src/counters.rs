@@ -814,6 +814,20 @@ pub const SRT_OUTPUT: &[Counter<SrtSnapshot>] = &[
         )
     ),
     total!(
+        late_disconnects,
+        family(
+            "mcrelay_srt_late_disconnects_total",
+            "SRT callers disconnected for not keeping up: datagrams dropped for them two seconds in a row, or their receiver stopped reading.",
+        )
+    ),
+    gauge!(
+        from holding,
+        family(
+            "mcrelay_srt_refusing_callers",
+            "1 while the SRT output refuses new callers because most of its callers fell behind at once (the relay's sending is short).",
+        )
+    ),
+    total!(
         connect_failures,
         family(
             "mcrelay_srt_connect_failures_total",

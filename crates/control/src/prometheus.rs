@@ -681,13 +681,13 @@ fn text_capacity(s: &Snapshot) -> usize {
     let pools: usize = s.workers.iter().map(|w| w.pools.len()).sum();
     // Stream health adds up to 15 samples per input, with two labels;
     // a flow with several inputs 13 more per flow and 3 per input.
-    // An SRT output: 6 samples, and 7 per caller.
+    // An SRT output: 10 samples, and 7 per caller.
     let srt: usize = s
         .flows
         .iter()
         .flat_map(|f| &f.outputs)
         .filter_map(|o| o.srt.as_ref())
-        .map(|r| 6 + 7 * r.callers.len())
+        .map(|r| 10 + 7 * r.callers.len())
         .sum::<usize>()
         + 11 * s.flows.iter().map(|f| f.srt_inputs.len()).sum::<usize>();
     // A RIST flow: 8 samples, and 4 per RIST leg of a flow with several.
@@ -712,9 +712,9 @@ fn text_capacity(s: &Snapshot) -> usize {
             .filter(|(_, h, _)| !h.payload.is_empty())
             .count()
         + legs;
-    // The SRT output families' HELP and TYPE lines: 3 KiB; the SRT input
+    // The SRT output families' HELP and TYPE lines: 4 KiB; the SRT input
     // families': 3 KiB; RIST's: 3 KiB.
-    4096 + 128 * samples + 160 * health + 2048 + 3072 + 3072 + 3072
+    4096 + 128 * samples + 160 * health + 2048 + 4096 + 3072 + 3072
 }
 
 /// OpenMetrics through the Prometheus project's client library.
@@ -1567,6 +1567,8 @@ mod tests {
                 send_bps: 11_000_000,
             }],
             refused: 5,
+            late_disconnects: 2,
+            holding: true,
             ..SrtSnapshot::default()
         });
         let text = render_metrics(&s);
@@ -1581,6 +1583,8 @@ mod tests {
         assert_eq!(v("mcrelay_srt_callers", &route), 1.0);
         assert_eq!(v("mcrelay_srt_max_callers", &route), 16.0);
         assert_eq!(v("mcrelay_srt_refused_total", &route), 5.0);
+        assert_eq!(v("mcrelay_srt_late_disconnects_total", &route), 2.0);
+        assert_eq!(v("mcrelay_srt_refusing_callers", &route), 1.0);
         let caller = [out[0], out[1], ("peer", "10.0.0.9:40000")];
         assert_eq!(v("mcrelay_srt_caller_sent_packets_total", &caller), 900.0);
         assert_eq!(v("mcrelay_srt_caller_dropped_packets_total", &caller), 3.0);

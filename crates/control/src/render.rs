@@ -486,6 +486,16 @@ pub fn srt_text(r: &crate::snapshot::SrtSnapshot) -> String {
     if r.refused > 0 {
         let _ = write!(t, ", {} refused", human_count(r.refused));
     }
+    if r.late_disconnects > 0 {
+        let _ = write!(
+            t,
+            ", {} disconnected for falling behind",
+            human_count(r.late_disconnects)
+        );
+    }
+    if r.holding {
+        t.push_str(", refusing callers (sending behind)");
+    }
     if r.connect_failures > 0 {
         let _ = write!(t, ", {} failed connects", human_count(r.connect_failures));
     }

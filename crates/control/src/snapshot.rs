@@ -632,6 +632,15 @@ pub struct SrtSnapshot {
     pub refused: u64,
     /// Callers gone: left, broke, or dropped for not keeping up.
     pub disconnects: u64,
+    /// Of those, disconnected for not keeping up: datagrams were dropped
+    /// for them two seconds in a row (their libsrt held about a second of
+    /// the stream), or their receiver stopped reading.
+    #[serde(default)]
+    pub late_disconnects: u64,
+    /// New callers are refused for now (`refused`): most callers fell
+    /// behind at once, the relay's own sending is short.
+    #[serde(default)]
+    pub holding: bool,
     /// Failed connection attempts (caller mode).
     pub connect_failures: u64,
     /// The listener couldn't open, or the last connect error.

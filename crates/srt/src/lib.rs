@@ -10,6 +10,7 @@
 #![deny(unsafe_code)]
 
 pub mod ffi;
+pub mod late;
 pub mod service;
 
 pub use service::{CallerView, OutputSpec, RouteView, SrtService, feed_pair, input_pair};

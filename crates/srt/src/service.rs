@@ -38,6 +38,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use mcrelay_config::{SrtMode, SrtOutput};
 
 use crate::ffi::{self, ConnStats, Opt, Poll, Request, Socket, SocketRef};
+use crate::late::{self, Verdict};
 
 /// Largest SRT live-mode payload (libsrt's `SRT_LIVE_MAX_PLSIZE`).
 pub const MAX_PAYLOAD: usize = 1456;
@@ -52,6 +53,9 @@ const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(3);
 /// The send buffer asked for an SRT input's feed: about 1600 datagrams
 /// of 1316 bytes (each costs its size plus ~1 KiB of kernel overhead).
 const INPUT_QUEUE_BYTES: usize = 4 << 20;
+/// How long a listener route refuses new callers after the relay's own
+/// sending fell behind (see [`crate::late`]).
+const OVERLOAD_HOLD: Duration = Duration::from_secs(10);
 const BACKOFF_MIN: Duration = Duration::from_secs(1);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
 
@@ -136,6 +140,13 @@ pub struct RouteView {
     pub refused: u64,
     /// Callers disconnected: they left, broke, or couldn't keep up.
     pub disconnects: u64,
+    /// Of those, disconnected for not keeping up: they fell behind (see
+    /// [`crate::late`]: their libsrt held about a second of the stream),
+    /// or their receiver stopped reading.
+    pub late_disconnects: u64,
+    /// New callers are refused (`SRT_REJX_OVERLOAD`, counted in
+    /// `refused`) because the relay's sending fell behind lately.
+    pub holding: bool,
     /// Failed connection attempts (caller mode).
     pub connect_failures: u64,
     /// Why the listener could not be opened, or the last connect error.
@@ -283,6 +294,8 @@ struct Access {
     srt: SrtOutput,
     /// Callers connected or in their handshake.
     taken: Arc<AtomicU32>,
+    /// Set while the route refuses new callers (the relay fell behind).
+    hold: Arc<AtomicBool>,
 }
 
 #[derive(Default)]
@@ -319,6 +332,10 @@ struct Caller {
     /// while its receiver's flow window was closed.
     dropped_at_tick: u64,
     stalled: u32,
+    /// libsrt's `too_late` at the last tick, and seconds in a row the
+    /// caller was late (see [`crate::late`]).
+    too_late_at_tick: u64,
+    late: u32,
     gone: bool,
 }
 
@@ -345,6 +362,9 @@ struct Route {
     /// `sent` and `dropped` of the callers that left.
     departed: [u64; 2],
     taken: Arc<AtomicU32>,
+    /// Refusing new callers until then (see `hold` of `Access`).
+    hold: Arc<AtomicBool>,
+    hold_until: Option<Instant>,
     calling: Option<Calling>,
     view: RouteView,
     gone: bool,
@@ -477,6 +497,7 @@ impl Thread {
         }
         self.sweep();
         let taken = Arc::new(AtomicU32::new(0));
+        let hold = Arc::new(AtomicBool::new(false));
         let mut view = RouteView {
             flow: spec.flow.clone(),
             label: spec.label.clone(),
@@ -508,7 +529,7 @@ impl Thread {
                 backoff: BACKOFF_MIN,
             }),
             SrtMode::Listener => {
-                if let Err(e) = self.attach(&spec, &key, &taken) {
+                if let Err(e) = self.attach(&spec, &key, &taken, &hold) {
                     tracing::error!(flow = %spec.flow, output = %spec.label, error = %e, "SRT listener can't open; the output serves no caller");
                     view.error = Some(e.to_string());
                 }
@@ -532,6 +553,8 @@ impl Thread {
             callers: Vec::new(),
             departed,
             taken,
+            hold,
+            hold_until: None,
             calling,
             view,
             gone: false,
@@ -545,6 +568,7 @@ impl Thread {
         spec: &OutputSpec,
         key: &RouteKey,
         taken: &Arc<AtomicU32>,
+        hold: &Arc<AtomicBool>,
     ) -> Result<(), ffi::SrtError> {
         let listener = match self.listeners.get(&spec.address) {
             Some(l) => l,
@@ -566,6 +590,7 @@ impl Thread {
             stream_id: spec.srt.stream_id.clone(),
             srt: spec.srt.clone(),
             taken: Arc::clone(taken),
+            hold: Arc::clone(hold),
         });
         Ok(())
     }
@@ -717,6 +742,8 @@ impl Thread {
                 },
                 dropped_at_tick: 0,
                 stalled: 0,
+                too_late_at_tick: 0,
+                late: 0,
                 gone: false,
             });
         }
@@ -858,19 +885,39 @@ impl Thread {
                 }
                 // Drops alone don't say whose fault they are: with the
                 // relay short of CPU every caller has them, and
-                // disconnecting them all would serve nobody. A caller is
-                // dropped only when its own receiver takes nothing more.
+                // disconnecting them all would serve nobody. A caller
+                // whose own receiver takes nothing more goes after
+                // STALL_TICKS; one late with its window open is judged
+                // beside the route's other callers (`judge_late`).
                 let drops = c.view.dropped;
                 if drops > c.dropped_at_tick && c.view.srt.flow_window == 0 {
                     c.stalled += 1;
                 } else {
                     c.stalled = 0;
                 }
+                let too_late = c.view.srt.sender_dropped;
+                let window_open = c.view.srt.flow_window > 0;
+                if late::late(
+                    drops,
+                    c.dropped_at_tick,
+                    too_late,
+                    c.too_late_at_tick,
+                    window_open,
+                ) {
+                    c.late += 1;
+                } else {
+                    c.late = 0;
+                }
+                c.too_late_at_tick = too_late;
                 c.dropped_at_tick = drops;
                 if c.stalled >= STALL_TICKS && !c.gone {
                     tracing::warn!(flow = %r.spec.flow, output = %r.spec.label, peer = ?c.view.peer, dropped = c.view.dropped, "SRT caller can't keep up (its receiver took nothing for {STALL_TICKS} s); disconnected");
                     c.gone = true;
+                    r.view.late_disconnects += 1;
                 }
+            }
+            if r.direction == Direction::Out {
+                judge_late(r);
             }
         }
         self.sweep();
@@ -1023,6 +1070,8 @@ fn step_caller(r: &mut Route) -> bool {
                     },
                     dropped_at_tick: 0,
                     stalled: 0,
+                    too_late_at_tick: 0,
+                    late: 0,
                     gone: false,
                 });
                 r.calling = None;
@@ -1053,6 +1102,52 @@ fn step_caller(r: &mut Route) -> bool {
             r.calling = other;
             false
         }
+    }
+}
+
+/// Once a second, after the callers' statistics: disconnects the callers
+/// of output route `r` that fell behind ([`crate::late`]), and starts or
+/// ends the route's refusal of new callers.
+fn judge_late(r: &mut Route) {
+    let now = Instant::now();
+    if r.hold_until.is_some_and(|t| now >= t) {
+        r.hold_until = None;
+        r.hold.store(false, Ordering::Relaxed);
+        r.view.holding = false;
+        tracing::info!(flow = %r.spec.flow, output = %r.spec.label, "SRT output accepts new callers again");
+    }
+    let live: Vec<usize> = (0..r.callers.len())
+        .filter(|&i| r.callers.get(i).is_some_and(|c| !c.gone))
+        .collect();
+    let ticks: Vec<u32> = live
+        .iter()
+        .filter_map(|&i| r.callers.get(i).map(|c| c.late))
+        .collect();
+    let (going, overload) = match late::judge(&ticks) {
+        Verdict::Keep => return,
+        Verdict::Disconnect(v) => (v, false),
+        Verdict::Overload(k) => (vec![k], true),
+    };
+    let late_now = ticks.iter().filter(|&&n| n > 0).count();
+    for k in going {
+        let Some(c) = live.get(k).and_then(|&i| r.callers.get_mut(i)) else {
+            continue;
+        };
+        c.gone = true;
+        r.view.late_disconnects += 1;
+        if overload {
+            tracing::warn!(flow = %r.spec.flow, output = %r.spec.label, peer = ?c.view.peer, late = late_now, callers = ticks.len(), dropped = c.view.dropped, too_late = c.view.srt.sender_dropped, "SRT output past its sending capacity (most callers fell behind at once): its newest late caller is disconnected");
+        } else {
+            tracing::warn!(flow = %r.spec.flow, output = %r.spec.label, peer = ?c.view.peer, dropped = c.view.dropped, too_late = c.view.srt.sender_dropped, "SRT caller fell behind (datagrams dropped for it for {} s: libsrt held about a second of the stream); disconnected", late::LATE_TICKS);
+        }
+    }
+    if overload && r.spec.srt.mode == SrtMode::Listener {
+        if r.hold_until.is_none() {
+            tracing::warn!(flow = %r.spec.flow, output = %r.spec.label, hold = ?OVERLOAD_HOLD, "SRT output refuses new callers until its sending keeps up");
+        }
+        r.hold_until = Some(now + OVERLOAD_HOLD);
+        r.hold.store(true, Ordering::Relaxed);
+        r.view.holding = true;
     }
 }
 
@@ -1120,6 +1215,11 @@ fn admit(shared: &ListenerShared, req: &Request<'_>) -> bool {
         req.socket.reject_reason(reason);
         false
     };
+    // The relay's sending fell behind lately: a new caller would only
+    // take a share from those served (see `crate::late`).
+    if a.hold.load(Ordering::Relaxed) {
+        return refuse(ffi::REJECT_OVERLOAD);
+    }
     let taken = a.taken.fetch_add(1, Ordering::Relaxed);
     if taken >= a.srt.max_callers {
         a.taken.fetch_sub(1, Ordering::Relaxed);

@@ -6,11 +6,12 @@
 //! privileges, so a listener's port must be 1024 or above.
 
 use std::fmt::Display;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::ops::Range;
 
 use toml::de::DeTable;
 
-use super::{Dotted, Indexed, Walker};
+use super::{Dotted, Indexed, SrtSide, Walker};
 use crate::model::*;
 
 /// Keys only an SRT output takes.
@@ -375,6 +376,80 @@ impl Walker<'_> {
     }
 }
 
+/// Every SRT listener of the file so far (inputs and outputs, every
+/// flow): its address, port, flow and side, to find two that can't both
+/// be opened. One `address:port` is one libsrt listener (its flows told
+/// apart by stream ID); two listeners on one port whose addresses overlap
+/// (a wildcard and an address it covers, or one address written two
+/// ways) are two UDP sockets the kernel refuses to bind beside each other,
+/// which would otherwise only show when the daemon opens the second.
+#[derive(Default)]
+pub(super) struct ListenerBinds(Vec<(IpAddr, u16, String, SrtSide)>);
+
+impl ListenerBinds {
+    /// Records flow `name`'s listener `(address, port)` on `side`; the
+    /// error, when it clashes with one recorded before.
+    pub(super) fn add(
+        &mut self,
+        name: &str,
+        address: IpAddr,
+        port: u16,
+        side: SrtSide,
+    ) -> Option<String> {
+        let clash = self.0.iter().find_map(|(a, p, other, s)| {
+            (*p == port && *a != address)
+                .then(|| overlap(*a, address))
+                .flatten()
+                .map(|why| (*a, other.as_str(), *s, why))
+        });
+        let msg = clash.map(|(a, other, s, why)| {
+            let side_of = |s: SrtSide| match s {
+                SrtSide::Input => "an input",
+                SrtSide::Output => "an output",
+            };
+            let whose = if other == name {
+                "this flow's".to_owned()
+            } else {
+                format!("flow {other:?}'s")
+            };
+            format!(
+                "flow {name:?}: SRT listener {} ({}) can't be opened beside {whose} SRT listener {} ({}): {why}; write one address for both (one listener serves several flows, told apart by stream_id) or use another port",
+                SocketAddr::new(address, port),
+                side_of(side),
+                SocketAddr::new(a, port),
+                side_of(s),
+            )
+        });
+        self.0.push((address, port, name.to_owned(), side));
+        msg
+    }
+}
+
+/// Why UDP sockets bound to `a` and to `b` (distinct as written) on one
+/// port clash, or `None` when they don't (two distinct unicast addresses).
+/// `::` is taken as dual-stack (libsrt leaves `IPV6_V6ONLY` to the
+/// system, whose default is off): it holds the port on every address.
+fn overlap(a: IpAddr, b: IpAddr) -> Option<String> {
+    let (ca, cb) = (a.to_canonical(), b.to_canonical());
+    if ca == cb {
+        return Some(format!("{a} and {b} are one address written two ways"));
+    }
+    for (w, other) in [(a, cb), (b, ca)] {
+        match w {
+            IpAddr::V6(v6) if v6.is_unspecified() => {
+                return Some(format!(
+                    "{w} holds the port on every address, IPv4 included"
+                ));
+            }
+            _ if w.to_canonical() == IpAddr::V4(Ipv4Addr::UNSPECIFIED) && other.is_ipv4() => {
+                return Some(format!("{w} holds the port on every IPv4 address"));
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
 /// The settings an SRT output and an SRT input share.
 pub(super) struct SrtLink {
     pub mode: SrtMode,
@@ -732,5 +807,93 @@ mod tests {
             e[0].contains("flow \"b\": SRT listener 0.0.0.0:9000 with stream_id \"s\" is also flow \"a\"'s (its input); give each flow on one port its own stream_id"),
             "{e:?}"
         );
+    }
+
+    /// Two SRT listeners on one port whose addresses overlap (a wildcard
+    /// and an address it covers, or one address written two ways) would
+    /// clash when the daemon binds the second: refused here, naming both
+    /// flows. Two distinct unicast addresses on one port are fine.
+    #[test]
+    fn srt_listeners_on_overlapping_addresses_of_one_port_are_refused() {
+        let two = |a: &str, b: &str| {
+            format!(
+                "[[flow]]\nname = \"a\"\n\
+                 input = {{ protocol = \"srt\", address = \"{a}\", port = 9000, stream_id = \"in\" }}\n\
+                 outputs = [{{ interface = \"eth1\", address = \"239.2.2.2\", port = 6000 }}]\n\
+                 [[flow]]\nname = \"b\"\ninput = {{ interface = \"eth0\", address = \"239.1.1.1\", port = 5000 }}\n\
+                 outputs = [{{ protocol = \"srt\", address = \"{b}\", port = 9000, stream_id = \"out\" }}]\n"
+            )
+        };
+        let e = errors(&two("0.0.0.0", "10.0.0.1"));
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(
+            e[0].contains("flow \"b\": SRT listener 10.0.0.1:9000 (an output) can't be opened beside flow \"a\"'s SRT listener 0.0.0.0:9000 (an input): 0.0.0.0 holds the port on every IPv4 address; write one address for both (one listener serves several flows, told apart by stream_id) or use another port"),
+            "{e:?}"
+        );
+        // Either order, and the error sits at the later one (flow b's output).
+        let e = errors(&two("10.0.0.1", "0.0.0.0"));
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(e[0].starts_with("t.toml:8:"), "{e:?}");
+        assert!(
+            e[0].contains("SRT listener 0.0.0.0:9000 (an output) can't be opened beside flow \"a\"'s SRT listener 10.0.0.1:9000 (an input): 0.0.0.0 holds"),
+            "{e:?}"
+        );
+        // :: (dual-stack) holds the port on every address, IPv4 included.
+        for (a, b) in [
+            ("::", "10.0.0.1"),
+            ("0.0.0.0", "::"),
+            ("::", "::1"),
+            ("fe80::1", "::"),
+        ] {
+            let e = errors(&two(a, b));
+            assert_eq!(e.len(), 1, "{a} {b}: {e:?}");
+            assert!(
+                e[0].contains(":: holds the port on every address, IPv4 included"),
+                "{a} {b}: {e:?}"
+            );
+        }
+        // One address written two ways is two listeners for the daemon.
+        let e = errors(&two("::ffff:10.0.0.1", "10.0.0.1"));
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(
+            e[0].contains("::ffff:10.0.0.1 and 10.0.0.1 are one address written two ways"),
+            "{e:?}"
+        );
+        // No overlap: two unicast addresses, IPv4 wildcard and an IPv6
+        // address, one address written alike, or another port.
+        for (a, b) in [
+            ("10.0.0.1", "10.0.0.2"),
+            ("0.0.0.0", "::1"),
+            ("0.0.0.0", "0.0.0.0"),
+            ("::", "::"),
+        ] {
+            assert!(parse(&two(a, b), "t.toml").is_ok(), "{a} {b}");
+        }
+        let other_port = two("0.0.0.0", "10.0.0.1").replace(
+            "address = \"10.0.0.1\", port = 9000",
+            "address = \"10.0.0.1\", port = 9001",
+        );
+        assert!(parse(&other_port, "t.toml").is_ok());
+        // Within one flow too: two outputs, or an input and an output.
+        let e = error(&flow(
+            r#"{ protocol = "srt", address = "0.0.0.0", port = 9000 }, { protocol = "srt", address = "10.0.0.1", port = 9000, stream_id = "b" }"#,
+        ));
+        assert!(
+            e.contains("flow \"x\": SRT listener 10.0.0.1:9000 (an output) can't be opened beside this flow's SRT listener 0.0.0.0:9000 (an output)"),
+            "{e}"
+        );
+        let one = "[[flow]]\nname = \"x\"\n\
+             input = { protocol = \"srt\", address = \"10.0.0.1\", port = 9000, stream_id = \"in\" }\n\
+             outputs = [{ protocol = \"srt\", address = \"0.0.0.0\", port = 9000, stream_id = \"out\" }]\n";
+        assert!(
+            error(one).contains("SRT listener 0.0.0.0:9000 (an output) can't be opened beside this flow's SRT listener 10.0.0.1:9000 (an input)"),
+            "{}",
+            error(one)
+        );
+        // A caller binds no port of its own: no clash with a listener.
+        let caller = "[[flow]]\nname = \"x\"\n\
+             input = { protocol = \"srt\", mode = \"caller\", address = \"10.0.0.1\", port = 9000 }\n\
+             outputs = [{ protocol = \"srt\", address = \"0.0.0.0\", port = 9000 }]\n";
+        assert!(parse(caller, "t.toml").is_ok());
     }
 }

@@ -255,6 +255,8 @@ fn srt_snapshot(srt: &[RouteView], flow: &str, label: &str) -> Option<SrtSnapsho
         connects: r.connects,
         refused: r.refused,
         disconnects: r.disconnects,
+        late_disconnects: r.late_disconnects,
+        holding: r.holding,
         connect_failures: r.connect_failures,
         error: r.error.clone(),
         series: r.series,
