@@ -219,10 +219,13 @@ impl RistSender {
         self.stats.nacked += 1;
         let i = usize::from(seq) & self.mask;
         let s = &mut self.slots[i];
-        // Kept `buffer_ms` plus the RTT: a receiver with the same buffer
-        // asks until its buffer's end, which is that much later than the
-        // datagram left.
-        let keep_ns = self.buffer_ns + self.rtt_ns.unwrap_or(0);
+        // Kept `buffer_ms` plus two RTTs: a receiver with the same buffer
+        // asks until its buffer's end, which is `buffer_ms` plus one RTT
+        // after the datagram left when both legs take their usual time;
+        // the second RTT is margin for a leg that took longer (one NACK
+        // arriving just past `buffer_ms` + RTT was the one number
+        // `ristreceiver -b 200` missed in some 60 s runs).
+        let keep_ns = self.buffer_ns + 2 * self.rtt_ns.unwrap_or(0);
         let kept = s.seq == seq
             && s.sent_ns
                 .is_some_and(|t| now_ns.saturating_sub(t) <= keep_ns);

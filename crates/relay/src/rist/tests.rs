@@ -123,6 +123,47 @@ fn sender_bounds_its_retransmission_queue() {
     assert_eq!(n, sender::PENDING);
 }
 
+/// A sender whose RTT is measured at 20 ms (an SR at 100 ms, the
+/// receiver's report naming it 25 ms later after holding it 5 ms).
+fn sender_with_20_ms_rtt() -> RistSender {
+    let mut s = RistSender::new(200);
+    let mut sr = [0u8; 128];
+    let ntp = rtcp::ntp_from_unix_ns(1_700_000_000 * 1_000_000_000);
+    s.record(0, &rtp(1, 0x1000));
+    let n = s.sender_report(100 * MS, ntp, &mut sr);
+    assert!(n > 0);
+    let mut b = [0u8; 64];
+    let mut w = Writer::new(&mut b);
+    w.receiver_report(
+        9,
+        Some(&ReportBlock {
+            ssrc: 0x1000,
+            highest: 1,
+            lsr: rtcp::ntp_middle(ntp),
+            dlsr: 5 * 65536 / 1000,
+        }),
+    );
+    let len = w.len();
+    s.receive_rtcp(125 * MS, &b[..len]);
+    s
+}
+
+#[test]
+fn sender_keeps_the_buffer_plus_two_rtts() {
+    let mut s = sender_with_20_ms_rtt();
+    let rtt = s.rtt_ns().expect("rtt");
+    s.record(1000 * MS, &rtp(7, 0x1000));
+    s.record(1000 * MS, &rtp(8, 0x1000));
+    // 200 ms + 1.5 RTT after it left: still kept (a NACK whose way took
+    // longer than the RTT).
+    s.receive_rtcp(1000 * MS + 200 * MS + rtt * 3 / 2, &range_nack(&[(7, 0)]));
+    assert_eq!(s.next_retransmission().map(seq_of), Some(7));
+    // 200 ms + 2.5 RTT: gone, counted.
+    s.receive_rtcp(1000 * MS + 200 * MS + rtt * 5 / 2, &range_nack(&[(8, 0)]));
+    assert!(s.next_retransmission().is_none());
+    assert_eq!(s.stats().unrecoverable, 1);
+}
+
 #[test]
 fn sender_measures_rtt_from_receiver_reports() {
     let mut s = RistSender::new(200);
