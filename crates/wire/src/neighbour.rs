@@ -12,8 +12,8 @@ use std::fmt;
 use std::net::Ipv4Addr;
 
 use crate::rtnetlink::{
-    Malformed, NLA_TYPE_FLAGS, NLM_F_REQUEST, NLMSG_ERROR, NLMSG_HDRLEN, RTA_HDRLEN, align4,
-    u16_at, u32_at,
+    Header, Malformed, NLA_TYPE_FLAGS, NLM_F_REQUEST, NLMSG_ERROR, RTA_HDRLEN, align4,
+    next_message, u16_at, u32_at,
 };
 
 pub const RTM_NEWROUTE: u16 = 24;
@@ -184,22 +184,10 @@ impl Iterator for Answers<'_> {
         if self.rest.is_empty() {
             return None;
         }
-        let left = self.rest.len();
-        let (Some(len), Some(kind), Some(seq)) = (
-            u32_at(self.rest, 0),
-            u16_at(self.rest, 4),
-            u32_at(self.rest, 8),
-        ) else {
-            self.rest = &[];
-            return Some(Err(Malformed::Truncated { left }));
+        let (Header { kind, seq, .. }, body) = match next_message(&mut self.rest) {
+            Ok(m) => m,
+            Err(e) => return Some(Err(e)),
         };
-        let len = usize::try_from(len).unwrap_or(usize::MAX);
-        if len < NLMSG_HDRLEN || len > left {
-            self.rest = &[];
-            return Some(Err(Malformed::BadLength { claimed: len, left }));
-        }
-        let body = self.rest.get(NLMSG_HDRLEN..len).unwrap_or_default();
-        self.rest = self.rest.get(align4(len).min(left)..).unwrap_or_default();
         let answer = match kind {
             RTM_NEWROUTE => route(body).map(Answer::Route),
             RTM_NEWNEIGH => neighbour(body).map(Answer::Neighbour),
@@ -327,6 +315,7 @@ pub fn next_hop(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rtnetlink::NLMSG_HDRLEN;
 
     const DST: Ipv4Addr = Ipv4Addr::new(10, 10, 2, 2);
     const GW: Ipv4Addr = Ipv4Addr::new(10, 10, 2, 254);

@@ -158,6 +158,36 @@ pub fn messages(datagram: &[u8]) -> Messages<'_> {
     Messages { rest: datagram }
 }
 
+/// The fixed fields of a netlink message header (`struct nlmsghdr`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Header {
+    pub kind: u16,
+    pub flags: u16,
+    pub seq: u32,
+}
+
+/// Split the first netlink message off `rest`: its header and body, with
+/// `rest` moved past it (4-aligned). A truncated header or a length that
+/// doesn't fit empties `rest`, so an iterator over it ends after the error.
+pub(crate) fn next_message<'a>(rest: &mut &'a [u8]) -> Result<(Header, &'a [u8]), Malformed> {
+    let b: &'a [u8] = rest;
+    let left = b.len();
+    let (Some(len), Some(kind), Some(flags), Some(seq)) =
+        (u32_at(b, 0), u16_at(b, 4), u16_at(b, 6), u32_at(b, 8))
+    else {
+        *rest = &[];
+        return Err(Malformed::Truncated { left });
+    };
+    let len = usize::try_from(len).unwrap_or(usize::MAX);
+    if len < NLMSG_HDRLEN || len > left {
+        *rest = &[];
+        return Err(Malformed::BadLength { claimed: len, left });
+    }
+    let body = b.get(NLMSG_HDRLEN..len).unwrap_or_default();
+    *rest = b.get(align4(len).min(left)..).unwrap_or_default();
+    Ok((Header { kind, flags, seq }, body))
+}
+
 impl Iterator for Messages<'_> {
     type Item = Result<Message, Malformed>;
 
@@ -165,23 +195,10 @@ impl Iterator for Messages<'_> {
         if self.rest.is_empty() {
             return None;
         }
-        let left = self.rest.len();
-        let (Some(len), Some(kind), Some(flags), Some(seq)) = (
-            u32_at(self.rest, 0),
-            u16_at(self.rest, 4),
-            u16_at(self.rest, 6),
-            u32_at(self.rest, 8),
-        ) else {
-            self.rest = &[];
-            return Some(Err(Malformed::Truncated { left }));
+        let (Header { kind, flags, seq }, body) = match next_message(&mut self.rest) {
+            Ok(m) => m,
+            Err(e) => return Some(Err(e)),
         };
-        let len = usize::try_from(len).unwrap_or(usize::MAX);
-        if len < NLMSG_HDRLEN || len > left {
-            self.rest = &[];
-            return Some(Err(Malformed::BadLength { claimed: len, left }));
-        }
-        let body = self.rest.get(NLMSG_HDRLEN..len).unwrap_or_default();
-        self.rest = self.rest.get(align4(len).min(left)..).unwrap_or_default();
         Some(match kind {
             RTM_NEWLINK | RTM_DELLINK => link(body, kind == RTM_DELLINK).map(Message::Link),
             NLMSG_DONE => Ok(Message::Done {

@@ -123,15 +123,20 @@ fn sender_bounds_its_retransmission_queue() {
     assert_eq!(n, sender::PENDING);
 }
 
-/// A sender whose RTT is measured at 20 ms (an SR at 100 ms, the
-/// receiver's report naming it 25 ms later after holding it 5 ms).
-fn sender_with_20_ms_rtt() -> RistSender {
+/// A sender that sent an SR at 100 ms, and the receiver report naming it
+/// that arrives 25 ms later after the receiver held it 5 ms (DLSR): an
+/// RTT of 20 ms once the sender reads it.
+fn sender_and_a_20_ms_report() -> (RistSender, Vec<u8>) {
     let mut s = RistSender::new(200);
+    s.record(0, &rtp(1, 0x1000));
     let mut sr = [0u8; 128];
     let ntp = rtcp::ntp_from_unix_ns(1_700_000_000 * 1_000_000_000);
-    s.record(0, &rtp(1, 0x1000));
     let n = s.sender_report(100 * MS, ntp, &mut sr);
     assert!(n > 0);
+    let Some(Packet::SenderReport { ntp: got, .. }) = rtcp::packets(&sr[..n]).next() else {
+        panic!("no SR")
+    };
+    assert_eq!(got, ntp);
     let mut b = [0u8; 64];
     let mut w = Writer::new(&mut b);
     w.receiver_report(
@@ -144,13 +149,13 @@ fn sender_with_20_ms_rtt() -> RistSender {
         }),
     );
     let len = w.len();
-    s.receive_rtcp(125 * MS, &b[..len]);
-    s
+    (s, b[..len].to_vec())
 }
 
 #[test]
 fn sender_keeps_the_buffer_plus_two_rtts() {
-    let mut s = sender_with_20_ms_rtt();
+    let (mut s, report) = sender_and_a_20_ms_report();
+    s.receive_rtcp(125 * MS, &report);
     let rtt = s.rtt_ns().expect("rtt");
     s.record(1000 * MS, &rtp(7, 0x1000));
     s.record(1000 * MS, &rtp(8, 0x1000));
@@ -166,36 +171,13 @@ fn sender_keeps_the_buffer_plus_two_rtts() {
 
 #[test]
 fn sender_measures_rtt_from_receiver_reports() {
-    let mut s = RistSender::new(200);
-    s.record(0, &rtp(1, 0x1000));
-    let mut sr = [0u8; 128];
-    let ntp = rtcp::ntp_from_unix_ns(1_700_000_000 * 1_000_000_000);
-    let n = s.sender_report(100 * MS, ntp, &mut sr);
-    assert!(n > 0);
-    let Some(Packet::SenderReport { ntp: got, .. }) = rtcp::packets(&sr[..n]).next() else {
-        panic!("no SR")
-    };
-    assert_eq!(got, ntp);
-    // The receiver held it 5 ms (DLSR) and its report arrives 25 ms after
-    // the SR left: RTT 20 ms.
-    let mut b = [0u8; 64];
-    let mut w = Writer::new(&mut b);
-    w.receiver_report(
-        9,
-        Some(&ReportBlock {
-            ssrc: 0x1000,
-            highest: 1,
-            lsr: rtcp::ntp_middle(ntp),
-            dlsr: 5 * 65536 / 1000,
-        }),
-    );
-    let len = w.len();
-    s.receive_rtcp(125 * MS, &b[..len]);
+    let (mut s, report) = sender_and_a_20_ms_report();
+    s.receive_rtcp(125 * MS, &report);
     let rtt = s.rtt_ns().unwrap();
     assert!((19 * MS..=21 * MS).contains(&rtt), "{rtt}");
     // A report naming no SR of ours gives nothing.
     let mut s2 = RistSender::new(200);
-    s2.receive_rtcp(125 * MS, &b[..len]);
+    s2.receive_rtcp(125 * MS, &report);
     assert_eq!(s2.rtt_ns(), None);
 }
 
