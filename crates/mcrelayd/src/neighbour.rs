@@ -66,7 +66,7 @@ struct Rtnl {
 
 impl Rtnl {
     fn open() -> io::Result<Self> {
-        let fd = crate::netlink::route_socket(0, None)?;
+        let fd = crate::netlink::route_socket(0, 0)?;
         socket2::SockRef::from(&fd).set_read_timeout(Some(ANSWER_WAIT))?;
         Ok(Self {
             fd,
@@ -356,7 +356,7 @@ fn reread() {
 
 /// The watcher thread: neighbour notifications, forever.
 fn watch() {
-    let socket = crate::netlink::route_socket(RTMGRP_NEIGH, Some(1 << 20));
+    let socket = crate::netlink::route_socket(RTMGRP_NEIGH, 1 << 20);
     let fd = match socket {
         Ok(fd) => fd,
         Err(e) => {

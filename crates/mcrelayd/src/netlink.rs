@@ -42,18 +42,17 @@ pub struct LinkWatch {
 
 /// A `NETLINK_ROUTE` socket subscribed to `groups` (0: none, for
 /// requests only), its receive buffer asked for `receive_buffer` bytes
-/// when given (`Some(0)`: the kernel's least; best effort: a smaller one
-/// only makes overruns likelier).
+/// when given (best effort: a smaller one only makes overruns likelier).
 /// The link watcher's and the neighbour lookup's sockets.
-pub(crate) fn route_socket(groups: u32, receive_buffer: Option<usize>) -> io::Result<OwnedFd> {
+pub(crate) fn route_socket(groups: u32, receive_buffer: usize) -> io::Result<OwnedFd> {
     let fd = socket(
         AddressFamily::Netlink,
         SockType::Raw,
         SockFlag::SOCK_CLOEXEC,
         SockProtocol::NetlinkRoute,
     )?;
-    if let Some(bytes) = receive_buffer {
-        let _ = socket2::SockRef::from(&fd).set_recv_buffer_size(bytes);
+    if receive_buffer > 0 {
+        let _ = socket2::SockRef::from(&fd).set_recv_buffer_size(receive_buffer);
     }
     bind(fd.as_raw_fd(), &NetlinkAddr::new(0, groups))?;
     Ok(fd)
@@ -68,7 +67,7 @@ impl LinkWatch {
     }
 
     fn open_with_buffer(receive_buffer: usize) -> io::Result<Self> {
-        let fd = route_socket(RTMGRP_LINK, Some(receive_buffer))?;
+        let fd = route_socket(RTMGRP_LINK, receive_buffer)?;
         Ok(Self {
             fd,
             seq: 0,
