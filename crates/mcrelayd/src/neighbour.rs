@@ -43,7 +43,10 @@ use mcrelay_wire::neighbour::{
     self, Answer, NUD_FAILED, NUD_INCOMPLETE, Neighbour, Route, neighbour_request, route_request,
 };
 use nix::errno::Errno;
-use nix::sys::socket::{MsgFlags, recv, send};
+use nix::sys::socket::{
+    AddressFamily, MsgFlags, NetlinkAddr, SockFlag, SockProtocol, SockType, bind, recv, send,
+    socket,
+};
 
 /// How long an unresolved next hop is waited for: the kernel sends three
 /// ARP requests a second apart before it gives up (`mcast_solicit`,
@@ -66,7 +69,13 @@ struct Rtnl {
 
 impl Rtnl {
     fn open() -> io::Result<Self> {
-        let fd = crate::netlink::route_socket(0, 0)?;
+        let fd = socket(
+            AddressFamily::Netlink,
+            SockType::Raw,
+            SockFlag::SOCK_CLOEXEC,
+            SockProtocol::NetlinkRoute,
+        )?;
+        bind(fd.as_raw_fd(), &NetlinkAddr::new(0, 0))?;
         socket2::SockRef::from(&fd).set_read_timeout(Some(ANSWER_WAIT))?;
         Ok(Self {
             fd,
@@ -356,7 +365,19 @@ fn reread() {
 
 /// The watcher thread: neighbour notifications, forever.
 fn watch() {
-    let socket = crate::netlink::route_socket(RTMGRP_NEIGH, 1 << 20);
+    let socket = socket(
+        AddressFamily::Netlink,
+        SockType::Raw,
+        SockFlag::SOCK_CLOEXEC,
+        SockProtocol::NetlinkRoute,
+    )
+    .map_err(io::Error::from)
+    .and_then(|fd| {
+        bind(fd.as_raw_fd(), &NetlinkAddr::new(0, RTMGRP_NEIGH))?;
+        // Best effort: a smaller buffer only makes overruns likelier.
+        let _ = socket2::SockRef::from(&fd).set_recv_buffer_size(1 << 20);
+        Ok(fd)
+    });
     let fd = match socket {
         Ok(fd) => fd,
         Err(e) => {

@@ -40,24 +40,6 @@ pub struct LinkWatch {
     buf: Vec<u8>,
 }
 
-/// A `NETLINK_ROUTE` socket subscribed to `groups` (0: none, for
-/// requests only), its receive buffer asked for `receive_buffer` bytes
-/// when given (best effort: a smaller one only makes overruns likelier).
-/// The link watcher's and the neighbour lookup's sockets.
-pub(crate) fn route_socket(groups: u32, receive_buffer: usize) -> io::Result<OwnedFd> {
-    let fd = socket(
-        AddressFamily::Netlink,
-        SockType::Raw,
-        SockFlag::SOCK_CLOEXEC,
-        SockProtocol::NetlinkRoute,
-    )?;
-    if receive_buffer > 0 {
-        let _ = socket2::SockRef::from(&fd).set_recv_buffer_size(receive_buffer);
-    }
-    bind(fd.as_raw_fd(), &NetlinkAddr::new(0, groups))?;
-    Ok(fd)
-}
-
 impl LinkWatch {
     /// Open the socket and subscribe to link changes. From this moment on
     /// no change is missed: the first [`dump`](Self::dump) and then
@@ -67,7 +49,15 @@ impl LinkWatch {
     }
 
     fn open_with_buffer(receive_buffer: usize) -> io::Result<Self> {
-        let fd = route_socket(RTMGRP_LINK, receive_buffer)?;
+        let fd = socket(
+            AddressFamily::Netlink,
+            SockType::Raw,
+            SockFlag::SOCK_CLOEXEC,
+            SockProtocol::NetlinkRoute,
+        )?;
+        // Best effort: a smaller buffer only makes overruns likelier.
+        let _ = socket2::SockRef::from(&fd).set_recv_buffer_size(receive_buffer);
+        bind(fd.as_raw_fd(), &NetlinkAddr::new(0, RTMGRP_LINK))?;
         Ok(Self {
             fd,
             seq: 0,
