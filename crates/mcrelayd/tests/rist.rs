@@ -907,13 +907,16 @@ fn two_rist_legs_repaired_then_merged_2022_7() {
 /// 239.10.0.47 on vA; mcrelayd's RIST input joins it (media and RTCP,
 /// port + 1) and NACKs to the sender's unicast address (learned from its
 /// sender reports). 5 % loss each way, 20 ms RTT, `buffer_ms = 1000`:
-/// nothing missing.
+/// at most 1 in 5 000 missing, as into unicast
+/// (`ristsender_to_mcrelay_rist_input`: librist's sender skips repeated
+/// NACKs as "too soon", and a clean-clone CI run here left 1 of 7 500
+/// missing with 47 skipped); RIST doing nothing loses about 375.
 #[test]
 fn ristsender_to_mcrelay_rist_input_on_multicast() {
-    let Some((gaps, _, summary)) = ristsender_into_mcrelay_at(1000, "239.10.0.47") else {
+    let Some((gaps, count, summary)) = ristsender_into_mcrelay_at(1000, "239.10.0.47") else {
         return;
     };
-    assert!(gaps == 0, "residual loss: {summary}");
+    assert!(gaps * 5000 <= count, "residual loss: {summary}");
 }
 
 /// A RIST output on a multicast group: mcrelayd sends to 239.10.0.48 on
