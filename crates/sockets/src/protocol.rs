@@ -529,7 +529,7 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        let twelve = vec!["1"; MAX_LEG_SOCKETS].join(",");
+        let twelve = ["1"; MAX_LEG_SOCKETS].join(",");
         assert!(Reply::decode(format!("SOCKETS {twelve} 13").as_bytes()).is_ok());
     }
 
