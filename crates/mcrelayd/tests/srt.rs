@@ -14,6 +14,9 @@
 //!   second flow on the same port is picked by its stream ID.
 //! - mcrelay as caller to `srt-live-transmit` in listener mode: it retries
 //!   with back-off until the listener appears, then delivers byte-exact.
+//! - A listener on 0.0.0.0 on the port of an `ingress = "packet"` input's
+//!   group (which the config allows): its socket receives the group's
+//!   datagrams too, and its caller still receives the flow byte-exact.
 //! - 5 % random loss (iptables `statistic`) both ways and 40 ms RTT
 //!   (nfdelay) between relay and callers, `latency_ms = 200`: no residual
 //!   loss at the callers over 60 s, the issue's figure (CI's; set
@@ -494,6 +497,54 @@ fn caller_mode_retries_until_the_listener_is_up_then_delivers_byte_exact() {
     send_file(&t, &file, 1500);
     finish(listener, &out, want.len());
     same(&out, &want);
+    let _ = relay.stop();
+}
+
+/// An `ingress = "packet"` input of a group and an SRT listener on
+/// 0.0.0.0 on the group's port: the config allows it (the packet socket
+/// binds no port, docs/configuration.md), and it works: the listener's
+/// socket receives the group's datagrams too (the membership is the
+/// host's), libsrt drops them as no connection's, and its caller
+/// receives the flow byte-exact.
+#[test]
+fn a_wildcard_listener_on_a_packet_inputs_group_port_serves_its_caller() {
+    let Some(t) = topology() else { return };
+    let n = 1000;
+    let file = stream(&t, n);
+    let want = fs::read(&file).expect("stream");
+    let relay = t.relay(
+        "[[flow]]\nname = \"cam\"\n\
+         input = { interface = \"vRA\", address = \"239.1.1.1\", port = 5000, ingress = \"packet\" }\n\
+         outputs = [{ protocol = \"srt\", address = \"0.0.0.0\", port = 5000 }]\n",
+        &[],
+    );
+    let out = t.dir.join("wildcard.ts");
+    let rx = srt_receiver(&t, "srt://10.10.2.1:5000", &out);
+    wait_log(&relay, "SRT caller connected", 1);
+    // R's UDP counters: the group's datagrams reach a UDP socket, the
+    // listener's (nothing else holds port 5000; the caller's own
+    // datagrams, a few hundred control packets, come on top).
+    let udp = |key: &str| {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &t.r, "nstat", "-az", key])
+            .output()
+            .expect("nstat");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let in_before = udp("UdpInDatagrams");
+    send_file(&t, &file, 500);
+    finish(rx, &out, want.len());
+    same(&out, &want);
+    let got_in = udp("UdpInDatagrams") - in_before;
+    eprintln!("R: {got_in} UDP datagrams received");
+    assert!(
+        got_in >= n as u64,
+        "the group's datagrams reached no socket: {got_in}"
+    );
     let _ = relay.stop();
 }
 
