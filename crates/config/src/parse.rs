@@ -1489,6 +1489,10 @@ impl<'t> Walker<'t> {
                                 ids.insert(id, name.clone());
                             }
                             for (input, at) in &parts.inputs {
+                                for e in srt_binds.add_input(name, input) {
+                                    self.errors.push((*at, e));
+                                    all_ok = false;
+                                }
                                 if input.ingress == IngressKind::Xdp
                                     && let Some(other) = xdp_egress.get(&input.interface)
                                 {

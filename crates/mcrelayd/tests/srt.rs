@@ -14,17 +14,22 @@
 //!   second flow on the same port is picked by its stream ID.
 //! - mcrelay as caller to `srt-live-transmit` in listener mode: it retries
 //!   with back-off until the listener appears, then delivers byte-exact.
+//! - A listener on 0.0.0.0 on the port of an `ingress = "packet"` input's
+//!   group (which the config allows): its socket receives the group's
+//!   datagrams too, and its caller still receives the flow byte-exact.
 //! - 5 % random loss (iptables `statistic`) both ways and 40 ms RTT
 //!   (nfdelay) between relay and callers, `latency_ms = 200`: no residual
-//!   loss at the callers over `MCRELAY_SRT_LOSS_SECONDS` (20 by default).
+//!   loss at the callers over 60 s, the issue's figure (CI's; set
+//!   `MCRELAY_SRT_LOSS_SECONDS` for a shorter local run).
 //! - SRT inputs: an ffmpeg caller to a listener input relayed to multicast
 //!   byte-exact (a second caller refused); an input calling
 //!   `srt-live-transmit` in listener mode, byte-exact; failover between an
 //!   SRT leg and a multicast leg and back.
 //! - Past the relay's sending capacity (relay on one CPU, 10 callers at
 //!   10 000 datagrams/s): the newest late caller goes each second, counted
-//!   and logged, new callers are refused meanwhile, and a caller arriving
-//!   after the overload receives the stream byte-exact.
+//!   and logged, new callers are refused meanwhile, and after the
+//!   overload the callers that stayed and a new one receive a stream
+//!   byte-exact.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -495,14 +500,62 @@ fn caller_mode_retries_until_the_listener_is_up_then_delivers_byte_exact() {
     let _ = relay.stop();
 }
 
-/// How long the loss test streams: `MCRELAY_SRT_LOSS_SECONDS`, 20 s by
-/// default (CI: the test stays under a minute); the issue's figure is 60.
+/// An `ingress = "packet"` input of a group and an SRT listener on
+/// 0.0.0.0 on the group's port: the config allows it (the packet socket
+/// binds no port, docs/configuration.md), and it works: the listener's
+/// socket receives the group's datagrams too (the membership is the
+/// host's), libsrt drops them as no connection's, and its caller
+/// receives the flow byte-exact.
+#[test]
+fn a_wildcard_listener_on_a_packet_inputs_group_port_serves_its_caller() {
+    let Some(t) = topology() else { return };
+    let n = 1000;
+    let file = stream(&t, n);
+    let want = fs::read(&file).expect("stream");
+    let relay = t.relay(
+        "[[flow]]\nname = \"cam\"\n\
+         input = { interface = \"vRA\", address = \"239.1.1.1\", port = 5000, ingress = \"packet\" }\n\
+         outputs = [{ protocol = \"srt\", address = \"0.0.0.0\", port = 5000 }]\n",
+        &[],
+    );
+    let out = t.dir.join("wildcard.ts");
+    let rx = srt_receiver(&t, "srt://10.10.2.1:5000", &out);
+    wait_log(&relay, "SRT caller connected", 1);
+    // R's UDP counters: the group's datagrams reach a UDP socket, the
+    // listener's (nothing else holds port 5000; the caller's own
+    // datagrams, a few hundred control packets, come on top).
+    let udp = |key: &str| {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &t.r, "nstat", "-az", key])
+            .output()
+            .expect("nstat");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let in_before = udp("UdpInDatagrams");
+    send_file(&t, &file, 500);
+    finish(rx, &out, want.len());
+    same(&out, &want);
+    let got_in = udp("UdpInDatagrams") - in_before;
+    eprintln!("R: {got_in} UDP datagrams received");
+    assert!(
+        got_in >= n as u64,
+        "the group's datagrams reached no socket: {got_in}"
+    );
+    let _ = relay.stop();
+}
+
+/// How long the loss test streams: the issue's 60 s (what CI runs), or
+/// `MCRELAY_SRT_LOSS_SECONDS` for a shorter (or longer) local run.
 fn loss_seconds() -> u32 {
     std::env::var("MCRELAY_SRT_LOSS_SECONDS")
         .ok()
         .and_then(|v| v.parse().ok())
         .filter(|&s| s > 0)
-        .unwrap_or(20)
+        .unwrap_or(60)
 }
 
 #[test]
@@ -1126,6 +1179,32 @@ fn failover_between_an_srt_leg_and_a_multicast_leg() {
     let _ = relay.stop();
 }
 
+/// A pipe's reader for a caller of the overload test: counts the bytes
+/// (written to OUT when it ends) and holds the last HELD of them; once
+/// the packet MARK (hex) has passed, writes them to OUT.tail, creates
+/// OUT.done and exits. Arguments: HELD MARK OUT. No double quotes: it is
+/// passed through `sh -c "..."`.
+const SINK: &str = "import os,sys,collections
+k=int(sys.argv[1]);m=bytes.fromhex(sys.argv[2]);o=sys.argv[3]
+q=collections.deque();h=0;n=0;p=b'';done=False
+while True:
+    d=os.read(0,1<<16)
+    if not d: break
+    n+=len(d);q.append(d);h+=len(d)
+    while h-len(q[0])>=k: h-=len(q.popleft())
+    if m in p+d:
+        done=True;break
+    p=(p+d)[-len(m):]
+open(o,'w').write(str(n))
+if done:
+    open(o+'.tail','wb').write(b''.join(q))
+    open(o+'.done','w').close()
+";
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// Ten `srt-live-transmit` callers (`-a:no`: one connection each) of a
 /// relay whose SRT sending can't keep up: the relay pinned to one CPU,
 /// 10 000 datagrams/s of 1316 bytes to each caller for 8 s. Every
@@ -1136,10 +1215,12 @@ fn failover_between_an_srt_leg_and_a_multicast_leg() {
 /// second (counted, `late_disconnects`, and logged with the reason),
 /// and new callers are refused meanwhile (`refused`, `holding`), so
 /// those served longest keep their streams; every datagram a remaining
-/// caller missed is counted (sent or dropped). Once the overload has
-/// passed and the hold ended, a new caller's stream is byte-exact from
-/// its first datagram. Before, nobody was disconnected: all ten kept
-/// callers past their ceiling, each receiving a share, late.
+/// caller missed is counted (sent or dropped), and the disconnected
+/// callers' srt-live-transmit ended. Once the overload has passed and the
+/// hold ended, a check stream reaches every caller that stayed and a new
+/// one whole: byte-exact from its first datagram to its last. Before,
+/// nobody was disconnected: all ten kept callers past their ceiling, each
+/// receiving a share, late.
 #[test]
 fn callers_past_the_relays_sending_capacity_go_newest_first_and_a_new_caller_starts_whole() {
     let Some(t) = topology() else { return };
@@ -1164,25 +1245,33 @@ fn callers_past_the_relays_sending_capacity_go_newest_first_and_a_new_caller_sta
             .and_then(|f| f.outputs.iter().find_map(|o| o.srt.clone()))
             .ok_or_else(|| "no SRT output".to_owned())
     };
-    // Each caller's bytes counted as they arrive (a file would take a
-    // gigabyte); SIGINT ends srt-live-transmit cleanly, and wc (which
-    // ignores it, like the shell) then writes the count.
-    let counts: Vec<PathBuf> = (0..CALLERS)
-        .map(|i| t.dir.join(format!("count-{i}")))
+    // After the overload every caller still connected receives a check
+    // stream, so each keeps what it received last (a file of everything
+    // would take a gigabyte): `sink` counts the bytes, holds the last
+    // `held` of them and writes them out when the check stream's last
+    // packet has passed (or at the end). SIGINT ends srt-live-transmit
+    // cleanly; the shell and the sink ignore it.
+    let n = 2000;
+    let file = stream(&t, n);
+    let want = fs::read(&file).expect("stream");
+    let last_packet = &want[want.len() - 188..];
+    let held = want.len() + (1 << 20);
+    let sinks: Vec<PathBuf> = (0..=CALLERS)
+        .map(|i| t.dir.join(format!("caller-{i}")))
         .collect();
-    let callers: Vec<Group> = counts
-        .iter()
-        .map(|out| {
-            let mut c = Command::new("sh");
-            c.arg("-c").arg(format!(
-                "trap '' INT; ip netns exec {} srt-live-transmit -q -a:no \
-                 'srt://10.10.2.1:9000?streamid=cam' file://con 2>/dev/null | wc -c >{}",
-                t.b,
-                out.display()
-            ));
-            in_group(c)
-        })
-        .collect();
+    let caller = |out: &Path| {
+        let mut c = Command::new("sh");
+        c.arg("-c").arg(format!(
+            "trap '' INT; ip netns exec {} srt-live-transmit -q -a:no \
+             'srt://10.10.2.1:9000?streamid=cam' file://con 2>/dev/null | python3 -c \"{}\" {held} {} {}",
+            t.b,
+            SINK,
+            hex(last_packet),
+            out.display()
+        ));
+        in_group(c)
+    };
+    let callers: Vec<Group> = sinks[..CALLERS].iter().map(|o| caller(o)).collect();
     wait_log(&relay, "SRT caller connected", CALLERS);
     let mut load = t
         .command(&t.a, &loadgen())
@@ -1250,12 +1339,108 @@ fn callers_past_the_relays_sending_capacity_go_newest_first_and_a_new_caller_sta
         r.late_disconnects,
         r.callers.len()
     );
-    // The callers left end (what each received is printed), so the relay
-    // pinned to one CPU serves the new caller alone.
-    for g in &callers {
-        interrupt_group(g);
+    // The callers the relay disconnected have ended (srt-live-transmit
+    // -a:no exits on a broken connection); the others stay connected.
+    let alive = |callers: &mut [Group]| {
+        callers
+            .iter_mut()
+            .filter_map(|g| g.0.try_wait().ok())
+            .filter(Option::is_none)
+            .count()
+    };
+    let mut callers = callers;
+    wait_until("the disconnected callers to end", || {
+        let connected = route(&snapshot(&socket))?.callers.len();
+        let left = alive(&mut callers[..]);
+        if left == connected {
+            Ok(())
+        } else {
+            Err(format!("{left} callers running, {connected} connected"))
+        }
+    });
+    let stayed: Vec<usize> = (0..CALLERS)
+        .filter(|&i| callers[i].0.try_wait().ok().flatten().is_none())
+        .collect();
+    assert!(!stayed.is_empty(), "every caller was disconnected: {r:?}");
+    // The hold ends once the sending keeps up (10 s after the last shed).
+    let served = wait_until("the output to accept callers again", || {
+        let r = route(&snapshot(&socket))?;
+        if r.holding {
+            Err(format!("{r:?}"))
+        } else {
+            Ok(r)
+        }
+    });
+    // A new caller, after the overload, beside those that stayed.
+    let fresh = caller(&sinks[CALLERS]);
+    wait_until("the new caller to connect", || {
+        let r = route(&snapshot(&socket))?;
+        if r.connects > served.connects && r.callers.len() == stayed.len() + 1 {
+            Ok(())
+        } else {
+            Err(format!("{r:?}"))
+        }
+    });
+    // The check stream, then a second of null packets behind it (SRT
+    // detects a loss only when a later packet arrives, and the receivers
+    // write through a stdio buffer).
+    send_file_and_tail(&t, &file, 500, 500);
+    let whole: Vec<&PathBuf> = stayed
+        .iter()
+        .map(|&i| &sinks[i])
+        .chain([&sinks[CALLERS]])
+        .collect();
+    for out in &whole {
+        let done = out.with_extension("done");
+        wait_until(
+            &format!("{} to see the check stream end", out.display()),
+            || {
+                if done.exists() {
+                    Ok(())
+                } else {
+                    Err(fs::read_to_string(out).unwrap_or_else(|_| "running".into()))
+                }
+            },
+        );
     }
-    for (mut g, out) in callers.into_iter().zip(&counts) {
+    // Each caller that stayed, and the new one, received the check stream
+    // whole: byte-exact from its first datagram to its last (the new
+    // caller: from the first byte it received).
+    for out in &whole {
+        let got = fs::read(out.with_extension("tail")).expect("tail");
+        let end = got
+            .windows(188)
+            .rposition(|w| w == last_packet)
+            .map(|p| p + 188)
+            .unwrap_or_else(|| panic!("{}: no end of the check stream", out.display()));
+        let start = end.checked_sub(want.len());
+        let got = start.and_then(|s| got.get(s..end)).unwrap_or_default();
+        let first = got.iter().zip(&want).position(|(a, b)| a != b);
+        assert_eq!(
+            (got.len(), first),
+            (want.len(), None),
+            "{}: the check stream is not whole (length, first difference)",
+            out.display()
+        );
+    }
+    let fresh_got = fs::read(sinks[CALLERS].with_extension("tail")).expect("tail");
+    assert!(
+        fresh_got.starts_with(&want),
+        "the new caller's stream does not start whole with the check stream"
+    );
+    eprintln!(
+        "{} callers that stayed and the new one received the check stream whole",
+        stayed.len()
+    );
+    // The callers end (each one's count is printed); only a group whose
+    // leader still runs is signalled (a reaped one's id may be reused).
+    callers.push(fresh);
+    for g in &mut callers {
+        if g.0.try_wait().ok().flatten().is_none() {
+            interrupt_group(g);
+        }
+    }
+    for (mut g, out) in callers.into_iter().zip(&sinks) {
         wait_until("a caller to end", || match g.0.try_wait() {
             Ok(Some(_)) => Ok(()),
             _ => Err("running".into()),
@@ -1267,32 +1452,6 @@ fn callers_past_the_relays_sending_capacity_go_newest_first_and_a_new_caller_sta
             bytes.trim().parse::<u64>().unwrap_or(0) / DATAGRAM as u64
         );
     }
-    // The hold ends once the sending keeps up (10 s after the last shed).
-    let served = wait_until("the output to accept callers again", || {
-        let r = route(&snapshot(&socket))?;
-        if r.holding {
-            Err(format!("{r:?}"))
-        } else {
-            Ok(r)
-        }
-    });
-    // A new caller, after the overload: byte-exact from its first datagram.
-    let n = 2000;
-    let file = stream(&t, n);
-    let want = fs::read(&file).expect("stream");
-    let out = t.dir.join("new.ts");
-    let fresh = srt_receiver(&t, "srt://10.10.2.1:9000?streamid=cam", &out);
-    wait_until("the new caller to connect", || {
-        let r = route(&snapshot(&socket))?;
-        if r.connects > served.connects {
-            Ok(())
-        } else {
-            Err(format!("{r:?}"))
-        }
-    });
-    send_file(&t, &file, 500);
-    finish(fresh, &out, want.len());
-    same(&out, &want);
     eprintln!("{:?}", route(&snapshot(&socket)));
     let _ = relay.stop();
 }

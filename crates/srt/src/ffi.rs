@@ -32,6 +32,7 @@ pub enum Opt {
     PayloadSize = 49,
     TransType = 50,
     EnforcedEncryption = 53,
+    Ipv6Only = 54,
     PeerIdleTimeo = 55,
     RetransmitAlgo = 61,
 }

@@ -1181,6 +1181,14 @@ fn connect(spec: &OutputSpec) -> Result<Socket, ffi::SrtError> {
 fn open_listener(addr: SocketAddr) -> Result<Listener, ffi::SrtError> {
     let socket = Socket::new_live()?;
     socket.as_ref().set_bool(Opt::ReuseAddr, true)?;
+    if addr.is_ipv6() {
+        // Dual-stack whatever net.ipv6.bindv6only says (libsrt 1.5 leaves
+        // it to that sysctl; later libsrt refuses to bind `::` with it
+        // unset): `::` holds the port on IPv4 too, as docs/configuration.md
+        // and the config's port rules (`mcrelay_config`) take it, and
+        // `::ffff:a.b.c.d` binds.
+        socket.as_ref().set_bool(Opt::Ipv6Only, false)?;
+    }
     socket
         .as_ref()
         .set_i32(Opt::PayloadSize, i32::try_from(MAX_PAYLOAD).unwrap_or(1456))?;

@@ -214,3 +214,30 @@ fn wait_callers_gone(svc: &SrtService, flow: &str) {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// A listener on `::` is dual-stack: an IPv4 caller (127.0.0.1) is
+/// served, as the config's port rules take it (`::` holds the port on
+/// IPv4 too). The listener sets `SRTO_IPV6ONLY` off so that holds even
+/// with net.ipv6.bindv6only = 1; with the sysctl's default (0) libsrt 1.5
+/// is dual-stack without it, so this passes either way here.
+#[test]
+fn a_listener_on_the_ipv6_wildcard_serves_an_ipv4_caller() {
+    let svc = SrtService::start().expect("start");
+    let port = free_port();
+    let addr: SocketAddr = format!("[::]:{port}").parse().expect("addr");
+    let feed = add(&svc, "v6", addr, srt(None, None, 2));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while view_of(&svc, "v6").is_none() {
+        assert!(Instant::now() < deadline, "route not added");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(view_of(&svc, "v6").and_then(|v| v.error), None);
+    let v4: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+    let caller = call(v4, None, None).expect("an IPv4 caller of the :: listener connects");
+    wait_callers(&svc, "v6", 1);
+    for i in 0..10 {
+        feed.send(&datagram(i)).expect("feed");
+    }
+    receive_all(&[caller], 10);
+    svc.stop();
+}

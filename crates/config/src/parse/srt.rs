@@ -5,6 +5,7 @@
 //! flow (see [`crate::model::SrtInput`]). The daemon opens SRT sockets without
 //! privileges, so a listener's port must be 1024 or above.
 
+use std::collections::HashMap;
 use std::fmt::Display;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::ops::Range;
@@ -377,18 +378,110 @@ impl Walker<'_> {
 }
 
 /// Every SRT listener of the file so far (inputs and outputs, every
-/// flow): its address, port, flow and side, to find two that can't both
-/// be opened. One `address:port` is one libsrt listener (its flows told
-/// apart by stream ID); two listeners on one port whose addresses overlap
-/// (a wildcard and an address it covers, or one address written two
-/// ways) are two UDP sockets the kernel refuses to bind beside each other,
-/// which would otherwise only show when the daemon opens the second.
+/// flow) and every port a UDP input holds (its own; a RIST input's RTCP
+/// port, + 1; a 2022-1 FEC input's + 2 and + 4), by port, to find an SRT
+/// listener that can't be opened beside them:
+///
+/// - One `address:port` is one libsrt listener (its flows told apart by
+///   stream ID); two listeners on one port whose addresses overlap (a
+///   wildcard and an address it covers, or one address written two ways)
+///   are two UDP sockets the kernel refuses to bind beside each other.
+/// - libsrt binds its UDP socket without `SO_REUSEADDR`, so the kernel
+///   binds no other UDP socket on its port whose address overlaps its own
+///   (the same address, or either a wildcard covering the other): a
+///   `ingress = "socket"` input there (bound with `SO_REUSEADDR`) fails to
+///   bind, whichever comes first. Tried in a namespace: a socket bound to
+///   239.1.1.1:9000 and a listener on 0.0.0.0:9000 (or `::`) refuse each
+///   other with `EADDRINUSE`; a listener on a unicast address beside it,
+///   or on 0.0.0.0 beside an IPv6 group (bound `IPV6_V6ONLY`), is fine.
+/// - An `ingress = "packet"` or `"xdp"` input binds no port: beside a
+///   group it clashes with nothing (a wildcard listener receives the
+///   group's datagrams too, which libsrt discards as no connection's), but
+///   on a unicast address its filter matches the datagrams the SRT
+///   callers send to that address and port: the packet socket would relay
+///   them as the flow's stream, the XDP program would take them from the
+///   listener.
+///
+/// Without this check each of these would only show when the daemon opens
+/// the second socket.
 #[derive(Default)]
-pub(super) struct ListenerBinds(Vec<(IpAddr, u16, String, SrtSide)>);
+pub(super) struct ListenerBinds(HashMap<u16, Vec<Bind>>);
+
+/// A port held by flow `flow` on `address`.
+struct Bind {
+    address: IpAddr,
+    flow: String,
+    holder: Holder,
+}
+
+enum Holder {
+    /// An SRT listener, input or output.
+    Srt(SrtSide),
+    /// A UDP input's port: the input's interface, address, port and
+    /// source as written (for messages), how it receives, and which of
+    /// its ports this is.
+    Udp {
+        interface: String,
+        port: u16,
+        source: Option<IpAddr>,
+        ingress: IngressKind,
+        role: UdpRole,
+    },
+}
+
+/// Which port of a UDP input.
+#[derive(Clone, Copy)]
+enum UdpRole {
+    Stream,
+    RistRtcp,
+    FecColumn,
+    FecRow,
+}
+
+impl Holder {
+    /// The holder of `address:port` as an error names it: `SRT listener
+    /// 0.0.0.0:9000 (an output)`, `input eth0 239.1.1.1:5000 from
+    /// 10.1.1.1`, `input eth0 239.1.1.1:5000 (its RIST RTCP port 5001)`.
+    fn describe(&self, address: IpAddr, port: u16) -> String {
+        match self {
+            Holder::Srt(side) => format!(
+                "SRT listener {} ({})",
+                SocketAddr::new(address, port),
+                match side {
+                    SrtSide::Input => "an input",
+                    SrtSide::Output => "an output",
+                }
+            ),
+            Holder::Udp {
+                interface,
+                port: base,
+                source,
+                role,
+                ..
+            } => {
+                let mut s = format!("input {interface} {}", SocketAddr::new(address, *base));
+                if let Some(source) = source {
+                    s.push_str(&format!(" from {source}"));
+                }
+                let extra = match role {
+                    UdpRole::Stream => None,
+                    UdpRole::RistRtcp => Some("RIST RTCP port"),
+                    UdpRole::FecColumn => Some("2022-1 column FEC port"),
+                    UdpRole::FecRow => Some("2022-1 row FEC port"),
+                };
+                if let Some(what) = extra {
+                    s.push_str(&format!(" (its {what} {port})"));
+                }
+                s
+            }
+        }
+    }
+}
 
 impl ListenerBinds {
-    /// Records flow `name`'s listener `(address, port)` on `side`; the
-    /// error, when it clashes with one recorded before.
+    /// Records flow `name`'s SRT listener `(address, port)` on `side`;
+    /// the error, when it clashes with a listener or a UDP input's port
+    /// recorded before.
     pub(super) fn add(
         &mut self,
         name: &str,
@@ -396,39 +489,150 @@ impl ListenerBinds {
         port: u16,
         side: SrtSide,
     ) -> Option<String> {
-        let clash = self.0.iter().find_map(|(a, p, other, s)| {
-            (*p == port && *a != address)
-                .then(|| overlap(*a, address))
-                .flatten()
-                .map(|why| (*a, other.as_str(), *s, why))
-        });
-        let msg = clash.map(|(a, other, s, why)| {
-            let side_of = |s: SrtSide| match s {
-                SrtSide::Input => "an input",
-                SrtSide::Output => "an output",
+        let binds = self.0.entry(port).or_default();
+        let clash = binds.iter().find_map(|b| {
+            let why = match &b.holder {
+                // One address written alike is one listener.
+                Holder::Srt(_) => (b.address != address)
+                    .then(|| overlap(b.address, address))
+                    .flatten(),
+                Holder::Udp { ingress, .. } => udp_clash(address, b.address, *ingress),
             };
-            let whose = if other == name {
-                "this flow's".to_owned()
-            } else {
-                format!("flow {other:?}'s")
-            };
-            format!(
-                "flow {name:?}: SRT listener {} ({}) can't be opened beside {whose} SRT listener {} ({}): {why}; write one address for both (one listener serves several flows, told apart by stream_id) or use another port",
-                SocketAddr::new(address, port),
-                side_of(side),
-                SocketAddr::new(a, port),
-                side_of(s),
-            )
+            why.map(|why| (b, why))
         });
-        self.0.push((address, port, name.to_owned(), side));
+        let msg = clash.map(|(b, why)| {
+            let here = Holder::Srt(side).describe(address, port);
+            let there = b.holder.describe(b.address, port);
+            let whose = whose(&b.flow, name);
+            let hint = match b.holder {
+                Holder::Srt(_) => "write one address for both (one listener serves several flows, told apart by stream_id) or use another port".to_owned(),
+                Holder::Udp { .. } => fix(address, b.address),
+            };
+            format!("flow {name:?}: {here} can't be opened beside {whose} {there}: {why}; {hint}")
+        });
+        binds.push(Bind {
+            address,
+            flow: name.to_owned(),
+            holder: Holder::Srt(side),
+        });
         msg
+    }
+
+    /// Records the ports UDP input `input` of flow `name` holds (none
+    /// for an SRT input); an error for each that clashes with an SRT
+    /// listener recorded before.
+    pub(super) fn add_input(&mut self, name: &str, input: &Input) -> Vec<String> {
+        if input.srt.is_some() {
+            return Vec::new();
+        }
+        let fec = input.fec == Some(InputFec::Smpte2022_1);
+        let roles = [
+            (0, UdpRole::Stream, true),
+            (1, UdpRole::RistRtcp, input.rist.is_some()),
+            (2, UdpRole::FecColumn, fec),
+            (4, UdpRole::FecRow, fec),
+        ];
+        let mut errors = Vec::new();
+        for (offset, role, _) in roles.into_iter().filter(|r| r.2) {
+            let port = input.port.saturating_add(offset);
+            let holder = Holder::Udp {
+                interface: input.interface.clone(),
+                port: input.port,
+                source: input.source,
+                ingress: input.ingress,
+                role,
+            };
+            let binds = self.0.entry(port).or_default();
+            let clash = binds.iter().find_map(|b| match b.holder {
+                Holder::Srt(_) => {
+                    udp_clash(b.address, input.address, input.ingress).map(|why| (b, why))
+                }
+                // Two inputs on one port: the flows' own rules.
+                Holder::Udp { .. } => None,
+            });
+            if let Some((b, why)) = clash {
+                let here = holder.describe(input.address, port);
+                let there = b.holder.describe(b.address, port);
+                let whose = whose(&b.flow, name);
+                errors.push(format!(
+                    "flow {name:?}: {here} can't be opened beside {whose} {there}: {why}; {}",
+                    fix(b.address, input.address)
+                ));
+            }
+            binds.push(Bind {
+                address: input.address,
+                flow: name.to_owned(),
+                holder,
+            });
+        }
+        errors
+    }
+}
+
+/// `this flow's` or `flow "a"'s`, for the owner `other` of what flow
+/// `name` clashes with.
+fn whose(other: &str, name: &str) -> String {
+    if other == name {
+        "this flow's".to_owned()
+    } else {
+        format!("flow {other:?}'s")
+    }
+}
+
+/// How to part an SRT listener on `srt` and a UDP input on `input` that
+/// share a port.
+fn fix(srt: IpAddr, input: IpAddr) -> String {
+    if srt.to_canonical().is_unspecified() && srt.to_canonical() != input.to_canonical() {
+        format!(
+            "bind the SRT listener to a unicast address of this host (not {input}) or use another port for one of them"
+        )
+    } else {
+        "use another port for one of them".to_owned()
+    }
+}
+
+/// Why an SRT listener on `srt` and a UDP input on `input` (received as
+/// `ingress`) can't share a port, or `None` when they can (see
+/// [`ListenerBinds`]). The listener's `::` is dual-stack (the daemon sets
+/// `IPV6_V6ONLY` off, see `mcrelay_srt`); an input's IPv6 socket is
+/// `IPV6_V6ONLY`, and an input's address is never a wildcard.
+fn udp_clash(srt: IpAddr, input: IpAddr, ingress: IngressKind) -> Option<String> {
+    let (s, i) = (srt.to_canonical(), input.to_canonical());
+    let covered = if s == i {
+        Some(if srt == input {
+            format!("both are on {srt}")
+        } else {
+            format!("{srt} and {input} are one address written two ways")
+        })
+    } else if matches!(srt, IpAddr::V6(v6) if v6.is_unspecified()) {
+        Some(format!(
+            "{srt} holds the port on every address, IPv4 included"
+        ))
+    } else if s == IpAddr::V4(Ipv4Addr::UNSPECIFIED) && i.is_ipv4() {
+        Some(format!("{srt} holds the port on every IPv4 address"))
+    } else {
+        None
+    }?;
+    match ingress {
+        IngressKind::Socket => Some(format!(
+            "{covered}, and the kernel binds no other socket over an SRT listener's (libsrt sets no SO_REUSEADDR)"
+        )),
+        // No port bound: a group's datagrams reach the listener too, and
+        // libsrt discards them; nothing clashes.
+        _ if i.is_multicast() => None,
+        IngressKind::Packet => Some(format!(
+            "{covered}, and the input's packet filter (ingress = \"packet\") would relay the SRT callers' datagrams to that port as the flow's stream"
+        )),
+        IngressKind::Xdp => Some(format!(
+            "{covered}, and the input's XDP program (ingress = \"xdp\") would take the SRT callers' datagrams to that port from the listener"
+        )),
     }
 }
 
 /// Why UDP sockets bound to `a` and to `b` (distinct as written) on one
 /// port clash, or `None` when they don't (two distinct unicast addresses).
-/// `::` is taken as dual-stack (libsrt leaves `IPV6_V6ONLY` to the
-/// system, whose default is off): it holds the port on every address.
+/// `::` is taken as dual-stack (the daemon sets `IPV6_V6ONLY` off on an
+/// SRT listener on `::`): it holds the port on every address.
 fn overlap(a: IpAddr, b: IpAddr) -> Option<String> {
     let (ca, cb) = (a.to_canonical(), b.to_canonical());
     if ca == cb {
@@ -895,5 +1099,228 @@ mod tests {
              input = { protocol = \"srt\", mode = \"caller\", address = \"10.0.0.1\", port = 9000 }\n\
              outputs = [{ protocol = \"srt\", address = \"0.0.0.0\", port = 9000 }]\n";
         assert!(parse(caller, "t.toml").is_ok());
+    }
+
+    /// Flow "a" with input `input`, then flow "b" with a multicast input
+    /// and output `output` (line 8).
+    fn input_then_output(input: &str, output: &str) -> String {
+        format!(
+            "[[flow]]\nname = \"a\"\ninput = {input}\n\
+             outputs = [{{ interface = \"eth1\", address = \"239.2.2.2\", port = 6000 }}]\n\
+             [[flow]]\nname = \"b\"\ninput = {{ interface = \"eth0\", address = \"239.1.1.9\", port = 5000 }}\n\
+             outputs = [{output}]\n"
+        )
+    }
+
+    /// Flow "a" with the SRT listener input `listener`, then flow "b"
+    /// with input `input` (line 7).
+    fn listener_then_input(listener: &str, input: &str) -> String {
+        format!(
+            "[[flow]]\nname = \"a\"\ninput = {listener}\n\
+             outputs = [{{ interface = \"eth1\", address = \"239.2.2.2\", port = 6000 }}]\n\
+             [[flow]]\nname = \"b\"\ninput = {input}\n\
+             outputs = [{{ interface = \"eth1\", address = \"239.2.2.3\", port = 6000 }}]\n"
+        )
+    }
+
+    fn srt_at(address: &str, port: u16) -> String {
+        format!("{{ protocol = \"srt\", address = \"{address}\", port = {port} }}")
+    }
+
+    fn udp_at(address: &str, port: u16, extra: &str) -> String {
+        format!("{{ interface = \"eth0\", address = \"{address}\", port = {port}{extra} }}")
+    }
+
+    /// An SRT listener and a UDP input (`ingress = "socket"`) on one
+    /// port whose addresses overlap: libsrt binds without SO_REUSEADDR,
+    /// so the kernel refuses whichever socket comes second (tried in a
+    /// namespace, docs/configuration.md). Refused here in either order,
+    /// at the later one, naming both flows and the fix.
+    #[test]
+    fn an_srt_listener_over_a_udp_inputs_port_is_refused_in_either_order() {
+        let e = errors(&input_then_output(
+            &udp_at("239.1.1.1", 9000, ""),
+            &srt_at("0.0.0.0", 9000),
+        ));
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(e[0].starts_with("t.toml:8:"), "{e:?}");
+        assert!(
+            e[0].contains("flow \"b\": SRT listener 0.0.0.0:9000 (an output) can't be opened beside flow \"a\"'s input eth0 239.1.1.1:9000: 0.0.0.0 holds the port on every IPv4 address, and the kernel binds no other socket over an SRT listener's (libsrt sets no SO_REUSEADDR); bind the SRT listener to a unicast address of this host (not 239.1.1.1) or use another port for one of them"),
+            "{e:?}"
+        );
+        let e = errors(&listener_then_input(
+            &srt_at("0.0.0.0", 9000),
+            &udp_at("239.1.1.1", 9000, ""),
+        ));
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(e[0].starts_with("t.toml:7:"), "{e:?}");
+        assert!(
+            e[0].contains("flow \"b\": input eth0 239.1.1.1:9000 can't be opened beside flow \"a\"'s SRT listener 0.0.0.0:9000 (an input): 0.0.0.0 holds the port on every IPv4 address, and the kernel binds no other socket over an SRT listener's"),
+            "{e:?}"
+        );
+        // Which addresses overlap, as the kernel sees them: (listener,
+        // input, why).
+        for (srt, udp, why) in [
+            (
+                "::",
+                udp_at("239.1.1.1", 9000, ""),
+                ":: holds the port on every address, IPv4 included",
+            ),
+            (
+                "::",
+                udp_at("ff3e::1", 9000, ""),
+                ":: holds the port on every address, IPv4 included",
+            ),
+            (
+                "10.0.0.1",
+                udp_at("10.0.0.1", 9000, ""),
+                "both are on 10.0.0.1, and the kernel binds no other socket over an SRT listener's (libsrt sets no SO_REUSEADDR); use another port for one of them",
+            ),
+            (
+                "0.0.0.0",
+                udp_at("10.0.0.1", 9000, ""),
+                "0.0.0.0 holds the port on every IPv4 address",
+            ),
+            (
+                "::ffff:10.0.0.1",
+                udp_at("10.0.0.1", 9000, ""),
+                "::ffff:10.0.0.1 and 10.0.0.1 are one address written two ways",
+            ),
+            (
+                "0.0.0.0",
+                udp_at("239.1.1.1", 9000, ", source = \"10.1.1.1\""),
+                "input eth0 239.1.1.1:9000 from 10.1.1.1",
+            ),
+        ] {
+            for text in [
+                input_then_output(&udp, &srt_at(srt, 9000)),
+                listener_then_input(&srt_at(srt, 9000), &udp),
+            ] {
+                let e = errors(&text);
+                assert_eq!(e.len(), 1, "{srt} {udp}: {e:?}");
+                assert!(e[0].contains(why), "{srt} {udp}: {e:?}");
+            }
+        }
+        // No overlap: a unicast listener beside a group or another
+        // address, IPv4's wildcard beside an IPv6 group (the input's
+        // socket is IPV6_V6ONLY), another port; a caller binds no port.
+        for (srt, udp) in [
+            (srt_at("10.0.0.1", 9000), udp_at("239.1.1.1", 9000, "")),
+            (srt_at("10.0.0.2", 9000), udp_at("10.0.0.1", 9000, "")),
+            (srt_at("0.0.0.0", 9000), udp_at("ff3e::1", 9000, "")),
+            (srt_at("fd00::1", 9000), udp_at("ff3e::1", 9000, "")),
+            (srt_at("0.0.0.0", 9001), udp_at("239.1.1.1", 9000, "")),
+            (
+                r#"{ protocol = "srt", mode = "caller", address = "10.0.0.1", port = 9000 }"#
+                    .to_owned(),
+                udp_at("10.0.0.1", 9000, ""),
+            ),
+        ] {
+            let text = input_then_output(&udp, &srt);
+            assert!(
+                parse(&text, "t.toml").is_ok(),
+                "{srt} {udp}: {:?}",
+                parse(&text, "t.toml").err()
+            );
+        }
+    }
+
+    /// The ports a UDP input holds besides its own: a RIST input's RTCP
+    /// (+ 1), a 2022-1 FEC input's column and row FEC (+ 2, + 4).
+    #[test]
+    fn an_srt_listener_over_a_rist_or_fec_inputs_extra_port_is_refused() {
+        for (udp, what) in [
+            (
+                r#"{ protocol = "rist", interface = "eth0", address = "239.1.1.1", port = 8998 }"#,
+                "input eth0 239.1.1.1:8998 (its RIST RTCP port 8999)",
+            ),
+            (
+                r#"{ interface = "eth0", address = "239.1.1.1", port = 8997, fec = "2022-1" }"#,
+                "input eth0 239.1.1.1:8997 (its 2022-1 column FEC port 8999)",
+            ),
+            (
+                r#"{ interface = "eth0", address = "239.1.1.1", port = 8995, fec = "2022-1" }"#,
+                "input eth0 239.1.1.1:8995 (its 2022-1 row FEC port 8999)",
+            ),
+        ] {
+            let e = errors(&input_then_output(udp, &srt_at("0.0.0.0", 8999)));
+            assert_eq!(e.len(), 1, "{udp}: {e:?}");
+            assert!(
+                e[0].contains(&format!("SRT listener 0.0.0.0:8999 (an output) can't be opened beside flow \"a\"'s {what}: 0.0.0.0 holds")),
+                "{udp}: {e:?}"
+            );
+            let e = errors(&listener_then_input(&srt_at("0.0.0.0", 8999), udp));
+            assert_eq!(e.len(), 1, "{udp}: {e:?}");
+            assert!(
+                e[0].contains(&format!("flow \"b\": {what} can't be opened beside flow \"a\"'s SRT listener 0.0.0.0:8999 (an input)")),
+                "{udp}: {e:?}"
+            );
+        }
+        // A plain input holds its own port only.
+        let text = input_then_output(&udp_at("239.1.1.1", 8998, ""), &srt_at("0.0.0.0", 8999));
+        assert!(parse(&text, "t.toml").is_ok());
+        // Within one flow: an SRT listener leg beside the FEC port of a
+        // multicast leg, an SRT output beside the flow's input.
+        let legs = "[[flow]]\nname = \"x\"\nredundancy = \"failover\"\n\
+             inputs = [{ interface = \"eth0\", address = \"239.1.1.1\", port = 9000, fec = \"2022-1\" }, { protocol = \"srt\", address = \"0.0.0.0\", port = 9002 }]\n\
+             outputs = [{ interface = \"eth1\", address = \"239.2.2.2\", port = 6000 }]\n";
+        let e = errors(legs);
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(
+            e[0].contains("flow \"x\": SRT listener 0.0.0.0:9002 (an input) can't be opened beside this flow's input eth0 239.1.1.1:9000 (its 2022-1 column FEC port 9002)"),
+            "{e:?}"
+        );
+        let e = error(&format!(
+            "[[flow]]\nname = \"x\"\ninput = {}\noutputs = [{}]\n",
+            udp_at("239.1.1.1", 9000, ""),
+            srt_at("0.0.0.0", 9000)
+        ));
+        assert!(
+            e.contains("flow \"x\": SRT listener 0.0.0.0:9000 (an output) can't be opened beside this flow's input eth0 239.1.1.1:9000"),
+            "{e}"
+        );
+    }
+
+    /// `ingress = "packet"` and `"xdp"` bind no port: beside a group
+    /// nothing clashes (a wildcard listener receives the group's
+    /// datagrams too, and libsrt discards them); on a unicast address
+    /// their filter would take the SRT callers' datagrams.
+    #[test]
+    fn packet_and_xdp_inputs_clash_with_an_srt_listener_on_unicast_addresses_only() {
+        for ingress in ["packet", "xdp"] {
+            let extra = format!(", ingress = \"{ingress}\"");
+            let udp = udp_at("239.1.1.1", 9000, &extra);
+            let text = input_then_output(&udp, &srt_at("0.0.0.0", 9000));
+            assert!(
+                parse(&text, "t.toml").is_ok(),
+                "{udp}: {:?}",
+                parse(&text, "t.toml").err()
+            );
+            for srt in ["0.0.0.0", "10.0.0.1"] {
+                let udp = udp_at("10.0.0.1", 9000, &extra);
+                for text in [
+                    input_then_output(&udp, &srt_at(srt, 9000)),
+                    listener_then_input(&srt_at(srt, 9000), &udp),
+                ] {
+                    let e = errors(&text);
+                    assert_eq!(e.len(), 1, "{udp}: {e:?}");
+                    let why = if ingress == "packet" {
+                        "and the input's packet filter (ingress = \"packet\") would relay the SRT callers' datagrams to that port as the flow's stream"
+                    } else {
+                        "and the input's XDP program (ingress = \"xdp\") would take the SRT callers' datagrams to that port from the listener"
+                    };
+                    assert!(e[0].contains(why), "{udp}: {e:?}");
+                }
+            }
+        }
+        let text = input_then_output(
+            &udp_at("ff3e::1", 9000, ", ingress = \"packet\""),
+            &srt_at("::", 9000),
+        );
+        assert!(
+            parse(&text, "t.toml").is_ok(),
+            "{:?}",
+            parse(&text, "t.toml").err()
+        );
     }
 }
