@@ -5,7 +5,9 @@
 # as GStreamer's rtpst2022-1-fecdec on the same input and byte-identical
 # to it; and mcrelayd's output FEC repaired by GStreamer behind 2 % loss
 # (crates/mcrelayd/tests/fec.rs; it skips without these tools, so
-# the workspace run before this step may have skipped it).
+# the workspace run before this step may have skipped it). Also two FEC
+# legs merged by 2022-7 (its own sender: no tool needed), checking each
+# leg's and the flow's FEC figures.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 need=()

@@ -85,6 +85,9 @@ impl FlowSnapshot {
                         if let (Some(r), Some(e)) = (&mut leg.rist, &e.rist) {
                             carry(counters::LEG_RIST, r, e);
                         }
+                        if let (Some(x), Some(e)) = (&mut leg.fec, &e.fec) {
+                            carry(counters::LEG_FEC, x, e);
+                        }
                     }
                 }
             }
@@ -188,6 +191,13 @@ mod tests {
                     recovered: 20,
                     unrecovered: 30,
                     rtt_us: 40,
+                });
+                leg.fec = Some(crate::snapshot::LegFecSnapshot {
+                    packets: 50 + u64::try_from(k).unwrap_or(0),
+                    recovered: 51,
+                    unrecoverable: 52,
+                    duplicates: 53,
+                    rejected: 54,
                 });
             }
             for o in &mut f.outputs {

@@ -30,7 +30,7 @@
 //! `gauge!`).
 
 use crate::snapshot::{
-    EndpointSnapshot, FecSnapshot, FlowSnapshot, IngressDropsSnapshot, InputHealth,
+    EndpointSnapshot, FecSnapshot, FlowSnapshot, IngressDropsSnapshot, InputHealth, LegFecSnapshot,
     LegRistSnapshot, LegSnapshot, OutputSnapshot, PoolClassSnapshot, RedundancySnapshot,
     RistSnapshot, RtpHealth, Snapshot, SrtCallerSnapshot, SrtInputSnapshot, SrtPeerSnapshot,
     SrtSnapshot, TsHealth, WorkerSnapshot,
@@ -631,6 +631,46 @@ pub const LEG_RIST: &[Counter<LegRistSnapshot>] = &[
     ),
 ];
 
+/// An FEC leg of a flow with several inputs: its own decoder's figures
+/// (the flow's are [`FEC`]).
+pub const LEG_FEC: &[Counter<LegFecSnapshot>] = &[
+    total!(
+        packets,
+        family(
+            "mcrelay_input_fec_packets_total",
+            "FEC input of a flow with several inputs: datagrams received on its 2022-1 FEC ports (port + 2 and + 4).",
+        )
+    ),
+    total!(
+        recovered,
+        family(
+            "mcrelay_input_fec_recovered_packets_total",
+            "FEC input of a flow with several inputs: media packets its decoder repaired.",
+        )
+    ),
+    total!(
+        unrecoverable,
+        family(
+            "mcrelay_input_fec_unrecoverable_packets_total",
+            "FEC input of a flow with several inputs: media packets it neither received nor repaired (lost on this input; another input may have delivered them: the flow's own loss is mcrelay_flow_fec_unrecoverable_packets_total).",
+        )
+    ),
+    total!(
+        duplicates,
+        family(
+            "mcrelay_input_fec_duplicate_packets_total",
+            "FEC input of a flow with several inputs: media packets that arrived after its decoder had repaired them: dropped.",
+        )
+    ),
+    total!(
+        rejected,
+        family(
+            "mcrelay_input_fec_rejected_total",
+            "FEC input of a flow with several inputs: datagrams on its FEC ports that are not 2022-1 XOR FEC.",
+        )
+    ),
+];
+
 /// SMPTE 2022-1 FEC on a flow's inputs.
 pub const FEC: &[Counter<FecSnapshot>] = &[
     total!(
@@ -644,14 +684,14 @@ pub const FEC: &[Counter<FecSnapshot>] = &[
         recovered,
         family(
             "mcrelay_flow_fec_recovered_packets_total",
-            "Media packets repaired by 2022-1 FEC and relayed (not in received_packets_total).",
+            "Media packets repaired by 2022-1 FEC and relayed (not in received_packets_total; every input's, summed).",
         )
     ),
     total!(
         unrecoverable,
         family(
             "mcrelay_flow_fec_unrecoverable_packets_total",
-            "Media packets neither received nor repaired by FEC: the loss left after FEC.",
+            "What the flow lost after FEC: media packets neither received nor repaired; of inputs merged by 2022-7, packets no input delivered (the merge's lost); of failover, what the active input could not repair.",
         )
     ),
     total!(
@@ -1023,6 +1063,7 @@ pub fn rows() -> Vec<(&'static str, &'static str, Kind)> {
         of("redundancy", REDUNDANCY),
         of("leg", LEG),
         of("leg_rist", LEG_RIST),
+        of("leg_fec", LEG_FEC),
         of("fec", FEC),
         of("rist", RIST),
         of("output", OUTPUT),
@@ -1118,6 +1159,11 @@ mod tests {
                 numbers(&LegRistSnapshot::default()),
                 fields(LEG_RIST),
             ),
+            (
+                "leg_fec",
+                numbers(&LegFecSnapshot::default()),
+                fields(LEG_FEC),
+            ),
             ("fec", numbers(&FecSnapshot::default()), fields(FEC)),
             ("rist", numbers(&RistSnapshot::default()), fields(RIST)),
             ("output", numbers(&f.outputs[0]), fields(OUTPUT)),
@@ -1205,6 +1251,7 @@ mod tests {
         each(REDUNDANCY, &mut check);
         each(LEG, &mut check);
         each(LEG_RIST, &mut check);
+        each(LEG_FEC, &mut check);
         each(FEC, &mut check);
         each(RIST, &mut check);
         each(OUTPUT, &mut check);

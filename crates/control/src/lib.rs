@@ -54,14 +54,15 @@ pub use protocol::{
 };
 pub use rates::{FlowRates, OutputRates, Rates};
 pub use render::{
-    health_text, ingress_drops as flow_drops_text, output_drops as output_drops_text,
-    protection_text, render_flows, render_stats, render_status, render_top, rist_text,
+    health_text, ingress_drops as flow_drops_text, leg_protection_text,
+    output_drops as output_drops_text, protection_text, render_flows, render_stats, render_status,
+    render_top, rist_text,
 };
 #[cfg(any(test, feature = "test-support"))]
 pub use snapshot::bench_snapshot;
 pub use snapshot::{
     DaemonState, EndpointSnapshot, FecSnapshot, FlowSnapshot, FlowState, IngressDropsSnapshot,
-    InputHealth, LegRistSnapshot, LegSnapshot, OutputSnapshot, PoolClassSnapshot,
+    InputHealth, LegFecSnapshot, LegRistSnapshot, LegSnapshot, OutputSnapshot, PoolClassSnapshot,
     RedundancySnapshot, RistSnapshot, RtpHealth, Snapshot, SrtCallerSnapshot, SrtInputSnapshot,
     SrtPeerSnapshot, SrtSnapshot, Totals, TsHealth, WorkerSnapshot, input_label,
 };

@@ -280,6 +280,23 @@ fn fec_families(m: &mut Exposition, s: &Snapshot) {
         .iter()
         .filter_map(|f| Some(([("flow", f.name.as_str())], f.fec.as_ref()?)));
     table_families(m, counters::FEC, fec);
+    // Each FEC leg of a flow with several inputs, labelled `flow` and
+    // `input` (as its stream health): what its own decoder did, beside
+    // the flow's view above.
+    let legs: Vec<(&str, String, &crate::snapshot::LegFecSnapshot)> = s
+        .flows
+        .iter()
+        .filter_map(|f| Some((f, f.redundancy.as_ref()?)))
+        .flat_map(|(f, r)| {
+            r.legs.iter().filter_map(move |l| {
+                Some((f.name.as_str(), input_label(&l.input), l.fec.as_ref()?))
+            })
+        })
+        .collect();
+    let legs = legs
+        .iter()
+        .map(|(flow, input, l)| ([("flow", *flow), ("input", input.as_str())], *l));
+    table_families(m, counters::LEG_FEC, legs);
 }
 
 /// Flows with a RIST input or output: NACKs, retransmissions, what was
@@ -699,7 +716,17 @@ fn text_capacity(s: &Snapshot) -> usize {
             .flat_map(|r| &r.legs)
             .filter(|l| l.rist.is_some())
             .count();
-    let samples = 7 * s.flows.len() + 7 * outputs + 5 * pools + 3 * s.workers.len() + srt + rist;
+    // A FEC flow: 5 samples, and 5 per FEC leg of a flow with several.
+    let fec = 5 * s.flows.iter().filter(|f| f.fec.is_some()).count()
+        + 5 * s
+            .flows
+            .iter()
+            .filter_map(|f| f.redundancy.as_ref())
+            .flat_map(|r| &r.legs)
+            .filter(|l| l.fec.is_some())
+            .count();
+    let samples =
+        7 * s.flows.len() + 7 * outputs + 5 * pools + 3 * s.workers.len() + srt + rist + fec;
     let legs: usize = s
         .flows
         .iter()
@@ -713,8 +740,8 @@ fn text_capacity(s: &Snapshot) -> usize {
             .count()
         + legs;
     // The SRT output families' HELP and TYPE lines: 4 KiB; the SRT input
-    // families': 3 KiB; RIST's: 3 KiB.
-    4096 + 128 * samples + 160 * health + 2048 + 4096 + 3072 + 3072
+    // families': 3 KiB; RIST's: 3 KiB; FEC's: 2 KiB.
+    4096 + 128 * samples + 160 * health + 2048 + 4096 + 3072 + 3072 + 2048
 }
 
 /// OpenMetrics through the Prometheus project's client library.
@@ -1281,6 +1308,62 @@ mod tests {
             !samples
                 .iter()
                 .any(|x| x.name.starts_with("mcrelay_input_rist_")
+                    && x.labels.iter().any(|(_, v)| v == "video-a"))
+        );
+    }
+
+    /// A merged flow's FEC legs each have their own figures, under
+    /// `input`; the flow's `unrecoverable` is what the flow lost, not
+    /// their sum.
+    #[test]
+    fn fec_leg_families() {
+        let mut s = crate::snapshot::sample_with_legs();
+        s.flows[1].fec = Some(crate::snapshot::FecSnapshot {
+            packets: 90,
+            recovered: 12,
+            unrecoverable: 0,
+            ..Default::default()
+        });
+        let r = s.flows[1].redundancy.as_mut().expect("legs");
+        r.legs[0].fec = Some(crate::snapshot::LegFecSnapshot {
+            packets: 50,
+            recovered: 12,
+            unrecoverable: 3,
+            duplicates: 1,
+            rejected: 2,
+        });
+        r.legs[1].fec = Some(crate::snapshot::LegFecSnapshot {
+            packets: 40,
+            unrecoverable: 700,
+            ..Default::default()
+        });
+        let (samples, types) = check(&render_metrics(&s));
+        let flow = [("flow", "video-r")];
+        let a = [("flow", "video-r"), ("input", "239.1.1.1:5000@vRA")];
+        let b = [("flow", "video-r"), ("input", "239.1.2.1:5000@vRB")];
+        let v = |name, labels: &[(&str, &str)]| find(&samples, name, labels).value;
+        assert_eq!(
+            v("mcrelay_flow_fec_unrecoverable_packets_total", &flow),
+            0.0
+        );
+        assert_eq!(v("mcrelay_input_fec_unrecoverable_packets_total", &a), 3.0);
+        assert_eq!(
+            v("mcrelay_input_fec_unrecoverable_packets_total", &b),
+            700.0
+        );
+        assert_eq!(v("mcrelay_input_fec_packets_total", &a), 50.0);
+        assert_eq!(v("mcrelay_input_fec_recovered_packets_total", &a), 12.0);
+        assert_eq!(v("mcrelay_input_fec_duplicate_packets_total", &a), 1.0);
+        assert_eq!(v("mcrelay_input_fec_rejected_total", &a), 2.0);
+        assert_eq!(
+            types["mcrelay_input_fec_unrecoverable_packets_total"],
+            "counter"
+        );
+        // The single-input flow has no per-input FEC series.
+        assert!(
+            !samples
+                .iter()
+                .any(|x| x.name.starts_with("mcrelay_input_fec_")
                     && x.labels.iter().any(|(_, v)| v == "video-a"))
         );
     }

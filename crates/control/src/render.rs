@@ -227,7 +227,10 @@ pub fn render_flows(s: &Snapshot, rates: Option<&Rates>) -> String {
                 } else {
                     drops.join(", ")
                 },
-                health_text(&leg.health),
+                match leg_protection_text(leg) {
+                    Some((p, _)) => format!("{}; {p}", health_text(&leg.health)),
+                    None => health_text(&leg.health),
+                },
             ]);
         }
         // An SRT input, one row each: its peer, what reached the worker.
@@ -648,6 +651,34 @@ pub fn protection_text(flow: &crate::snapshot::FlowSnapshot) -> Option<(String, 
     (!parts.is_empty()).then(|| (parts.join("; "), lost))
 }
 
+/// What FEC and RIST did on one leg of a flow with several inputs (its
+/// own decoder's and receiver's figures, not the flow's), in a few
+/// words, and whether the leg lost anything after them; `None` for a leg
+/// with neither.
+pub fn leg_protection_text(leg: &crate::snapshot::LegSnapshot) -> Option<(String, bool)> {
+    let mut parts = Vec::new();
+    let mut lost = false;
+    if let Some(x) = &leg.fec {
+        parts.push(format!(
+            "fec: recovered {}, unrecoverable {}",
+            human_count(x.recovered),
+            human_count(x.unrecoverable)
+        ));
+        lost |= x.unrecoverable > 0;
+    }
+    if let Some(x) = &leg.rist {
+        parts.push(format!(
+            "rist: nacked {}, recovered {}, unrecovered {}, rtt {:.1} ms",
+            human_count(x.nacks_sent),
+            human_count(x.recovered),
+            human_count(x.unrecovered),
+            x.rtt_us as f64 / 1000.0
+        ));
+        lost |= x.unrecovered > 0;
+    }
+    (!parts.is_empty()).then(|| (parts.join("; "), lost))
+}
+
 /// A flow's RIST counters in a few words: its input's NACKs, recoveries
 /// and losses, its outputs' retransmissions, and the RTTs measured.
 pub fn rist_text(x: &crate::snapshot::RistSnapshot) -> String {
@@ -836,6 +867,51 @@ mod tests {
             text.contains("rist out: retransmitted 3, unrecoverable 0, rtt 1.0 ms"),
             "{text}"
         );
+    }
+
+    /// Each leg row of a merged flow shows its own FEC and RIST figures
+    /// after its health, the flow row the flow's.
+    #[test]
+    fn legs_show_their_own_fec_and_rist() {
+        let mut s = crate::snapshot::sample_with_legs();
+        s.flows[1].fec = Some(crate::snapshot::FecSnapshot {
+            recovered: 19,
+            unrecoverable: 0,
+            ..Default::default()
+        });
+        let r = s.flows[1].redundancy.as_mut().expect("legs");
+        r.legs[0].fec = Some(crate::snapshot::LegFecSnapshot {
+            recovered: 12,
+            unrecoverable: 3,
+            ..Default::default()
+        });
+        r.legs[1].rist = Some(crate::snapshot::LegRistSnapshot {
+            nacks_sent: 40,
+            recovered: 7,
+            unrecovered: 2,
+            rtt_us: 21_500,
+        });
+        let text = render_flows(&s, None);
+        let line = |needle: &str| {
+            text.lines()
+                .find(|l| l.contains(needle))
+                .unwrap_or_else(|| panic!("{needle:?} missing from\n{text}"))
+                .to_owned()
+        };
+        let flow = line("video-r");
+        assert!(
+            flow.contains("fec: recovered 19, unrecoverable 0"),
+            "{flow}"
+        );
+        let a = line("<= 239.1.1.1:5000 on vRA");
+        assert!(a.contains("fec: recovered 12, unrecoverable 3"), "{a}");
+        assert!(!a.contains("rist"), "{a}");
+        let b = line("<= 239.1.2.1:5000 on vRB");
+        assert!(
+            b.contains("rist: nacked 40, recovered 7, unrecovered 2, rtt 21.5 ms"),
+            "{b}"
+        );
+        assert!(!b.contains("fec"), "{b}");
     }
 
     #[test]

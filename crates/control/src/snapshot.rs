@@ -266,10 +266,13 @@ pub struct SrtPeerSnapshot {
 pub struct FecSnapshot {
     /// Datagrams received on the FEC ports (port + 2 and + 4).
     pub packets: u64,
-    /// Media packets repaired and relayed.
+    /// Media packets repaired and relayed (each leg's, summed).
     pub recovered: u64,
-    /// Media packets neither received nor repaired: the loss left after
-    /// FEC.
+    /// The loss left after FEC for the flow. One input: media packets
+    /// neither received nor repaired. Inputs merged by 2022-7: numbers no
+    /// leg delivered after each leg's repair (the merge's `lost`; each
+    /// leg's own count is under `redundancy.legs[].fec`). Failover: what
+    /// the active leg could not repair.
     pub unrecoverable: u64,
     /// Media packets that arrived after being repaired (dropped).
     pub duplicates: u64,
@@ -349,6 +352,28 @@ pub struct LegSnapshot {
     /// flow's `rist` has the flow's view). Absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rist: Option<LegRistSnapshot>,
+    /// A leg with `fec = "2022-1"`: its own decoder's figures (the
+    /// flow's `fec` has the flow's view). Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fec: Option<LegFecSnapshot>,
+}
+
+/// What one FEC leg's decoder did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LegFecSnapshot {
+    /// Datagrams received on this leg's FEC ports (port + 2 and + 4).
+    pub packets: u64,
+    /// Media packets this leg's decoder repaired.
+    pub recovered: u64,
+    /// Media packets of this leg neither received nor repaired: lost on
+    /// this leg, though another leg of a merged flow may have delivered
+    /// them (the flow's `fec.unrecoverable` counts only what the flow
+    /// lost).
+    pub unrecoverable: u64,
+    /// Media packets that arrived on this leg after being repaired.
+    pub duplicates: u64,
+    /// Datagrams on this leg's FEC ports that are not 2022-1 XOR FEC.
+    pub rejected: u64,
 }
 
 /// What one RIST leg's receiver did.
@@ -888,6 +913,7 @@ pub(crate) fn sample_with_legs() -> Snapshot {
             ..f.health.clone()
         },
         rist: None,
+        fec: None,
     };
     f.redundancy = Some(RedundancySnapshot {
         mode: "merge".into(),

@@ -187,8 +187,12 @@ pub struct FlowCounters {
     /// (see [`crate::redundancy`]).
     pub redundancy: RedundancyCounters,
     /// SMPTE 2022-1 FEC on the flow's legs, summed over them (see
-    /// [`crate::fec`]); all 0 without `fec`.
+    /// [`crate::fec`]); all 0 without `fec`. `unrecoverable` is what the
+    /// flow lost after FEC (see there).
     pub fec: FecCounters,
+    /// FEC on each leg (0 to 3) with `fec = "2022-1"`: its own decoder's
+    /// figures; all 0 on other legs.
+    pub leg_fec: [LegFecCounters; crate::redundancy::LegId::MAX_LEGS as usize],
     /// RIST on the flow's legs and outputs, summed over them (see
     /// [`crate::rist`]); all 0 without `protocol = "rist"`.
     /// `unrecovered` is what the flow lost after RIST (see there).
@@ -213,6 +217,24 @@ pub struct LegRistCounters {
     pub unrecovered: Counter,
     /// RTT from NACKs to their retransmissions, microseconds (0: none yet).
     pub rtt_us: Gauge,
+}
+
+/// What one FEC leg's decoder did (a flow's [`FecCounters`] has the
+/// flow's view).
+#[derive(Debug, Default)]
+pub struct LegFecCounters {
+    /// Datagrams received on this leg's FEC ports.
+    pub packets: Counter,
+    /// Media packets this leg's decoder repaired.
+    pub recovered: Counter,
+    /// Media packets of this leg neither received nor repaired (counted
+    /// as they leave the decoder's window): lost on this leg, though
+    /// another leg of a merged flow may have delivered them.
+    pub unrecoverable: Counter,
+    /// Media packets that arrived on this leg after being repaired.
+    pub duplicates: Counter,
+    /// Datagrams on this leg's FEC ports that are not 2022-1 XOR FEC.
+    pub rejected: Counter,
 }
 
 /// What RIST retransmission did on a flow: its RIST input(s) (NACKs
@@ -256,10 +278,17 @@ pub struct RistCounters {
 pub struct FecCounters {
     /// Datagrams received on the FEC ports (column and row).
     pub packets: Counter,
-    /// Media packets repaired.
+    /// Media packets repaired (on every leg: summed). A packet is
+    /// repaired only once a later media packet was read, so one still
+    /// queued on the media socket is not (see [`crate::fec::decode`]).
     pub recovered: Counter,
-    /// Media packets neither received nor repaired (counted once they
-    /// leave the decoder's window of 512 numbers).
+    /// What the flow lost after FEC. One input: media packets neither
+    /// received nor repaired (counted once they leave the decoder's
+    /// window of 512 numbers). Inputs merged by 2022-7: the numbers no
+    /// leg delivered after each leg's repair (the merge's `lost`), so a
+    /// number one leg could not repair and another delivered is not
+    /// counted (each leg's own figure is in [`FlowCounters::leg_fec`]).
+    /// Failover: the active leg's.
     pub unrecoverable: Counter,
     /// Media packets that arrived after being repaired (dropped).
     pub duplicates: Counter,

@@ -126,7 +126,12 @@ impl Core {
         let mut ends = std::mem::take(&mut self.fec_ends);
         let mut start = 0;
         for &end in &ends {
-            let r = self.admit_on(flow, leg, &scratch[start..end], now_ns, false);
+            let repaired = &scratch[start..end];
+            let r = self.admit_on(flow, leg, repaired, now_ns, false);
+            if r == Received::Queued {
+                // Delivered: the output's health counts it (not lost).
+                self.observe_output(flow, leg, repaired, now_ns);
+            }
             if r == (Received::Full { newly: true }) {
                 result = r;
             }
@@ -138,21 +143,48 @@ impl Core {
         result
     }
 
-    /// Set the flow's FEC counters to the sum of its legs' decoders (at
-    /// most 4).
+    /// Copy the flow's FEC decoders' numbers (at most 4) into its
+    /// counters: each leg's own ([`crate::counters::FlowCounters::leg_fec`])
+    /// and the flow's ([`crate::counters::FecCounters`]). Repairs and
+    /// rejects add up over the legs; what the flow lost after FEC does
+    /// not: on merged legs a number one leg could not repair but another
+    /// delivered is not lost, so a merged flow's `unrecoverable` is what
+    /// no leg delivered (the merge's `lost`), a failover flow's what its
+    /// active leg could not repair (as RIST's `unrecovered`).
     fn sum_fec_stats(&mut self, flow: FlowId) {
         let Some(f) = self.flows.get_mut(flow.index()).and_then(Option::as_mut) else {
             return;
         };
-        let (mut recovered, mut unrecoverable, mut rejected) = (0, 0, 0);
-        for s in f.fec.iter().flatten().map(|d| d.stats()) {
-            recovered += s.recovered;
-            unrecoverable += s.unrecoverable;
-            rejected += s.fec_rejected;
-        }
+        let (mut recovered, mut rejected) = (0, 0);
         let c = &f.counters.fec;
+        for (leg, d) in f.fec.iter().enumerate() {
+            let Some(d) = d else { continue };
+            let s = d.stats();
+            recovered += s.recovered;
+            rejected += s.fec_rejected;
+            let Some(l) = f.counters.leg_fec.get(leg) else {
+                continue;
+            };
+            // The leg's losses since the last call (its decoder only
+            // counts up).
+            let new = s.unrecoverable.saturating_sub(l.unrecoverable.get());
+            let counts_for_flow = match &f.mode {
+                Mode::Single | Mode::Replaced => true,
+                Mode::Failover(fo) => fo.active().index() == leg,
+                Mode::Merge(_) => false,
+            };
+            if counts_for_flow {
+                c.unrecoverable.add(new);
+            }
+            l.recovered.set(s.recovered);
+            l.unrecoverable.set(s.unrecoverable);
+            l.duplicates.set(s.duplicates);
+            l.rejected.set(s.fec_rejected);
+        }
+        if let Mode::Merge(_) = &f.mode {
+            c.unrecoverable.set(f.counters.redundancy.lost.get());
+        }
         c.recovered.set(recovered);
-        c.unrecoverable.set(unrecoverable);
         c.rejected.set(rejected);
     }
 
@@ -174,6 +206,9 @@ impl Core {
             return Received::Dropped;
         };
         f.counters.fec.packets.inc();
+        if let Some(l) = f.counters.leg_fec.get(leg.index()) {
+            l.packets.inc();
+        }
         let mut scratch = std::mem::take(&mut self.fec_scratch);
         let mut ends = std::mem::take(&mut self.fec_ends);
         scratch.clear();
@@ -190,7 +225,12 @@ impl Core {
         let mut result = Received::Queued;
         let mut start = 0;
         for &end in &ends {
-            let r = self.admit_on(flow, leg, &scratch[start..end], now_ns, false);
+            let repaired = &scratch[start..end];
+            let r = self.admit_on(flow, leg, repaired, now_ns, false);
+            if r == Received::Queued {
+                // Delivered: the output's health counts it (not lost).
+                self.observe_output(flow, leg, repaired, now_ns);
+            }
             if r == (Received::Full { newly: true }) {
                 result = r;
             }
@@ -445,6 +485,12 @@ impl Core {
                     self.ready.push(flow);
                 }
                 m.finalise(now_ns, red);
+                if !f.fec.is_empty() {
+                    // What the merge lost is the flow's loss after FEC
+                    // (`sum_fec_stats`): kept current when no FEC
+                    // datagram comes after the last window closed.
+                    f.counters.fec.unrecoverable.set(red.lost.get());
+                }
                 m.deadline()
             }
         };

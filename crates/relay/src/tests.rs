@@ -1454,3 +1454,224 @@ fn a_standby_worker_sends_no_rist_rtcp_or_retransmissions() {
     assert_eq!(sent_by_output(&mut core)[&0].len(), 1);
     assert_eq!(counters.rist.retransmitted.get(), 1);
 }
+
+/// Row-only 2022-1 FEC (`columns` packets a row) for [`rtp_packet`]s:
+/// the FEC datagrams pushing `seq` completes.
+fn row_fec(enc: &mut super::fec::FecEncoder, seq: u16) -> Vec<Vec<u8>> {
+    let mut fec = Vec::new();
+    enc.push(&rtp_packet(seq), |_, f| fec.push(f.to_vec()));
+    fec
+}
+
+fn row_encoder(columns: u8) -> super::fec::FecEncoder {
+    super::fec::FecEncoder::new(super::fec::FecLayout {
+        columns,
+        rows: 0,
+        row_stream: true,
+    })
+}
+
+/// A two-leg flow (`redundancy`) with FEC on both legs, one output.
+fn fec_legs(core: &mut Core, redundancy: Redundancy) -> (FlowId, Arc<FlowCounters>) {
+    let (specs, _) = outputs(&[512], false);
+    let counters = Arc::<FlowCounters>::default();
+    let id = core
+        .add_flow(specs, Arc::clone(&counters), 2, redundancy, 64)
+        .expect("room");
+    assert!(core.enable_fec(id, LegId(0)));
+    assert!(core.enable_fec(id, LegId(1)));
+    (id, counters)
+}
+
+/// Numbers `0..count` on both legs of `id` (media and row FEC, 4 a
+/// row), 1 ms apart, but those each leg loses; the core ticked and
+/// the output drained as it goes.
+fn run_fec_legs(core: &mut Core, id: FlowId, count: u16, lost: [&[u16]; 2]) {
+    let ms = 1_000_000u64;
+    let mut enc = row_encoder(4);
+    for seq in 0..count {
+        let t = u64::from(seq) * ms;
+        let fec = row_fec(&mut enc, seq);
+        for (leg, lost, at) in [(LegId(0), lost[0], t), (LegId(1), lost[1], t + 1)] {
+            if !lost.contains(&seq) {
+                core.receive_on(id, leg, &rtp_packet(seq), at);
+            }
+            for f in &fec {
+                core.receive_fec(id, leg, f, at);
+            }
+        }
+        core.tick(t + 2);
+        if seq % 64 == 63 {
+            let _ = sent_by_output(core);
+        }
+    }
+    let end = u64::from(count) * ms;
+    for t in [end, end + 100 * ms, end + 200 * ms] {
+        core.tick(t);
+    }
+    let _ = sent_by_output(core);
+}
+
+/// Two FEC legs merged by 2022-7: each leg counts what its decoder could
+/// not repair (`leg_fec`), but the flow's `fec.unrecoverable` is what
+/// the flow lost after the merge: two numbers of one row leg 0 lost (one
+/// row FEC packet repairs one) and leg 1 delivered are not lost (the flow
+/// used to add its legs' counts up); two both legs lost are.
+#[test]
+fn a_merged_flow_counts_as_unrecoverable_only_what_no_fec_leg_delivered() {
+    let mut core = core(1024);
+    let ms = 1_000_000u64;
+    let (id, counters) = fec_legs(
+        &mut core,
+        Redundancy::Merge {
+            delay_ns: 0,
+            window_ns: 50 * ms,
+        },
+    );
+    // Row 4..7: leg 0 loses 5 and 6. Row 20..23: both lose 21 and 22.
+    // Row 40..43: leg 1 loses 41, which its row FEC repairs.
+    // 600 numbers: the decoders count a loss once it leaves their window
+    // of 512.
+    run_fec_legs(&mut core, id, 600, [&[5, 6, 21, 22], &[21, 22, 41]]);
+    let leg = |i: usize| {
+        let l = &counters.leg_fec[i];
+        (l.unrecoverable.get(), l.recovered.get())
+    };
+    assert_eq!(leg(0), (4, 0));
+    assert_eq!(leg(1), (2, 1));
+    assert_eq!(counters.redundancy.lost.get(), 2);
+    assert_eq!(
+        counters.fec.unrecoverable.get(),
+        2,
+        "only 21 and 22: leg 1 delivered 5 and 6"
+    );
+    assert_eq!(counters.fec.recovered.get(), 1);
+    assert_eq!(
+        counters.leg_fec[0].packets.get() + counters.leg_fec[1].packets.get(),
+        counters.fec.packets.get()
+    );
+    assert_eq!(counters.leg_fec[0].packets.get(), 150, "a row FEC per 4");
+    assert_eq!(in_use(&core), 0);
+}
+
+/// Two FEC legs under failover: the flow's `fec.unrecoverable` is what
+/// the active leg could not repair, not what the standby leg lost.
+#[test]
+fn a_failover_flow_counts_as_unrecoverable_what_its_active_fec_leg_lost() {
+    let mut core = core(1024);
+    let (id, counters) = fec_legs(
+        &mut core,
+        Redundancy::Failover {
+            after_ns: 10_000_000_000,
+            revert_after_ns: None,
+            rtp: true,
+            rtp_rewrite: None,
+            gap_factor: 0,
+        },
+    );
+    // Leg 0 (active) loses 5 and 6, leg 1 (standing by) 9 and 10: a row's
+    // two, beyond its FEC.
+    run_fec_legs(&mut core, id, 600, [&[5, 6], &[9, 10]]);
+    assert_eq!(core.active_leg(id), Some(LegId(0)));
+    let leg = |i: usize| counters.leg_fec[i].unrecoverable.get();
+    assert_eq!((leg(0), leg(1)), (2, 2));
+    assert_eq!(counters.fec.unrecoverable.get(), 2, "the active leg's");
+}
+
+/// A merged flow's output health sees what its FEC legs repair as it
+/// sees what goes on at once: a number both legs lost and FEC repaired
+/// reached the output, so it is not lost there (the output's health used
+/// to see only the datagrams that went on from the wire, and counted
+/// every repair as lost).
+#[test]
+fn a_merged_flows_output_health_counts_what_fec_repaired() {
+    let mut core = core(512);
+    let ms = 1_000_000u64;
+    let (id, counters) = fec_legs(
+        &mut core,
+        Redundancy::Merge {
+            delay_ns: 0,
+            window_ns: 50 * ms,
+        },
+    );
+    let rtp = crate::health::HealthSettings {
+        payload: mcrelay_wire::health::Payload::Rtp,
+        rtp_clock_hz: 90_000,
+        silence_ms: 1000,
+    };
+    // Receivers: legs 0 and 1, then leg 0's FEC socket (2) and leg 1's (3).
+    assert!(core.set_intake(id, rtp, &[LegId(0), LegId(1)]));
+    let mut enc = row_encoder(4);
+    for seq in 0..12u16 {
+        let t = u64::from(seq) * ms;
+        let fec = row_fec(&mut enc, seq);
+        // Both legs lose 6 (row 4..7): each leg's row FEC repairs it.
+        if seq != 6 {
+            core.ingest(id, LegId(0), Ok(&rtp_packet(seq)), t);
+            core.ingest(id, LegId(1), Ok(&rtp_packet(seq)), t + 1);
+        }
+        for f in &fec {
+            core.ingest(id, LegId(2), Ok(f), t);
+            core.ingest(id, LegId(3), Ok(f), t + 1);
+        }
+        core.tick(t + 2);
+    }
+    core.tick(300 * ms);
+    core.publish_health();
+    core.settle_health(3000 * ms);
+    assert_eq!(counters.fec.recovered.get(), 2, "each leg repaired 6");
+    let out = &counters.output_health;
+    assert_eq!(out.rtp_packets.get(), 12, "each number once, 6 repaired");
+    assert_eq!(out.rtp_lost.get(), 0);
+    assert_eq!(out.rtp_duplicates.get(), 0);
+    assert_eq!(counters.health.rtp_lost.get(), 1, "leg 0's wire lost 6");
+    let sent = sent_by_output(&mut core).remove(&0).unwrap_or_default();
+    assert_eq!(sent.len(), 12);
+    assert!(sent.contains(&rtp_packet(6)), "the repair, byte-exact");
+    assert_eq!(in_use(&core), 0);
+}
+
+/// The worker reads a FEC datagram before the media datagram sent just
+/// before it (they come on different sockets): the row's last packet is
+/// queued, not lost. It is not repaired: the original goes on when read,
+/// and `fec.recovered` counts only what FEC saved (the decoder used to
+/// rebuild it, counting a repair, and drop the original as a duplicate:
+/// a CI run counted 20 repairs for 13 losses on the wire).
+#[test]
+fn fec_read_before_a_queued_media_packet_is_not_counted_recovered() {
+    let mut core = core(256);
+    let (id, counters, _) = add(&mut core, &[512], false);
+    assert!(core.enable_fec(id, LegId(0)));
+    let mut enc = row_encoder(4);
+    let mut order = Vec::new();
+    for seq in 0..12u16 {
+        let fec = row_fec(&mut enc, seq);
+        if seq == 7 {
+            // Row 4..7's FEC read first, 7 still queued.
+            for f in &fec {
+                core.receive_fec(id, LegId(0), f, 0);
+            }
+        }
+        // 10 is lost: row 8..11's FEC repairs it (11 came before it).
+        if seq != 10 {
+            core.receive_on(id, LegId(0), &rtp_packet(seq), 0);
+            order.push(seq);
+        }
+        if seq != 7 {
+            for f in &fec {
+                core.receive_fec(id, LegId(0), f, 0);
+            }
+        }
+    }
+    order.push(10);
+    assert_eq!(counters.fec.recovered.get(), 1, "10 only");
+    assert_eq!(counters.fec.duplicates.get(), 0);
+    assert_eq!(counters.packets_in.get(), 11);
+    let sent = sent_by_output(&mut core).remove(&0).unwrap_or_default();
+    let seqs: Vec<u16> = sent
+        .iter()
+        .map(|b| u16::from_be_bytes([b[2], b[3]]))
+        .collect();
+    assert_eq!(seqs, order, "7 as read from the wire, 10 repaired");
+    assert_eq!(sent[7], rtp_packet(7));
+}

@@ -72,7 +72,8 @@ pub enum Reply {
     /// to the [`Reply::MoreSockets`] messages that follow.
     Sockets {
         /// What each leg's fds are, in config order (1 to
-        /// [`MAX_LEGS`](mcrelay_config::MAX_LEGS) of them).
+        /// [`MAX_LEG_SOCKETS`] of them: the inputs, then their FEC and
+        /// RIST sockets).
         legs: Vec<LegHeader>,
         /// Total fds, over this message and its continuations.
         count: usize,
@@ -219,8 +220,15 @@ fn number(s: &str) -> Result<usize, ProtocolError> {
 /// The leg list of a `SOCKETS` reply with no leg.
 const NO_LEGS: &str = "-";
 
+/// The most receive sockets a flow's inputs bring, each listed in a
+/// `SOCKETS` reply: every input's own and, with `fec`, its two FEC
+/// sockets (or with RIST its RTCP socket; an input has one or the
+/// other). Was `MAX_LEGS`, so a flow with FEC on two inputs (six
+/// sockets) was refused as a malformed reply and never started.
+pub const MAX_LEG_SOCKETS: usize = 3 * mcrelay_config::MAX_LEGS;
+
 /// `bytes[+m][+x],...` of a `SOCKETS` reply: no leg (`-`) or 1 to
-/// `MAX_LEGS` legs.
+/// [`MAX_LEG_SOCKETS`] legs.
 fn leg_list(list: &str) -> Result<Vec<LegHeader>, ProtocolError> {
     // No leg the helper opens: a flow whose inputs are all SRT (the
     // daemon's own).
@@ -229,7 +237,7 @@ fn leg_list(list: &str) -> Result<Vec<LegHeader>, ProtocolError> {
     }
     let legs = list
         .split(',')
-        .take(mcrelay_config::MAX_LEGS + 1)
+        .take(MAX_LEG_SOCKETS + 1)
         .map(|item| {
             let (item, xdp) = match item.strip_suffix("+x") {
                 Some(rest) => (rest, true),
@@ -246,7 +254,7 @@ fn leg_list(list: &str) -> Result<Vec<LegHeader>, ProtocolError> {
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
-    if legs.len() > mcrelay_config::MAX_LEGS {
+    if legs.len() > MAX_LEG_SOCKETS {
         return Err(ProtocolError::BadNumber(Shown::new(list)));
     }
     Ok(legs)
@@ -494,7 +502,7 @@ mod tests {
     #[test]
     fn leg_lists_are_bounded_and_strict() {
         for bad in [
-            "SOCKETS 1,2,3,4,5 9",
+            "SOCKETS 1,2,3,4,5,6,7,8,9,10,11,12,13 19",
             "SOCKETS ,1 3",
             "SOCKETS 1+q 3",
             "SOCKETS 1+x+m 3",
@@ -512,6 +520,17 @@ mod tests {
         }
         assert_eq!(leg(1, true).fds(), 2);
         assert_eq!(leg(1, false).fds(), 1);
+        // Two inputs with FEC: their own sockets, then two FEC sockets
+        // each (a flow the daemon used to refuse as a malformed reply).
+        let six = "SOCKETS 4194304,4194304,4194304,4194304,4194304,4194304 7";
+        match Reply::decode(six.as_bytes()) {
+            Ok(Reply::Sockets { legs, count, .. }) => {
+                assert_eq!((legs.len(), count), (6, 7));
+            }
+            other => panic!("{other:?}"),
+        }
+        let twelve = ["1"; MAX_LEG_SOCKETS].join(",");
+        assert!(Reply::decode(format!("SOCKETS {twelve} 13").as_bytes()).is_ok());
     }
 
     #[test]

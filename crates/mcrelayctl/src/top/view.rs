@@ -8,8 +8,8 @@
 
 use mcrelay_control::{
     DaemonState, FlowSnapshot, FlowState, Snapshot, flow_drops_text, health_text,
-    human_bits_per_second, human_bytes, human_count, human_duration, human_rate, output_drops_text,
-    protection_text,
+    human_bits_per_second, human_bytes, human_count, human_duration, human_rate,
+    leg_protection_text, output_drops_text, protection_text,
 };
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -454,10 +454,17 @@ fn leg_cell(model: &Model, flow: &FlowSnapshot, i: usize, col: Col, tree: &str) 
                 bad,
             )
         }
-        Col::Health => alarm(
-            health_text(&leg.health),
-            leg.health.silent || leg.health.errors() > 0,
-        ),
+        Col::Health => {
+            let bad = leg.health.silent || leg.health.errors() > 0;
+            // The leg's own FEC and RIST after it: what they repaired, what
+            // this leg lost (another leg may have delivered it).
+            match leg_protection_text(leg) {
+                Some((p, lost)) => {
+                    alarm(format!("{} · {p}", health_text(&leg.health)), bad || lost)
+                }
+                None => alarm(health_text(&leg.health), bad),
+            }
+        }
         Col::Worker | Col::Rate | Col::Trend => Span::raw(""),
     }
 }
@@ -1147,6 +1154,61 @@ mod tests {
             &s,
             &["failover: input 1 active · 3 switches · duplicates 475"],
         );
+    }
+
+    /// A merged flow's leg rows show each leg's own FEC and RIST figures
+    /// after its health, in red when the leg lost something after them.
+    #[test]
+    fn legs_show_their_own_fec_and_rist() {
+        use super::super::model::fixtures::with_legs;
+        let mut m = Model::new(Duration::from_secs(1));
+        let flows = |k: u64| {
+            let legs = [
+                ("239.1.1.1:5000 on vRA", 9 * k),
+                ("239.1.2.1:5000 on vRB", k),
+            ];
+            let mut f = with_legs(flow("r", 10 * k, 1), "merge", &legs);
+            let r = f.redundancy.as_mut().unwrap();
+            r.legs[0].fec = Some(mcrelay_control::LegFecSnapshot {
+                recovered: 12,
+                unrecoverable: 3,
+                ..Default::default()
+            });
+            r.legs[1].rist = Some(mcrelay_control::LegRistSnapshot {
+                nacks_sent: 40,
+                recovered: 7,
+                unrecovered: 0,
+                rtt_us: 21_500,
+            });
+            vec![f]
+        };
+        m.update(snapshot(1000, flows(1)));
+        m.update(snapshot(2000, flows(2)));
+        let s = screen(220, 48, &mut m);
+        let at = s.iter().position(|l| l.contains("▾ r ")).unwrap();
+        assert!(
+            s[at + 1].contains("fec: recovered 12, unrecoverable 3"),
+            "{}",
+            s[at + 1]
+        );
+        assert!(
+            // (The HEALTH column cuts the RTT off at this width.)
+            s[at + 2].contains("rist: nacked 40, recovered 7, unrecovered 0"),
+            "{}",
+            s[at + 2]
+        );
+        let mut t = Terminal::new(TestBackend::new(220, 48)).unwrap();
+        draw_on(&mut t, &mut m);
+        let buf = t.backend().buffer();
+        // The column the needle starts in (the screen has multi-byte
+        // symbols before it).
+        let cell = |row: usize, needle: &str| {
+            let byte = s[row].find(needle).unwrap();
+            let x = u16::try_from(s[row][..byte].chars().count()).unwrap();
+            buf[(x, u16::try_from(row).unwrap())].fg
+        };
+        assert_eq!(cell(at + 1, "fec:"), Color::Red, "leg 0 lost 3 after FEC");
+        assert_ne!(cell(at + 2, "rist:"), Color::Red, "leg 1 lost nothing");
     }
 
     #[test]

@@ -8,9 +8,10 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use mcrelay_config::Flow;
 use mcrelay_control::{
-    DaemonState, FecSnapshot, FlowSnapshot, FlowState, IngressDropsSnapshot, LegRistSnapshot,
-    LegSnapshot, OutputSnapshot, PoolClassSnapshot, RedundancySnapshot, RistSnapshot, Snapshot,
-    SrtCallerSnapshot, SrtInputSnapshot, SrtPeerSnapshot, SrtSnapshot, WorkerSnapshot,
+    DaemonState, FecSnapshot, FlowSnapshot, FlowState, IngressDropsSnapshot, LegFecSnapshot,
+    LegRistSnapshot, LegSnapshot, OutputSnapshot, PoolClassSnapshot, RedundancySnapshot,
+    RistSnapshot, Snapshot, SrtCallerSnapshot, SrtInputSnapshot, SrtPeerSnapshot, SrtSnapshot,
+    WorkerSnapshot,
 };
 use mcrelay_relay::counters::{FlowCounters, FlowStats};
 use mcrelay_srt::RouteView;
@@ -42,6 +43,9 @@ pub(super) struct FlowEntry {
     /// Bit `k`: leg `k` has `protocol = "rist"` (its own RIST figures
     /// are under `redundancy.legs`).
     rist_legs: u8,
+    /// Bit `k`: leg `k` has `fec = "2022-1"` (its own FEC figures are
+    /// under `redundancy.legs`).
+    fec_legs: u8,
     /// Kept across pauses: the counters go on where they stopped.
     pub(super) stats: FlowStats,
     /// While it runs, a second handle on the ingress socket, to read the
@@ -382,7 +386,8 @@ fn own_snapshot(f: &FlowEntry, srt: &[RouteView]) -> FlowSnapshot {
     }
 }
 
-/// Leg `k`'s bit in [`FlowEntry`]'s `rist_legs` (0 past the eighth).
+/// Leg `k`'s bit in [`FlowEntry`]'s `rist_legs` and `fec_legs` (0 past
+/// the eighth).
 fn leg_bit(k: usize) -> u8 {
     u32::try_from(k)
         .ok()
@@ -484,6 +489,17 @@ fn redundancy_snapshot(f: &FlowEntry) -> Option<RedundancySnapshot> {
                         unrecovered: r.unrecovered.get(),
                         rtt_us: r.rtt_us.get(),
                     }),
+                fec: c
+                    .leg_fec
+                    .get(i)
+                    .filter(|_| f.fec_legs & leg_bit(i) != 0)
+                    .map(|x| LegFecSnapshot {
+                        packets: x.packets.get(),
+                        recovered: x.recovered.get(),
+                        unrecoverable: x.unrecoverable.get(),
+                        duplicates: x.duplicates.get(),
+                        rejected: x.rejected.get(),
+                    }),
             })
             .collect(),
     })
@@ -546,6 +562,12 @@ pub(super) fn new_entry(flow: &Flow, workers: &[usize]) -> FlowEntry {
             .iter()
             .enumerate()
             .filter(|(_, i)| i.rist.is_some())
+            .fold(0, |m, (k, _)| m | leg_bit(k)),
+        fec_legs: flow
+            .inputs
+            .iter()
+            .enumerate()
+            .filter(|(_, i)| i.fec.is_some())
             .fold(0, |m, (k, _)| m | leg_bit(k)),
         stats: new_stats(flow),
         ingress: None,

@@ -14,7 +14,24 @@
 //! other members are all in the window (so belong to the current
 //! stream), with the stream's SSRC and the sequence number the group
 //! names; a repaired packet that arrives after all is a duplicate
-//! (counted, dropped). A packet leaving the window never received nor
+//! (counted, dropped).
+//!
+//! Nor is anything repaired that may still arrive: a FEC packet whose
+//! one missing member is not yet behind the newest *media* packet read
+//! waits (`deferred`) until a media packet past it is read. FEC and
+//! media come on different sockets, and the driver may read a FEC
+//! datagram before the media datagrams sent just before it (ffmpeg even
+//! sends a group's FEC before its last member): repairing then rebuilt a
+//! packet whose original was still queued on the media socket, so
+//! `recovered` overstated what FEC saved (a CI run counted 20 repairs
+//! for 13 losses on the wire, 6 of them then dropped as duplicates).
+//! One socket's datagrams are read in the order they came, so once a
+//! later media number was read the original is not queued behind it:
+//! only reordering on the path can still bring it (then a duplicate, as
+//! before). The cost: a lost packet that is the newest of the stream
+//! waits for the next media packet (one packet interval) to be repaired,
+//! and a stream's very last packet, if lost, is not repaired while the
+//! stream stays stopped. A packet leaving the window never received nor
 //! repaired is counted as `unrecoverable`. An SSRC change or a jump of a
 //! window or more starts the window afresh.
 //!
@@ -62,6 +79,10 @@ pub struct FecStats {
     pub duplicates: u64,
     /// Media packets too long to protect.
     pub unprotected: u64,
+    /// FEC packets that found their one missing member not yet behind
+    /// the newest media packet (it may still be queued on the media
+    /// socket) and waited for a later media packet instead of repairing.
+    pub deferred: u64,
     /// Times the window started afresh (SSRC change, jump).
     pub resets: u64,
 }
@@ -101,6 +122,9 @@ enum Outcome {
     Recovered(u16),
     /// Two members or more missing: keep it.
     Waiting,
+    /// One member missing, not yet behind the newest media packet read
+    /// (it may still arrive): keep it until a later media packet is.
+    Early,
 }
 
 #[derive(Debug)]
@@ -108,6 +132,9 @@ struct Window {
     slots: Box<[Slot]>,
     data: Box<[u8]>,
     highest: Option<u16>,
+    /// The newest media number read (not repaired) since the window
+    /// (re)started: only numbers behind it are repaired.
+    media_top: Option<u16>,
     /// Sequence numbers covered since the window (re)started.
     covered: u64,
     ssrc: u32,
@@ -128,6 +155,7 @@ impl Window {
             .into_boxed_slice(),
             data: vec![0; WINDOW * MAX_MEDIA].into_boxed_slice(),
             highest: None,
+            media_top: None,
             covered: 0,
             ssrc: 0,
             scratch: vec![0; MAX_RECOVERY].into_boxed_slice(),
@@ -139,7 +167,25 @@ impl Window {
             s.state = State::Empty;
         }
         self.highest = None;
+        self.media_top = None;
         self.covered = 0;
+    }
+
+    /// A media packet numbered `seq` was read.
+    fn saw_media(&mut self, seq: u16) {
+        let newer = self
+            .media_top
+            .is_none_or(|top| (1..0x8000).contains(&seq.wrapping_sub(top)));
+        if newer {
+            self.media_top = Some(seq);
+        }
+    }
+
+    /// Whether a media packet numbered after `seq` was read: then `seq`'s
+    /// original is not queued on the media socket behind it.
+    fn overtaken(&self, seq: u16) -> bool {
+        self.media_top
+            .is_some_and(|top| (1..0x8000).contains(&top.wrapping_sub(seq)))
     }
 
     #[inline]
@@ -273,6 +319,10 @@ impl Window {
         let Some(lost) = missing else {
             return Outcome::Done;
         };
+        if !self.overtaken(lost) {
+            // It may still be queued on the media socket (see the module).
+            return Outcome::Early;
+        }
         if payload.len() > MAX_RECOVERY || usize::from(h.length_recovery) > MAX_RECOVERY {
             stats.fec_rejected += 1;
             return Outcome::Done;
@@ -341,6 +391,10 @@ struct Waiting {
     header: FecHeader,
     len: u16,
     live: bool,
+    /// Its one missing member was not yet behind the newest media packet
+    /// ([`Outcome::Early`]): retried at each media packet, not only at
+    /// its group's.
+    early: bool,
 }
 
 /// One FEC input's decoder (both streams).
@@ -378,6 +432,7 @@ impl FecDecoder {
             },
             len: 0,
             live: false,
+            early: false,
         };
         Self {
             window: Window::new(),
@@ -401,7 +456,9 @@ impl FecDecoder {
     /// `recovered` gets each packet the waiting FEC packets it completes
     /// repair: a FEC packet can be read before the last media packets of
     /// its group (they arrive on other sockets), and then it waits one
-    /// short, not two.
+    /// short, not two. It also gets what the FEC packets waiting for a
+    /// media packet past their one missing member now repair (see the
+    /// module).
     pub fn media(&mut self, packet: &[u8], mut recovered: impl FnMut(&[u8])) -> MediaVerdict {
         let Some(h) = mcrelay_wire::rtp::parse(packet) else {
             return MediaVerdict::Forward;
@@ -416,6 +473,7 @@ impl FecDecoder {
         if !self.window.admit(seq, &mut self.stats) {
             return MediaVerdict::Forward;
         }
+        self.window.saw_media(seq);
         let i = Window::index(seq);
         let slot = self.window.slots[i];
         if slot.seq == seq {
@@ -466,7 +524,11 @@ impl FecDecoder {
         }
         match self.window.try_recover(&h, payload, &mut self.stats) {
             Outcome::Done => {}
-            Outcome::Waiting => self.keep(h, payload),
+            Outcome::Waiting => self.keep(h, payload, false),
+            Outcome::Early => {
+                self.stats.deferred += 1;
+                self.keep(h, payload, true);
+            }
             Outcome::Recovered(seq) => {
                 recovered(self.window.packet(seq));
                 self.chain(seq, &mut recovered);
@@ -474,8 +536,9 @@ impl FecDecoder {
         }
     }
 
-    /// Retry the waiting FEC packets each repair touches, until none
-    /// repairs more.
+    /// Retry the waiting FEC packets each repair (or the media packet
+    /// `first`) touches, and those waiting for a media packet past their
+    /// missing member ([`Outcome::Early`]), until none repairs more.
     fn chain(&mut self, first: u16, recovered: &mut impl FnMut(&[u8])) {
         let mut stack = [0u16; PENDING + 1];
         stack[0] = first;
@@ -493,13 +556,19 @@ impl FecDecoder {
                     self.release(j);
                     continue;
                 }
-                if w.header.position(seq).is_none() {
+                if !w.early && w.header.position(seq).is_none() {
                     continue;
                 }
                 let start = j * MAX_RECOVERY;
                 let payload = &self.pending_data[start..start + usize::from(w.len)];
                 match self.window.try_recover(&w.header, payload, &mut self.stats) {
-                    Outcome::Waiting => {}
+                    Outcome::Waiting => self.pending[j].early = false,
+                    Outcome::Early => {
+                        if !w.early {
+                            self.stats.deferred += 1;
+                        }
+                        self.pending[j].early = true;
+                    }
                     Outcome::Done => self.release(j),
                     Outcome::Recovered(r) => {
                         self.release(j);
@@ -516,7 +585,7 @@ impl FecDecoder {
         }
     }
 
-    fn keep(&mut self, h: FecHeader, payload: &[u8]) {
+    fn keep(&mut self, h: FecHeader, payload: &[u8], early: bool) {
         if payload.len() > MAX_RECOVERY {
             self.stats.fec_rejected += 1;
             return;
@@ -535,6 +604,7 @@ impl FecDecoder {
             header: h,
             len: u16::try_from(payload.len()).unwrap_or(0),
             live: true,
+            early,
         };
     }
 
