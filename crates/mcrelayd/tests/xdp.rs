@@ -28,8 +28,7 @@ outputs = [ { interface = "vRB", address = "239.2.2.2", port = 6000 } ]
 /// A topology whose input link (vA-vRA) has a 1500-byte MTU.
 fn topology() -> Option<Topology> {
     let t = Topology::new()?;
-    t.ip(&t.a, &["link", "set", "vA", "mtu", "1500"]);
-    t.ip(&t.r, &["link", "set", "vRA", "mtu", "1500"]);
+    t.fit_input_to_umem();
     Some(t)
 }
 
@@ -63,22 +62,7 @@ fn wait_attached(t: &Topology, want: bool) {
 /// Relay 1000 datagrams of mixed sizes up to the largest a 1500 MTU
 /// carries, and check every one arrived byte-exact.
 fn relays_byte_exact(t: &Topology) {
-    let rx = t.receiver("239.2.2.2:6000", 1000, &[]);
-    t.send(
-        "239.1.1.1:5000",
-        &[
-            "--count",
-            "1000",
-            "--rate",
-            "20000",
-            "--size",
-            "1316,64,1472,700",
-        ],
-    );
-    let out = finish(rx);
-    clean(&out);
-    assert_eq!(field(&out, "valid"), 1000, "{out}");
-    assert_eq!(field(&out, "max_len"), 1472, "{out}");
+    t.relays_mixed_sizes_byte_exact(&[("vB", "239.2.2.2:6000")]);
 }
 
 #[test]
@@ -177,19 +161,6 @@ fn an_mtu_above_the_umem_frame_is_refused_naming_the_limit() {
     relay.stop();
 }
 
-/// Poll flow `name` until `done` holds.
-fn wait_flow(socket: &Path, name: &str, what: &str, done: impl Fn(&FlowState, u64) -> bool) {
-    wait_until(&format!("flow {name} {what}"), || {
-        let s = snapshot(socket);
-        let f = s.flow(name).ok_or_else(|| format!("no flow {name}"))?;
-        if done(&f.state, f.packets_in) {
-            Ok(())
-        } else {
-            Err(format!("{:?}, {} in", f.state, f.packets_in))
-        }
-    });
-}
-
 fn children(pid: u32) -> Vec<u32> {
     std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
         .unwrap_or_default()
@@ -247,13 +218,9 @@ fn link_flap_helper_death_and_reload_keep_the_program_in_step() {
     let other = FLOW
         .replace("name = \"xdp\"", "name = \"socket\"")
         .replace(", ingress = \"xdp\"", "");
-    std::fs::write(&path, text.replace(FLOW, &other)).expect("rewrite");
-    let (code, said) = ctl(&socket, &["reload"]);
-    assert_eq!(code, 0, "{said}\n{}", relay.log());
+    reload_config(&relay, &socket, &path, &text.replace(FLOW, &other));
     wait_attached(&t, false);
-    std::fs::write(&path, &text).expect("rewrite");
-    let (code, said) = ctl(&socket, &["reload"]);
-    assert_eq!(code, 0, "{said}\n{}", relay.log());
+    reload_config(&relay, &socket, &path, &text);
     wait_flow(&socket, "xdp", "running", |s, _| s.is_running());
     wait_attached(&t, true);
     relays_more(&t, &socket);
@@ -262,13 +229,8 @@ fn link_flap_helper_death_and_reload_keep_the_program_in_step() {
     // program holds vRA, so the flow is stopped before its successor
     // attaches its own (break-before-make), instead of the new one being
     // refused with EBUSY. It relays again, with the new TTL.
-    std::fs::write(
-        &path,
-        text.replace("port = 6000 }", "port = 6000, ttl = 7 }"),
-    )
-    .expect("rewrite");
-    let (code, said) = ctl(&socket, &["reload"]);
-    assert_eq!(code, 0, "{said}\n{}", relay.log());
+    let ttl = text.replace("port = 6000 }", "port = 6000, ttl = 7 }");
+    reload_config(&relay, &socket, &path, &ttl);
     assert!(
         relay.log().contains("stopped before its successor starts"),
         "{}",

@@ -23,27 +23,8 @@ outputs = [ { interface = "vRB", address = "239.2.2.2", port = 6000, egress = "x
 /// (`count` datagrams in, each once out) and check every one arrived
 /// byte-exact.
 fn relays_byte_exact(t: &Topology, interface: &str, groups: &[&str]) {
-    let rx: Vec<_> = groups
-        .iter()
-        .map(|g| t.receiver_on(interface, g, 1000, &[]))
-        .collect();
-    t.send(
-        "239.1.1.1:5000",
-        &[
-            "--count",
-            "1000",
-            "--rate",
-            "20000",
-            "--size",
-            "1316,64,1472,700",
-        ],
-    );
-    for rx in rx {
-        let out = finish(rx);
-        clean(&out);
-        assert_eq!(field(&out, "valid"), 1000, "{out}");
-        assert_eq!(field(&out, "max_len"), 1472, "{out}");
-    }
+    let receivers: Vec<(&str, &str)> = groups.iter().map(|&g| (interface, g)).collect();
+    t.relays_mixed_sizes_byte_exact(&receivers);
 }
 
 /// The daemon's final counters of the flow's output `label`.
@@ -75,9 +56,7 @@ fn socket_ingress_xdp_egress_relays_byte_exact() {
 #[test]
 fn xdp_ingress_and_xdp_egress_relay_byte_exact() {
     let Some(t) = Topology::new() else { return };
-    // The xdp input's frames must fit a UMEM frame.
-    t.ip(&t.a, &["link", "set", "vA", "mtu", "1500"]);
-    t.ip(&t.r, &["link", "set", "vRA", "mtu", "1500"]);
+    t.fit_input_to_umem();
     let relay = t.relay(
         &FLOW.replace("port = 5000 }", "port = 5000, ingress = \"xdp\" }"),
         &[],
@@ -104,18 +83,7 @@ fn second_output_link(t: &Topology) {
     t.ip(&t.b, &["addr", "add", "10.10.3.2/24", "dev", "vC"]);
     t.ip(&t.r, &["link", "set", "vRC", "up"]);
     t.ip(&t.b, &["link", "set", "vC", "up"]);
-    wait_until("vRC up", || {
-        let out = std::process::Command::new("ip")
-            .args(["-n", &t.r, "-o", "link", "show", "dev", "vRC"])
-            .output()
-            .expect("ip link");
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        if text.contains("state UP") {
-            Ok(())
-        } else {
-            Err(text)
-        }
-    });
+    wait_link_up(&t.r, "vRC");
 }
 
 #[test]
@@ -171,25 +139,8 @@ fn link_flap_and_reload_keep_the_xdp_output_working() {
     t.ip(&t.r, &["link", "set", "vRB", "down"]);
     t.send("239.1.1.1:5000", &["--count", "100", "--rate", "10000"]);
     t.ip(&t.r, &["link", "set", "vRB", "up"]);
-    wait_until("vRB up", || {
-        let out = std::process::Command::new("ip")
-            .args(["-n", &t.r, "-o", "link", "show", "dev", "vRB"])
-            .output()
-            .expect("ip link");
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        if text.contains("state UP") {
-            Ok(())
-        } else {
-            Err(text)
-        }
-    });
-    wait_until("the flow running", || {
-        let s = snapshot(&socket);
-        match s.flow("xdpout") {
-            Some(f) if f.state.is_running() => Ok(()),
-            other => Err(format!("{:?}", other.map(|f| &f.state))),
-        }
-    });
+    wait_link_up(&t.r, "vRB");
+    wait_flow(&socket, "xdpout", "running", |s, _| s.is_running());
     relays_byte_exact(&t, "vB", &["239.2.2.2:6000"]);
 
     let path = t.dir.join("mcrelay.toml");
@@ -197,9 +148,7 @@ fn link_flap_and_reload_keep_the_xdp_output_working() {
     let other = FLOW
         .replace("name = \"xdpout\"", "name = \"plain\"")
         .replace(", egress = \"xdp\"", "");
-    std::fs::write(&path, text.replace(FLOW, &other)).expect("rewrite");
-    let (code, said) = ctl(&socket, &["reload"]);
-    assert_eq!(code, 0, "{said}\n{}", relay.log());
+    reload_config(&relay, &socket, &path, &text.replace(FLOW, &other));
     wait_until("the xdp flow gone", || {
         if snapshot(&socket).flow("xdpout").is_none() {
             Ok(())
@@ -207,16 +156,8 @@ fn link_flap_and_reload_keep_the_xdp_output_working() {
             Err("still there".into())
         }
     });
-    std::fs::write(&path, &text).expect("rewrite");
-    let (code, said) = ctl(&socket, &["reload"]);
-    assert_eq!(code, 0, "{said}\n{}", relay.log());
-    wait_until("the xdp flow back", || {
-        let s = snapshot(&socket);
-        match s.flow("xdpout") {
-            Some(f) if f.state.is_running() => Ok(()),
-            other => Err(format!("{:?}\n{}", other.map(|f| &f.state), relay.log())),
-        }
-    });
+    reload_config(&relay, &socket, &path, &text);
+    wait_flow(&socket, "xdpout", "back", |s, _| s.is_running());
     relays_byte_exact(&t, "vB", &["239.2.2.2:6000"]);
 
     // A reload that changes the flow (its output's TTL): the old flow
@@ -224,25 +165,14 @@ fn link_flap_and_reload_keep_the_xdp_output_working() {
     // (break-before-make) instead of refusing the new one with EBUSY.
     // The reload succeeds, the flow runs again and its frames carry the
     // new TTL.
-    std::fs::write(
-        &path,
-        text.replace("egress = \"xdp\"", "egress = \"xdp\", ttl = 9"),
-    )
-    .expect("rewrite");
-    let (code, said) = ctl(&socket, &["reload"]);
-    assert_eq!(code, 0, "{said}\n{}", relay.log());
+    let ttl = text.replace("egress = \"xdp\"", "egress = \"xdp\", ttl = 9");
+    reload_config(&relay, &socket, &path, &ttl);
     assert!(
         relay.log().contains("stopped before its successor starts"),
         "{}",
         relay.log()
     );
-    wait_until("the changed xdp flow running", || {
-        let s = snapshot(&socket);
-        match s.flow("xdpout") {
-            Some(f) if f.state.is_running() => Ok(()),
-            other => Err(format!("{:?}\n{}", other.map(|f| &f.state), relay.log())),
-        }
-    });
+    wait_flow(&socket, "xdpout", "running, changed", |s, _| s.is_running());
     let rx = t.receiver_on("vB", "239.2.2.2:6000", 500, &[]);
     t.send("239.1.1.1:5000", &["--count", "500", "--rate", "20000"]);
     let out = finish(rx);

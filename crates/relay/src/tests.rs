@@ -1007,6 +1007,77 @@ fn rtp_packet(seq: u16) -> Vec<u8> {
     p
 }
 
+/// [`rtp_packet`] `seq` as a RIST sender retransmits it (TR-06-1: the
+/// SSRC's lowest bit set).
+fn retransmission(seq: u16) -> Vec<u8> {
+    let mut p = rtp_packet(seq);
+    p[11] |= 1;
+    p
+}
+
+/// The RTP numbers output 0 sent, flushed and completed.
+fn numbers_sent(core: &mut Core) -> Vec<u16> {
+    sent_by_output(core)
+        .remove(&0)
+        .unwrap_or_default()
+        .iter()
+        .map(|p| u16::from_be_bytes([p[2], p[3]]))
+        .collect()
+}
+
+/// The RTP numbers output 0 sent over RIST ticks at each of `ticks`
+/// (nanoseconds).
+fn numbers_sent_over(core: &mut Core, ticks: std::ops::Range<u64>) -> Vec<u16> {
+    let mut got = Vec::new();
+    for t in ticks {
+        core.rist_tick(t, 0, |_, _| {});
+        got.extend(numbers_sent(core));
+    }
+    got
+}
+
+/// A one-leg flow whose leg is RIST (a `buffer_ms` buffer), to one output
+/// `depth` deep.
+fn rist_leg(
+    core: &mut Core,
+    depth: u32,
+    buffer_ms: u32,
+) -> (FlowId, Arc<FlowCounters>, Vec<Arc<OutputCounters>>) {
+    let (id, counters, outs) = add(core, &[depth], false);
+    assert!(core.enable_rist_input(id, LegId(0), buffer_ms));
+    (id, counters, outs)
+}
+
+/// A flow of two RIST legs (100 ms buffers) combined by `redundancy`, to
+/// one output.
+fn two_rist_legs(core: &mut Core, redundancy: Redundancy) -> (FlowId, Arc<FlowCounters>) {
+    let (specs, _) = outputs(&[512], false);
+    let counters = Arc::<FlowCounters>::default();
+    let id = core
+        .add_flow(specs, Arc::clone(&counters), 2, redundancy, 64)
+        .expect("room");
+    assert!(core.enable_rist_input(id, LegId(0), 100));
+    assert!(core.enable_rist_input(id, LegId(1), 100));
+    (id, counters)
+}
+
+/// A RIST tick and a core tick at each of `at_ms`.
+fn tick_at(core: &mut Core, at_ms: &[u64]) {
+    for &t in at_ms {
+        core.rist_tick(t * 1_000_000, 0, |_, _| {});
+        core.tick(t * 1_000_000);
+    }
+}
+
+/// RTP health for the flow's input, one second of silence.
+fn rtp_health() -> crate::health::HealthSettings {
+    crate::health::HealthSettings {
+        payload: mcrelay_wire::health::Payload::Rtp,
+        rtp_clock_hz: 90_000,
+        silence_ms: 1000,
+    }
+}
+
 /// A RIST output keeps what it sent and answers a NACK with the same
 /// datagram (SSRC's lowest bit set) on the same output; a plain output
 /// beside it sends nothing more; NACKs for what is gone are counted.
@@ -1032,11 +1103,7 @@ fn rist_output_retransmits_what_a_receiver_nacks() {
     let n = w.len();
     core.rist_output_rtcp(id, OutputId(0), 5_000_000, &b[..n]);
     let again = sent_by_output(&mut core);
-    let mut want = vec![rtp_packet(3), rtp_packet(4)];
-    for p in &mut want {
-        p[11] |= 1;
-    }
-    assert_eq!(again[&0], want);
+    assert_eq!(again[&0], vec![retransmission(3), retransmission(4)]);
     assert!(!again.contains_key(&1));
     assert_eq!(counters.rist.retransmitted.get(), 2);
     assert_eq!(counters.rist.nacks_received.get(), 3);
@@ -1059,21 +1126,12 @@ fn rist_output_retransmits_what_a_receiver_nacks() {
 #[test]
 fn rist_input_nacks_gaps_and_hands_on_in_order() {
     let mut core = core(256);
-    let (id, counters, _) = add(&mut core, &[512], false);
-    assert!(core.enable_rist_input(id, LegId(0), 100));
+    let (id, counters, _) = rist_leg(&mut core, 512, 100);
     let ms = 1_000_000u64;
-    let seqs_sent = |core: &mut Core| -> Vec<u16> {
-        sent_by_output(core)
-            .remove(&0)
-            .unwrap_or_default()
-            .iter()
-            .map(|p| u16::from_be_bytes([p[2], p[3]]))
-            .collect()
-    };
     for seq in [0u16, 1, 3, 4] {
         core.receive_on(id, LegId(0), &rtp_packet(seq), ms);
     }
-    assert_eq!(seqs_sent(&mut core), [0, 1]);
+    assert_eq!(numbers_sent(&mut core), [0, 1]);
     let mut rtcp = Vec::new();
     core.rist_tick(2 * ms, 0, |to, d| rtcp.push((to, d.to_vec())));
     assert_eq!(rtcp.len(), 1);
@@ -1083,10 +1141,8 @@ fn rist_input_nacks_gaps_and_hands_on_in_order() {
         super::rist::rtcp::nacked(&p, |s| nacked.push(s));
     }
     assert_eq!(nacked, [2]);
-    let mut re = rtp_packet(2);
-    re[11] |= 1;
-    core.receive_on(id, LegId(0), &re, 20 * ms);
-    assert_eq!(seqs_sent(&mut core), [2, 3, 4]);
+    core.receive_on(id, LegId(0), &retransmission(2), 20 * ms);
+    assert_eq!(numbers_sent(&mut core), [2, 3, 4]);
     assert_eq!(counters.rist.recovered.get(), 1);
     assert_eq!(counters.rist.nacks_sent.get(), 1);
     assert_eq!(counters.rist.input_rtt_us.get(), 18_000);
@@ -1094,9 +1150,9 @@ fn rist_input_nacks_gaps_and_hands_on_in_order() {
     core.receive_on(id, LegId(0), &rtp_packet(5), 21 * ms);
     core.receive_on(id, LegId(0), &rtp_packet(7), 22 * ms);
     core.rist_tick(50 * ms, 0, |_, _| {});
-    assert_eq!(seqs_sent(&mut core), [5]);
+    assert_eq!(numbers_sent(&mut core), [5]);
     core.rist_tick(123 * ms, 0, |_, _| {});
-    assert_eq!(seqs_sent(&mut core), [7]);
+    assert_eq!(numbers_sent(&mut core), [7]);
     assert_eq!(counters.rist.unrecovered.get(), 1);
     // Every datagram that arrived is counted in once.
     assert_eq!(counters.packets_in.get(), 7);
@@ -1108,28 +1164,15 @@ fn rist_input_nacks_gaps_and_hands_on_in_order() {
 #[test]
 fn rist_input_releases_a_burst_as_the_queue_drains() {
     let mut core = core(512);
-    let (id, counters, outs) = add(&mut core, &[8], false);
-    assert!(core.enable_rist_input(id, LegId(0), 1000));
+    let (id, counters, outs) = rist_leg(&mut core, 8, 1000);
     core.receive_on(id, LegId(0), &rtp_packet(0), 0);
     for seq in 2..40u16 {
         core.receive_on(id, LegId(0), &rtp_packet(seq), 0);
     }
     // NACKed, then retransmitted.
     core.rist_tick(0, 0, |_, _| {});
-    let mut re = rtp_packet(1);
-    re[11] |= 1;
-    core.receive_on(id, LegId(0), &re, 0);
-    let mut got = Vec::new();
-    for turn in 0..20 {
-        core.rist_tick(turn, 0, |_, _| {});
-        got.extend(
-            sent_by_output(&mut core)
-                .remove(&0)
-                .unwrap_or_default()
-                .iter()
-                .map(|p| u16::from_be_bytes([p[2], p[3]])),
-        );
-    }
+    core.receive_on(id, LegId(0), &retransmission(1), 0);
+    let got = numbers_sent_over(&mut core, 0..20);
     assert_eq!(got, (0..40).collect::<Vec<u16>>());
     assert_eq!(outs[0].drop_backlog.get(), 0);
     assert_eq!(counters.rist.recovered.get(), 1);
@@ -1144,8 +1187,7 @@ fn rist_input_releases_a_burst_as_the_queue_drains() {
 #[test]
 fn rist_input_holds_in_order_datagrams_while_the_output_is_full() {
     let mut core = core(512);
-    let (id, counters, outs) = add(&mut core, &[8], false);
-    assert!(core.enable_rist_input(id, LegId(0), 1000));
+    let (id, counters, outs) = rist_leg(&mut core, 8, 1000);
     // A batch of 30 in order: the output (depth 8) takes 8; the ninth
     // pauses the flow's receives (the rest of the batch was read already).
     let got: Vec<Received> = (0..30u16)
@@ -1155,17 +1197,7 @@ fn rist_input_holds_in_order_datagrams_while_the_output_is_full() {
     assert_eq!(got[9], Received::Full { newly: false });
     assert!(core.is_paused(id));
     assert_eq!(outs[0].drop_backlog.get(), 0, "met a full output");
-    let mut got = Vec::new();
-    for turn in 0..40 {
-        core.rist_tick(1 + turn, 0, |_, _| {});
-        got.extend(
-            sent_by_output(&mut core)
-                .remove(&0)
-                .unwrap_or_default()
-                .iter()
-                .map(|p| u16::from_be_bytes([p[2], p[3]])),
-        );
-    }
+    let got = numbers_sent_over(&mut core, 1..41);
     assert_eq!(got, (0..30).collect::<Vec<u16>>());
     assert!(core.resume(id), "drained: receives resume");
     assert_eq!(outs[0].drop_backlog.get(), 0);
@@ -1181,8 +1213,7 @@ fn rist_input_holds_in_order_datagrams_while_the_output_is_full() {
 fn a_standby_rist_leg_counts_no_unrecovered() {
     let mut core = core(256);
     core.set_standby(true);
-    let (id, counters, _) = add(&mut core, &[512], false);
-    assert!(core.enable_rist_input(id, LegId(0), 100));
+    let (id, counters, _) = rist_leg(&mut core, 512, 100);
     let ms = 1_000_000u64;
     for seq in [0u16, 1, 3, 4] {
         core.receive_on(id, LegId(0), &rtp_packet(seq), ms);
@@ -1207,12 +1238,7 @@ fn a_standby_rist_leg_counts_no_unrecovered() {
 fn rist_retransmissions_are_repairs_not_an_ssrc_change() {
     let mut core = core(256);
     let (id, counters, _) = add(&mut core, &[512], false);
-    let rtp = crate::health::HealthSettings {
-        payload: mcrelay_wire::health::Payload::Rtp,
-        rtp_clock_hz: 90_000,
-        silence_ms: 1000,
-    };
-    assert!(core.set_intake(id, rtp, &[]));
+    assert!(core.set_intake(id, rtp_health(), &[]));
     assert!(core.enable_rist_input(id, LegId(0), 1000));
     let ms = 1_000_000u64;
     for seq in [0u16, 1, 4, 5] {
@@ -1220,9 +1246,7 @@ fn rist_retransmissions_are_repairs_not_an_ssrc_change() {
     }
     core.rist_tick(2 * ms, 0, |_, _| {});
     for seq in [2u16, 3] {
-        let mut re = rtp_packet(seq);
-        re[11] |= 1;
-        core.ingest(id, LegId(0), Ok(&re), 20 * ms);
+        core.ingest(id, LegId(0), Ok(&retransmission(seq)), 20 * ms);
     }
     for seq in 6..10u16 {
         core.ingest(id, LegId(0), Ok(&rtp_packet(seq)), 21 * ms);
@@ -1250,23 +1274,12 @@ fn rist_retransmissions_are_repairs_not_an_ssrc_change() {
 #[test]
 fn a_merged_flow_counts_as_unrecovered_only_what_no_rist_leg_delivered() {
     let mut core = core(512);
-    let (specs, _) = outputs(&[512], false);
-    let counters = Arc::<FlowCounters>::default();
     let ms = 1_000_000u64;
-    let id = core
-        .add_flow(
-            specs,
-            Arc::clone(&counters),
-            2,
-            Redundancy::Merge {
-                delay_ns: 0,
-                window_ns: 50 * ms,
-            },
-            64,
-        )
-        .expect("room");
-    assert!(core.enable_rist_input(id, LegId(0), 100));
-    assert!(core.enable_rist_input(id, LegId(1), 100));
+    let merge = Redundancy::Merge {
+        delay_ns: 0,
+        window_ns: 50 * ms,
+    };
+    let (id, counters) = two_rist_legs(&mut core, merge);
     // Leg 0 loses 5 (never retransmitted); leg 1 delivers it.
     for seq in 0..10u16 {
         let t = u64::from(seq) * ms;
@@ -1276,10 +1289,7 @@ fn a_merged_flow_counts_as_unrecovered_only_what_no_rist_leg_delivered() {
         core.receive_on(id, LegId(1), &rtp_packet(seq), t + 1);
         core.tick(t + 1);
     }
-    for t in [20, 150, 300] {
-        core.rist_tick(t * ms, 0, |_, _| {});
-        core.tick(t * ms);
-    }
+    tick_at(&mut core, &[20, 150, 300]);
     let _ = sent_by_output(&mut core);
     let leg = |i: usize| counters.leg_rist[i].unrecovered.get();
     assert_eq!((leg(0), leg(1)), (1, 0));
@@ -1299,10 +1309,7 @@ fn a_merged_flow_counts_as_unrecovered_only_what_no_rist_leg_delivered() {
         }
         core.tick(t + 1);
     }
-    for t in [450, 600, 800, 1000] {
-        core.rist_tick(t * ms, 0, |_, _| {});
-        core.tick(t * ms);
-    }
+    tick_at(&mut core, &[450, 600, 800, 1000]);
     core.rist_tick(1001 * ms, 0, |_, _| {});
     let _ = sent_by_output(&mut core);
     assert_eq!((leg(0), leg(1)), (2, 1));
@@ -1315,26 +1322,15 @@ fn a_merged_flow_counts_as_unrecovered_only_what_no_rist_leg_delivered() {
 #[test]
 fn a_failover_flow_counts_as_unrecovered_what_its_active_rist_leg_skipped() {
     let mut core = core(512);
-    let (specs, _) = outputs(&[512], false);
-    let counters = Arc::<FlowCounters>::default();
     let ms = 1_000_000u64;
-    let id = core
-        .add_flow(
-            specs,
-            Arc::clone(&counters),
-            2,
-            Redundancy::Failover {
-                after_ns: 10_000 * ms,
-                revert_after_ns: None,
-                rtp: true,
-                rtp_rewrite: None,
-                gap_factor: 0,
-            },
-            64,
-        )
-        .expect("room");
-    assert!(core.enable_rist_input(id, LegId(0), 100));
-    assert!(core.enable_rist_input(id, LegId(1), 100));
+    let failover = Redundancy::Failover {
+        after_ns: 10_000 * ms,
+        revert_after_ns: None,
+        rtp: true,
+        rtp_rewrite: None,
+        gap_factor: 0,
+    };
+    let (id, counters) = two_rist_legs(&mut core, failover);
     // Leg 0 (active) loses 3, leg 1 (standing by) loses 7; neither is
     // retransmitted.
     for seq in 0..10u16 {
@@ -1347,10 +1343,7 @@ fn a_failover_flow_counts_as_unrecovered_what_its_active_rist_leg_skipped() {
         }
         core.tick(t + 1);
     }
-    for t in [20, 150, 300] {
-        core.rist_tick(t * ms, 0, |_, _| {});
-        core.tick(t * ms);
-    }
+    tick_at(&mut core, &[20, 150, 300]);
     let _ = sent_by_output(&mut core);
     assert_eq!(core.active_leg(id), Some(LegId(0)));
     let leg = |i: usize| counters.leg_rist[i].unrecovered.get();
@@ -1365,29 +1358,13 @@ fn a_failover_flow_counts_as_unrecovered_what_its_active_rist_leg_skipped() {
 #[test]
 fn a_merged_flows_output_health_sees_what_rist_legs_release() {
     let mut core = core(512);
-    let (specs, _) = outputs(&[512], false);
-    let counters = Arc::<FlowCounters>::default();
     let ms = 1_000_000u64;
-    let id = core
-        .add_flow(
-            specs,
-            Arc::clone(&counters),
-            2,
-            Redundancy::Merge {
-                delay_ns: 0,
-                window_ns: 50 * ms,
-            },
-            64,
-        )
-        .expect("room");
-    let rtp = crate::health::HealthSettings {
-        payload: mcrelay_wire::health::Payload::Rtp,
-        rtp_clock_hz: 90_000,
-        silence_ms: 1000,
+    let merge = Redundancy::Merge {
+        delay_ns: 0,
+        window_ns: 50 * ms,
     };
-    assert!(core.set_intake(id, rtp, &[]));
-    assert!(core.enable_rist_input(id, LegId(0), 100));
-    assert!(core.enable_rist_input(id, LegId(1), 100));
+    let (id, counters) = two_rist_legs(&mut core, merge);
+    assert!(core.set_intake(id, rtp_health(), &[]));
     // Both legs lose 3; leg 0's retransmission repairs it.
     for seq in [0u16, 1, 2, 4, 5] {
         for leg in [LegId(0), LegId(1)] {
@@ -1395,9 +1372,7 @@ fn a_merged_flows_output_health_sees_what_rist_legs_release() {
         }
     }
     core.rist_tick(2 * ms, 0, |_, _| {});
-    let mut re = rtp_packet(3);
-    re[11] |= 1;
-    core.ingest(id, LegId(0), Ok(&re), 20 * ms);
+    core.ingest(id, LegId(0), Ok(&retransmission(3)), 20 * ms);
     // Leg 1 gives 3 up and lets 4 and 5 go: duplicates by then.
     core.rist_tick(150 * ms, 0, |_, _| {});
     for seq in 6..10u16 {
@@ -1430,8 +1405,7 @@ fn a_standby_worker_sends_no_rist_rtcp_or_retransmissions() {
     let mut core = core(256);
     let (id, counters, outs) = add(&mut core, &[512], false);
     assert!(core.enable_rist_output(id, OutputId(0), 1000));
-    let (leg_flow, leg_counters, _) = add(&mut core, &[512], false);
-    assert!(core.enable_rist_input(leg_flow, LegId(0), 1000));
+    let (leg_flow, leg_counters, _) = rist_leg(&mut core, 512, 1000);
     let ms = 1_000_000u64;
     // Active: the output sends (and keeps) 0..10.
     for seq in 0..10u16 {

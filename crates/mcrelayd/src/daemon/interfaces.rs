@@ -3,7 +3,9 @@
 
 use std::time::Instant;
 
-use super::report::{entry_mut, log_output};
+use mcrelay_config::FlowKey;
+
+use super::report::log_output;
 use super::{Daemon, Flow, FlowState, RETRY_FIRST, RETRY_MAX, lock};
 use crate::links::{self, Blocked, LinkTable};
 
@@ -68,15 +70,19 @@ impl Daemon {
     /// is retried with a growing delay). Other flows are not touched.
     pub fn reconcile(&mut self) {
         self.retry_outputs();
+        // By position: nothing here adds or removes a flow.
         for i in 0..self.flows.len() {
-            let m = &self.flows[i];
+            let Some(m) = self.flows.at(i) else { break };
+            let key = m.key();
             match (m.running, blocked(self.links.as_ref(), &m.flow, m.running)) {
                 (true, None) => {}
-                (true, Some(state)) => self.pause(i, state),
+                (true, Some(state)) => self.pause(key, state),
                 (false, Some(state)) => {
-                    self.flows[i].retry = None;
-                    let name = self.flows[i].flow.name.clone();
-                    if self.set_flow_state(&name, state.clone()) {
+                    let name = m.flow.name.clone();
+                    if let Some(m) = self.flows.get_mut(key) {
+                        m.retry = None;
+                    }
+                    if self.set_flow_state(key, state.clone()) {
                         tracing::warn!(flow = %name, "{state}");
                     }
                 }
@@ -84,7 +90,7 @@ impl Daemon {
                     if m.retry.is_some_and(|(at, _)| Instant::now() < at) {
                         continue;
                     }
-                    self.resume(i);
+                    self.resume(key);
                 }
             }
         }
@@ -93,31 +99,43 @@ impl Daemon {
 
     /// Try again to connect the outputs of running flows that aren't.
     pub(super) fn retry_outputs(&mut self) {
-        for m in self.flows.iter_mut().filter(|m| !m.unconnected.is_empty()) {
+        for i in 0..self.flows.len() {
+            let Some(key) = self
+                .flows
+                .at(i)
+                .filter(|m| !m.unconnected.is_empty())
+                .map(|m| m.key())
+            else {
+                continue;
+            };
+            let Some(m) = self.flows.get_mut(key) else {
+                continue;
+            };
             let mut connected = Vec::new();
             let results = crate::outputs::retry(&mut m.unconnected, &mut connected);
             let mut shared = lock(&self.shared);
-            if let Some(e) = entry_mut(&mut shared, &m.flow.name) {
-                if !connected.is_empty() {
-                    // Its loop guard now names the late outputs too.
-                    e.own.extend(connected);
-                    if let Some(ingress) = &e.ingress {
-                        for fd in ingress.fds() {
-                            crate::loopguard::arm_socket(&m.flow.name, fd, &e.own);
-                        }
+            let Some((m, e)) = self.flows.both_mut(&mut shared.flows, key) else {
+                continue;
+            };
+            if !connected.is_empty() {
+                // Its loop guard now names the late outputs too.
+                e.own.extend(connected);
+                if let Some(ingress) = &e.ingress {
+                    for fd in ingress.fds() {
+                        crate::loopguard::arm_socket(&m.flow.name, fd, &e.own);
                     }
                 }
-                for (index, result) in results {
-                    log_output(e, index, result);
-                }
+            }
+            for (index, result) in results {
+                log_output(e, index, result);
             }
         }
     }
 
-    /// Set flow `name`'s published state; whether it changed.
-    pub(super) fn set_flow_state(&self, name: &str, state: FlowState) -> bool {
+    /// Set flow `key`'s published state; whether it changed.
+    pub(super) fn set_flow_state(&self, key: FlowKey, state: FlowState) -> bool {
         let mut shared = lock(&self.shared);
-        match entry_mut(&mut shared, name) {
+        match self.flows.entry_mut(&mut shared.flows, key) {
             Some(e) if e.state != state => {
                 e.state = state;
                 true
@@ -126,17 +144,18 @@ impl Daemon {
         }
     }
 
-    /// Take running flow `i` off its worker because of `state`.
-    pub(super) fn pause(&mut self, i: usize, state: FlowState) {
-        let name = self.flows[i].flow.name.clone();
-        if let Err(e) = self.remove_shards(&name, &self.flows[i].workers) {
+    /// Take running flow `key` off its worker because of `state`.
+    pub(super) fn pause(&mut self, key: FlowKey, state: FlowState) {
+        let Some(m) = self.flows.get(key) else { return };
+        let name = m.flow.name.clone();
+        if let Err(e) = self.remove_shards(&name, &m.workers) {
             tracing::error!(flow = %name, "pausing: {}", crate::chain::Chain(&e));
         }
-        self.flows[i].running = false;
-        self.flows[i].retry = None;
-        self.flows[i].unconnected.clear();
         let mut shared = lock(&self.shared);
-        if let Some(e) = entry_mut(&mut shared, &name) {
+        if let Some((m, e)) = self.flows.both_mut(&mut shared.flows, key) {
+            m.running = false;
+            m.retry = None;
+            m.unconnected.clear();
             e.close_ingress();
             e.interface_pauses += 1;
             e.state = state.clone();
@@ -144,13 +163,16 @@ impl Daemon {
         tracing::warn!(flow = %name, "{state}; the flow resumes when the interface is up");
     }
 
-    /// Start stopped flow `i`; on failure, publish why (logged when the
+    /// Start stopped flow `key`; on failure, publish why (logged when the
     /// reason changes) and schedule a retry.
-    pub(super) fn resume(&mut self, i: usize) {
-        let name = self.flows[i].flow.name.clone();
-        match self.start_on_worker(i) {
+    pub(super) fn resume(&mut self, key: FlowKey) {
+        let Some(m) = self.flows.get(key) else { return };
+        let name = m.flow.name.clone();
+        match self.start_on_worker(key) {
             Ok(before) => {
-                self.flows[i].retry = None;
+                if let Some(m) = self.flows.get_mut(key) {
+                    m.retry = None;
+                }
                 if before.is_running() {
                     tracing::info!(flow = %name, "started");
                 } else {
@@ -158,14 +180,17 @@ impl Daemon {
                 }
             }
             Err(e) => {
-                let delay = self.flows[i]
-                    .retry
-                    .map_or(RETRY_FIRST, |(_, d)| (d * 2).min(RETRY_MAX));
-                self.flows[i].retry = Some((Instant::now() + delay, delay));
+                let delay = if let Some(m) = self.flows.get_mut(key) {
+                    let delay = m.retry.map_or(RETRY_FIRST, |(_, d)| (d * 2).min(RETRY_MAX));
+                    m.retry = Some((Instant::now() + delay, delay));
+                    delay
+                } else {
+                    RETRY_FIRST
+                };
                 let state = FlowState::OpenFailed {
                     error: crate::chain::Chain(&e).to_string(),
                 };
-                if self.set_flow_state(&name, state) {
+                if self.set_flow_state(key, state) {
                     tracing::error!(
                         flow = %name,
                         "not started: {}; retrying in {delay:?}, then less often",

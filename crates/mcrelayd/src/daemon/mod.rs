@@ -15,7 +15,9 @@
 //!
 //! The pure decisions live in their own modules, tested without a worker:
 //! [`placement`] (which worker runs a flow) and [`plan`] (what a reload
-//! does, from `FlowTable::diff`). [`reload`] applies a plan, [`report`]
+//! does, from `FlowTable::diff`). [`table`] is the one flow table, keyed
+//! by the config's `FlowKey`, holding the supervisor's half of each flow
+//! and indexing the readers' half; [`reload`] applies a plan, [`report`]
 //! holds what readers see, [`error`] the typed errors.
 
 mod error;
@@ -27,6 +29,7 @@ mod rejoin;
 mod reload;
 mod report;
 mod shards;
+mod table;
 mod xdp_reload;
 
 use std::path::{Path, PathBuf};
@@ -34,7 +37,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
-use mcrelay_config::{Config, Flow};
+use mcrelay_config::{Config, Flow, FlowKey};
 use mcrelay_control::{DaemonState, FlowState};
 use mcrelay_pool::PoolConfig;
 use mcrelay_uring::{
@@ -47,9 +50,9 @@ use self::interfaces::blocked;
 use self::placement::{Placement, start_order};
 pub use self::placement::{spread_fits, worker_cpus};
 pub use self::report::{Shared, SharedHandle, lock};
-use self::report::{entry_mut, new_entry, note_outputs, print_final, share};
+use self::report::{new_entry, note_outputs, print_final, share};
+use self::table::{Entries, Flows, Managed};
 use crate::links::LinkTable;
-use crate::outputs::Unconnected;
 use crate::sockets::Opener;
 
 // The 4-leg limit has one value: the config refuses what the relay core
@@ -75,7 +78,7 @@ enum ReloadProblem {
     Helper(String),
     /// A flow the reload started or changed did not start; over once it
     /// runs (it is retried).
-    Flow { name: String, text: String },
+    Flow { key: FlowKey, text: String },
     /// Anything else; over at the next reload.
     Other(String),
 }
@@ -88,22 +91,6 @@ pub struct RunOptions {
     pub gso: bool,
 }
 
-/// A configured flow, as the supervisor tracks it.
-#[derive(Debug)]
-struct Managed {
-    flow: Flow,
-    /// Its workers (shard `k` on the `k`th; one without `spread`), chosen
-    /// once: a paused flow resumes on the same ones.
-    workers: Vec<usize>,
-    /// On its worker now.
-    running: bool,
-    /// After a failed start: not before this instant, and the delay after
-    /// the next failure.
-    retry: Option<(Instant, Duration)>,
-    /// Its outputs not connected yet, while it runs.
-    unconnected: Vec<Unconnected>,
-}
-
 /// The running daemon, owned by the main thread.
 #[derive(Debug)]
 pub struct Daemon {
@@ -113,8 +100,10 @@ pub struct Daemon {
     workers: Vec<WorkerHandle>,
     events: mpsc::Receiver<Event>,
     stop: Arc<AtomicBool>,
-    /// Every configured flow, relaying or not, in start order.
-    flows: Vec<Managed>,
+    /// Every configured flow, relaying or not, in start order: the
+    /// supervisor's half, and the index of the readers' half
+    /// (`Shared::flows`).
+    flows: Flows,
     shared: SharedHandle,
     opener: Opener,
     /// The interfaces as netlink last reported them; `None` when they are
@@ -155,8 +144,8 @@ impl Daemon {
             jumbo: config.pools.jumbo,
         };
         let mut per_worker: Vec<Vec<FlowSockets>> = (0..cpus.len()).map(|_| Vec::new()).collect();
-        let mut entries = Vec::with_capacity(config.flows.len());
-        let mut managed = Vec::with_capacity(config.flows.len());
+        let mut entries = Entries::default();
+        let mut flows = Flows::default();
         let mut placement = Placement::new(&cpus);
         for flow in start_order(config.flows.as_slice()) {
             let ws = placement.place(flow)?;
@@ -195,14 +184,14 @@ impl Daemon {
                     false
                 }
             };
-            entries.push(entry);
-            managed.push(Managed {
-                flow: flow.clone(),
-                workers: ws,
+            let managed = Managed {
                 running,
                 retry,
                 unconnected,
-            });
+                ..Managed::stopped(flow.clone(), ws)
+            };
+            // The config's names are unique: nothing is displaced.
+            let _ = flows.insert(&mut entries, managed, entry);
         }
         before_workers().map_err(|e| StartError::BeforeWorkers(e.into()))?;
         let stop = Arc::new(AtomicBool::new(false));
@@ -253,7 +242,7 @@ impl Daemon {
             workers,
             events,
             stop,
-            flows: managed,
+            flows,
             shared,
             opener,
             links,
@@ -302,7 +291,7 @@ impl Daemon {
             self.reload_problems
                 .retain(|p| !matches!(p, ReloadProblem::Helper(_)));
         }
-        for m in &mut self.flows {
+        for m in self.flows.iter_mut() {
             m.retry = None;
         }
         self.reconcile();
@@ -359,11 +348,11 @@ impl Daemon {
             .reload_problems
             .iter()
             .filter_map(|p| match p {
-                ReloadProblem::Flow { name, text } => {
-                    let running = shared
+                ReloadProblem::Flow { key, text } => {
+                    let running = self
                         .flows
-                        .iter()
-                        .any(|f| &f.stats.name == name && f.state.is_running());
+                        .entry(&shared.flows, *key)
+                        .is_some_and(|f| f.state.is_running());
                     (!running).then_some(text.as_str())
                 }
                 ReloadProblem::Helper(text) | ReloadProblem::Other(text) => Some(text.as_str()),
@@ -407,43 +396,49 @@ impl Daemon {
         };
     }
 
-    /// Open flow `i`'s sockets, one set per shard, writing into the
+    /// Open flow `key`'s sockets, one set per shard, writing into the
     /// flow's counters.
-    fn open_counted(&mut self, i: usize) -> Result<shards::Opened, FlowCommandError> {
-        let flow = &self.flows[i].flow;
+    fn open_counted(&mut self, key: FlowKey) -> Result<shards::Opened, FlowCommandError> {
+        let flow = &self
+            .flows
+            .get(key)
+            .ok_or(FlowCommandError::NotPublished)?
+            .flow;
         let (stats, more) = {
-            let mut shared = lock(&self.shared);
-            let e = entry_mut(&mut shared, &flow.name).ok_or(FlowCommandError::NotPublished)?;
+            let shared = lock(&self.shared);
+            let e = self
+                .flows
+                .entry(&shared.flows, key)
+                .ok_or(FlowCommandError::NotPublished)?;
             (share(&e.stats), e.shard_inputs.clone())
         };
         Ok(shards::open(&mut self.opener, flow, &stats, &more)?)
     }
 
-    /// Open flow `i`'s sockets and hand each shard to its worker, with
+    /// Open flow `key`'s sockets and hand each shard to its worker, with
     /// the flow's counters. The state it had before.
-    fn start_on_worker(&mut self, i: usize) -> Result<FlowState, FlowCommandError> {
-        let opened = self.open_counted(i)?;
-        let name = self.flows[i].flow.name.clone();
-        for (k, (shard, &w)) in opened
-            .shards
-            .into_iter()
-            .zip(&self.flows[i].workers)
-            .enumerate()
-        {
+    fn start_on_worker(&mut self, key: FlowKey) -> Result<FlowState, FlowCommandError> {
+        let opened = self.open_counted(key)?;
+        let m = self.flows.get(key).ok_or(FlowCommandError::NotPublished)?;
+        let name = m.flow.name.clone();
+        for (k, (shard, &w)) in opened.shards.into_iter().zip(&m.workers).enumerate() {
             if let Err(e) = self.add_to_worker(&name, w, shard) {
                 // No shard without the others: take back those added.
-                if let Err(undo) = self.remove_shards(&name, &self.flows[i].workers[..k]) {
+                if let Err(undo) = self.remove_shards(&name, &m.workers[..k]) {
                     tracing::error!(flow = %name, "taking back its other shards: {}", crate::chain::Chain(&undo));
                 }
                 return Err(e);
             }
         }
-        self.flows[i].running = true;
         let mut shared = lock(&self.shared);
-        let e = entry_mut(&mut shared, &name).ok_or(FlowCommandError::NotPublished)?;
+        let (m, e) = self
+            .flows
+            .both_mut(&mut shared.flows, key)
+            .ok_or(FlowCommandError::NotPublished)?;
+        m.running = true;
         e.ingress = Some(opened.ingress);
         e.own = opened.own;
-        self.flows[i].unconnected = note_outputs(e, opened.pending);
+        m.unconnected = note_outputs(e, opened.pending);
         Ok(std::mem::replace(&mut e.state, FlowState::Running))
     }
 

@@ -7,12 +7,13 @@
 //! the old one's redundancy state over), so the other legs lose nothing
 //! and the leg receives again. Its counters go on (as after a pause).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
+use mcrelay_config::FlowKey;
 use mcrelay_uring::{Command, Event};
 
 use super::error::FlowCommandError;
-use super::report::{entry_mut, note_outputs};
+use super::report::note_outputs;
 use super::{Daemon, blocked, lock};
 use crate::links::{InterfaceState, LinkTable};
 
@@ -23,8 +24,8 @@ pub(super) struct Rejoin {
     /// so a delete and a create reported apart are still told).
     seen: HashMap<String, u32>,
     /// Running flows with a leg on a re-created interface: the flow's
-    /// name and the interface, until the flow is replaced.
-    pending: Vec<(String, String)>,
+    /// key and the interface, until the flow is replaced.
+    pending: Vec<(FlowKey, String)>,
 }
 
 impl Rejoin {
@@ -50,35 +51,36 @@ impl Daemon {
     pub(super) fn rejoin_legs(&mut self, recreated: &[String]) {
         for m in self.flows.iter().filter(|m| m.running) {
             for input in &m.flow.inputs {
-                let key = (m.flow.name.clone(), input.interface.clone());
-                if recreated.contains(&input.interface) && !self.rejoin.pending.contains(&key) {
-                    self.rejoin.pending.push(key);
+                let pair = (m.key(), input.interface.clone());
+                if recreated.contains(&input.interface) && !self.rejoin.pending.contains(&pair) {
+                    self.rejoin.pending.push(pair);
                 }
             }
         }
         let pending = std::mem::take(&mut self.rejoin.pending);
-        let mut done: Vec<String> = Vec::new();
-        for (name, interface) in pending {
-            let Some(i) = self.flows.iter().position(|m| m.flow.name == name) else {
+        let mut done: HashSet<FlowKey> = HashSet::new();
+        for (key, interface) in pending {
+            let Some(m) = self.flows.get(key) else {
                 continue;
             };
-            if !self.flows[i].running || done.contains(&name) {
+            if !m.running || done.contains(&key) {
                 continue;
             }
+            let name = m.flow.name.clone();
             let links = self.links.as_ref();
             let up = links.is_none_or(|l| l.state(&interface) == InterfaceState::Up);
-            if !up || blocked(links, &self.flows[i].flow, false).is_some() {
-                self.rejoin.pending.push((name, interface));
+            if !up || blocked(links, &m.flow, false).is_some() {
+                self.rejoin.pending.push((key, interface));
                 continue;
             }
-            match self.rejoin_flow(i) {
+            match self.rejoin_flow(key) {
                 Ok(()) => {
                     tracing::info!(
                         flow = %name,
                         interface = %interface,
                         "interface re-created: the flow is replaced without a gap and its leg joins again"
                     );
-                    done.push(name);
+                    done.insert(key);
                 }
                 Err(e) => {
                     tracing::warn!(
@@ -87,20 +89,20 @@ impl Daemon {
                         "interface re-created, the leg could not join again: {}; retried at the next interface change",
                         crate::chain::Chain(&e)
                     );
-                    self.rejoin.pending.push((name, interface));
+                    self.rejoin.pending.push((key, interface));
                 }
             }
         }
     }
 
-    /// Replace running flow `i` by itself on its workers (new sockets,
+    /// Replace running flow `key` by itself on its workers (new sockets,
     /// same counters), one [`Command::Replace`] per shard.
-    fn rejoin_flow(&mut self, i: usize) -> Result<(), FlowCommandError> {
-        let opened = self.open_counted(i)?;
-        let flow = &self.flows[i].flow;
-        let kept = super::reload::kept_legs(flow, flow);
-        let name = flow.name.clone();
-        let workers = self.flows[i].workers.clone();
+    fn rejoin_flow(&mut self, key: FlowKey) -> Result<(), FlowCommandError> {
+        let opened = self.open_counted(key)?;
+        let m = self.flows.get(key).ok_or(FlowCommandError::NotPublished)?;
+        let kept = super::reload::kept_legs(&m.flow, &m.flow);
+        let name = m.flow.name.clone();
+        let workers = m.workers.clone();
         for (shard, &w) in opened.shards.into_iter().zip(&workers) {
             let handle = self.workers.get(w).ok_or(FlowCommandError::NoSuchWorker)?;
             let replace = Command::Replace {
@@ -114,19 +116,19 @@ impl Daemon {
         if let Err(e) = self.await_replaced(&name, workers.len()) {
             // The old flow is gone either way: the reconciler starts the
             // flow again.
-            self.flows[i].running = false;
-            self.flows[i].unconnected.clear();
-            if let Some(e) = entry_mut(&mut lock(&self.shared), &name) {
-                e.close_ingress();
+            if let Some((m, entry)) = self.flows.both_mut(&mut lock(&self.shared).flows, key) {
+                m.running = false;
+                m.unconnected.clear();
+                entry.close_ingress();
             }
             return Err(e);
         }
         let mut shared = lock(&self.shared);
-        if let Some(e) = entry_mut(&mut shared, &name) {
+        if let Some((m, e)) = self.flows.both_mut(&mut shared.flows, key) {
             e.close_ingress();
             e.ingress = Some(opened.ingress);
             e.own = opened.own;
-            self.flows[i].unconnected = note_outputs(e, opened.pending);
+            m.unconnected = note_outputs(e, opened.pending);
         }
         Ok(())
     }

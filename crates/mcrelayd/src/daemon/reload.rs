@@ -2,7 +2,9 @@
 //! [`ReloadPlan`], stop what it removes or changes, configure what it adds
 //! or changes, and let [`Daemon::reconcile`] start them.
 
-use mcrelay_config::Flow;
+use std::collections::{HashMap, HashSet};
+
+use mcrelay_config::{Flow, FlowKey};
 use mcrelay_control::{DaemonState, FlowState, ReloadOutcome};
 
 use mcrelay_uring::{Command, Event, FlowSockets};
@@ -15,13 +17,12 @@ use super::{Daemon, Managed, ReloadProblem, lock};
 
 /// A changed flow's replacement, ready to hand to its workers: its new
 /// sockets per shard (opened and joined), outputs not connected yet, its
-/// new readers' entry, its workers and its index in `Daemon::flows`.
+/// new readers' entry and its workers.
 struct Prepared {
     shards: Vec<FlowSockets>,
     pending: Vec<(crate::outputs::Unconnected, std::io::Error)>,
     entry: super::report::FlowEntry,
     workers: Vec<usize>,
-    index: usize,
 }
 
 /// Why a changed flow could not be replaced (or, not relaying before,
@@ -123,18 +124,14 @@ impl Daemon {
         }
         // The diff against the flows configured now, running or not (they
         // are exactly `self.config.flows`).
-        // A set, not a search of every flow per flow: at 1000 flows that
-        // search was half a million name comparisons per reload.
-        let running: std::collections::HashSet<&str> = self
-            .flows
-            .iter()
-            .filter(|m| m.running)
-            .map(|m| m.flow.name.as_str())
-            .collect();
+        // Each flow looked up by its key, not searched for by name: at
+        // 1000 flows that search was half a million name comparisons per
+        // reload.
         let plan = ReloadPlan::new(&self.config.flows, &new.flows, |name| {
-            running.contains(name)
+            self.flows
+                .get(FlowKey::from_name(name))
+                .is_some_and(|m| m.running)
         });
-        drop(running);
         let mut outcome = plan.outcome();
         let mut problems = Vec::new();
         let mut reload_problems = Vec::new();
@@ -143,40 +140,43 @@ impl Daemon {
         // start again below. So do those whose old and new versions need
         // one interface's XDP program or queue-0 AF_XDP socket, which the
         // old flow holds until it stops (`xdp_reload`).
-        let replace: Vec<&Flow> = plan
-            .start
-            .iter()
-            .filter(|f| plan.changed.contains(&f.name))
-            .filter(|f| {
-                self.flows.iter().any(|m| {
-                    m.running
-                        && m.flow.name == f.name
-                        && !super::xdp_reload::must_stop_first(&m.flow, f)
-                }) && super::blocked(self.links.as_ref(), f, false).is_none()
-            })
-            .collect();
+        // The plan names flows; the table's key is the hash of the name.
+        let changed: HashSet<FlowKey> =
+            plan.changed.iter().map(|n| FlowKey::from_name(n)).collect();
+        let starting: HashMap<FlowKey, &Flow> = plan.start.iter().map(|f| (f.id, f)).collect();
+        let replace: HashSet<FlowKey> =
+            plan.start
+                .iter()
+                .filter(|f| changed.contains(&f.id))
+                .filter(|f| {
+                    self.flows.get(f.id).is_some_and(|m| {
+                        m.running && !super::xdp_reload::must_stop_first(&m.flow, f)
+                    }) && super::blocked(self.links.as_ref(), f, false).is_none()
+                })
+                .map(|f| f.id)
+                .collect();
         // A changed flow stopped here and configured anew below: what it
         // counted, carried to its successor (counters never go down).
-        let mut carried = std::collections::HashMap::new();
+        let mut carried = HashMap::new();
         for name in &plan.stop {
-            if replace.iter().any(|f| &f.name == name) {
+            let key = FlowKey::from_name(name);
+            if replace.contains(&key) {
                 continue;
             }
-            if let Some(new) = plan.start.iter().find(|f| &f.name == name)
-                && self.flows.iter().any(|m| {
-                    m.running
-                        && &m.flow.name == name
-                        && super::xdp_reload::must_stop_first(&m.flow, new)
-                })
+            if let Some(new) = starting.get(&key)
+                && self
+                    .flows
+                    .get(key)
+                    .is_some_and(|m| m.running && super::xdp_reload::must_stop_first(&m.flow, new))
             {
                 tracing::info!(
                     flow = %name,
                     "changed: stopped before its successor starts (its XDP program or AF_XDP socket holds an interface the new one needs; what arrives meanwhile is lost)"
                 );
             }
-            match self.forget_flow(name) {
-                Ok(Some(old)) if plan.changed.contains(name) => {
-                    carried.insert(name.clone(), old);
+            match self.forget_flow(key) {
+                Ok(Some(old)) if changed.contains(&key) => {
+                    carried.insert(key, old);
                 }
                 Ok(_) => {}
                 Err(e) => {
@@ -200,26 +200,23 @@ impl Daemon {
             }
         }
         for flow in &plan.start {
-            let result = if replace.iter().any(|f| f.name == flow.name) {
+            let result = if replace.contains(&flow.id) {
                 self.replace_flow(flow)
             } else {
                 let added = self.add_flow(flow).map_err(ReplaceError::Placement);
-                if let Some(old) = carried.remove(&flow.name) {
-                    self.carry_to(&flow.name, &old);
+                if let Some(old) = carried.remove(&flow.id) {
+                    self.carry_to(flow.id, &old);
                 }
                 added
             };
             if let Err(e) = result {
                 let text = format!("flow {:?}: {}", flow.name, crate::chain::Chain(&e));
                 problems.push(text.clone());
-                reload_problems.push(ReloadProblem::Flow {
-                    name: flow.name.clone(),
-                    text,
-                });
+                reload_problems.push(ReloadProblem::Flow { key: flow.id, text });
             }
         }
-        for m in &mut self.flows {
-            if plan.retry.contains(&m.flow.name) {
+        for name in &plan.retry {
+            if let Some(m) = self.flows.get_mut(FlowKey::from_name(name)) {
                 m.retry = None;
             }
         }
@@ -228,11 +225,8 @@ impl Daemon {
         {
             let shared = lock(&self.shared);
             for flow in &plan.start {
-                if let Some(FlowState::OpenFailed { error }) = shared
-                    .flows
-                    .iter()
-                    .find(|e| e.stats.name == flow.name)
-                    .map(|e| &e.state)
+                if let Some(FlowState::OpenFailed { error }) =
+                    self.flows.entry(&shared.flows, flow.id).map(|e| &e.state)
                 {
                     outcome
                         .errors
@@ -283,12 +277,12 @@ impl Daemon {
     /// returned for the reload to report; if a worker refuses the new
     /// one, the flow waits for a retry like any failed start.
     fn replace_flow(&mut self, new: &Flow) -> Result<(), ReplaceError> {
+        let key = new.id;
         let Prepared {
             shards,
             pending,
             entry,
             workers,
-            index: i,
         } = match self.prepare_replacement(new) {
             Ok(prepared) => prepared,
             Err(e) => {
@@ -296,17 +290,19 @@ impl Daemon {
                 // any changed flow, stop the old one and configure the new
                 // one, which the reconciler retries. The error is the
                 // reload's to report.
-                let old = self.forget_flow(&new.name)?;
+                let old = self.forget_flow(key)?;
                 self.add_flow(new).map_err(ReplaceError::Placement)?;
                 if let Some(old) = old {
-                    self.carry_to(&new.name, &old);
+                    self.carry_to(key, &old);
                 }
                 return Err(e);
             }
         };
         let mut entry = entry;
-        let old = self.flows[i].flow.clone();
-        let old_workers = self.flows[i].workers.clone();
+        let (old, old_workers) = {
+            let m = self.flows.get(key).ok_or(FlowCommandError::NotPublished)?;
+            (m.flow.clone(), m.workers.clone())
+        };
         let name = new.name.clone();
         // A shard that keeps its worker and its outputs is replaced there
         // by one command (nothing leaves twice); the others are removed
@@ -341,16 +337,10 @@ impl Daemon {
             }
         }
         // The old flow is going: from here the flow is the new one.
-        self.flows[i] = Managed {
-            flow: new.clone(),
-            workers: workers.clone(),
-            running: false,
-            retry: None,
-            unconnected: Vec::new(),
-        };
         {
             let mut shared = lock(&self.shared);
-            if let Some(e) = shared.flows.iter_mut().find(|e| e.stats.name == name) {
+            if let Some((m, e)) = self.flows.both_mut(&mut shared.flows, key) {
+                *m = Managed::stopped(new.clone(), workers.clone());
                 e.close_ingress();
                 let mut old = std::mem::replace(e, new_entry(new, &workers));
                 // Its own predecessor stopped counting at the last reload.
@@ -409,15 +399,15 @@ impl Daemon {
                 })
                 .into());
         }
-        self.flows[i].running = true;
         let mut shared = lock(&self.shared);
-        if let Some(e) = shared.flows.iter_mut().find(|e| e.stats.name == name) {
+        if let Some((m, e)) = self.flows.both_mut(&mut shared.flows, key) {
+            m.running = true;
             entry.state = FlowState::Running;
             // Every old shard is gone (`answers.removed`): its counts are
             // final.
             entry.before = e.before.take().map(Before::frozen);
             *e = entry;
-            self.flows[i].unconnected = super::report::note_outputs(e, pending);
+            m.unconnected = super::report::note_outputs(e, pending);
         }
         tracing::info!(flow = %name, ?workers, "replaced by the reload, without a gap");
         Ok(())
@@ -425,20 +415,18 @@ impl Daemon {
 
     /// What `replace_flow` needs before touching the running flow.
     fn prepare_replacement(&mut self, new: &Flow) -> Result<Prepared, ReplaceError> {
-        let i = self
+        let old = self
             .flows
-            .iter()
-            .position(|m| m.flow.name == new.name)
+            .get(new.id)
             .ok_or(FlowCommandError::NotPublished)?;
-        let old = &self.flows[i].flow;
-        let workers = if old.core == new.core && old.spread == new.spread {
-            self.flows[i].workers.clone()
+        let workers = if old.flow.core == new.core && old.flow.spread == new.spread {
+            old.workers.clone()
         } else {
             Placement::with(
                 &self.cpus,
                 self.flows
                     .iter()
-                    .filter(|m| m.flow.name != new.name)
+                    .filter(|m| m.key() != new.id)
                     .map(|m| (&m.workers[..], &m.flow)),
             )
             .place(new)
@@ -454,33 +442,27 @@ impl Daemon {
             pending: opened.pending,
             entry,
             workers,
-            index: i,
         })
     }
 
-    /// Stop flow `name` if it runs, and forget it. Its readers' entry,
+    /// Stop flow `key` if it runs, and forget it. Its readers' entry,
     /// if it had one (its counters final once its shards are removed).
-    fn forget_flow(&mut self, name: &str) -> Result<Option<FlowEntry>, FlowCommandError> {
-        let Some(i) = self.flows.iter().position(|m| m.flow.name == name) else {
+    fn forget_flow(&mut self, key: FlowKey) -> Result<Option<FlowEntry>, FlowCommandError> {
+        let removed = self.flows.remove(&mut lock(&self.shared).flows, key);
+        let Some((m, entry)) = removed else {
             return Ok(None);
         };
-        let m = self.flows.remove(i);
-        let entry = {
-            let mut shared = lock(&self.shared);
-            let at = shared.flows.iter().position(|e| e.stats.name == name);
-            at.map(|at| shared.flows.remove(at))
-        };
         if m.running {
-            self.remove_shards(name, &m.workers)?;
+            self.remove_shards(&m.flow.name, &m.workers)?;
         }
-        Ok(entry)
+        Ok(Some(entry))
     }
 
-    /// Flow `name`, configured anew by a reload, goes on counting from
+    /// Flow `key`, configured anew by a reload, goes on counting from
     /// what `old` (the flow it replaces, stopped) counted.
-    fn carry_to(&self, name: &str, old: &FlowEntry) {
+    fn carry_to(&self, key: FlowKey, old: &FlowEntry) {
         let mut shared = lock(&self.shared);
-        if let Some(e) = shared.flows.iter_mut().find(|e| e.stats.name == name) {
+        if let Some(e) = self.flows.entry_mut(&mut shared.flows, key) {
             e.before = Some(old.freeze());
         }
     }
@@ -495,14 +477,21 @@ impl Daemon {
         .place(flow)?;
         // Published as running: reconcile, right after, starts it or says
         // why not, before the reload's outcome is published.
-        lock(&self.shared).flows.push(new_entry(flow, &workers));
-        self.flows.push(Managed {
-            flow: flow.clone(),
-            workers,
-            running: false,
-            retry: None,
-            unconnected: Vec::new(),
-        });
+        let entry = new_entry(flow, &workers);
+        let managed = Managed::stopped(flow.clone(), workers);
+        let displaced = self
+            .flows
+            .insert(&mut lock(&self.shared).flows, managed, entry);
+        if let Some((old, _)) = displaced {
+            // Not reached: a flow is forgotten before it is configured
+            // anew. Its sockets are not left on a worker all the same.
+            tracing::error!(flow = %flow.name, "configured twice; the older one is stopped");
+            if old.running
+                && let Err(e) = self.remove_shards(&old.flow.name, &old.workers)
+            {
+                tracing::error!(flow = %flow.name, "{}", crate::chain::Chain(&e));
+            }
+        }
         Ok(())
     }
 }

@@ -130,7 +130,9 @@ impl FlowEntry {
 /// read. Locked only by readers and by the supervisor on a reload.
 #[derive(Debug)]
 pub struct Shared {
-    pub(super) flows: Vec<FlowEntry>,
+    /// The readers' half of every configured flow, in start order (the
+    /// supervisor's half, and the index of both, is `Daemon::flows`).
+    pub(super) flows: super::table::Entries,
     pub(super) workers: Vec<Arc<WorkerStats>>,
     pub state: DaemonState,
     pub(super) config_path: String,
@@ -163,7 +165,7 @@ impl Shared {
     #[cfg(test)]
     pub fn empty() -> SharedHandle {
         Arc::new(Mutex::new(Shared {
-            flows: Vec::new(),
+            flows: super::table::Entries::default(),
             workers: Vec::new(),
             state: DaemonState::Running,
             config_path: String::new(),
@@ -527,10 +529,6 @@ pub(super) fn share(stats: &FlowStats) -> FlowStats {
             .map(|(label, c)| (label.clone(), Arc::clone(c)))
             .collect(),
     }
-}
-
-pub(super) fn entry_mut<'a>(shared: &'a mut Shared, name: &str) -> Option<&'a mut FlowEntry> {
-    shared.flows.iter_mut().find(|e| e.stats.name == name)
 }
 
 /// An input as readers see it: "239.1.1.1:5000 on eth0", or its SRT

@@ -286,18 +286,7 @@ impl Topology {
         }
         t.ip(&t.b, &["route", "add", "224.0.0.0/4", "dev", "vB"]);
         for (ns, dev, _, _) in links {
-            wait_until(&format!("{dev} up"), || {
-                let out = Command::new("ip")
-                    .args(["-n", ns, "-o", "link", "show", "dev", dev])
-                    .output()
-                    .expect("ip link");
-                let text = String::from_utf8_lossy(&out.stdout).into_owned();
-                if text.contains("state UP") {
-                    Ok(())
-                } else {
-                    Err(text)
-                }
-            });
+            wait_link_up(ns, dev);
         }
         for key in ["all", "default", "vRA1", "vRA2", "vRB"] {
             t.rp_filter(key, 0);
@@ -325,6 +314,41 @@ impl Topology {
             .find_map(|l| l.strip_prefix(&format!("{series} ")))
             .unwrap_or_else(|| panic!("no {series} in:\n{text}"))
             .to_owned()
+    }
+
+    /// Lower the input link's MTU (vA, vRA) to 1500: an `ingress = "xdp"`
+    /// input's frames must fit a UMEM frame (1792 bytes).
+    pub fn fit_input_to_umem(&self) {
+        self.ip(&self.a, &["link", "set", "vA", "mtu", "1500"]);
+        self.ip(&self.r, &["link", "set", "vRA", "mtu", "1500"]);
+    }
+
+    /// Send 1000 datagrams of mixed sizes, up to the largest a 1500-byte
+    /// MTU carries, from A to 239.1.1.1:5000, and check that each of
+    /// `receivers` (an interface of B and a group) got every one
+    /// byte-exact.
+    pub fn relays_mixed_sizes_byte_exact(&self, receivers: &[(&str, &str)]) {
+        let rx: Vec<Child> = receivers
+            .iter()
+            .map(|(interface, group)| self.receiver_on(interface, group, 1000, &[]))
+            .collect();
+        self.send(
+            "239.1.1.1:5000",
+            &[
+                "--count",
+                "1000",
+                "--rate",
+                "20000",
+                "--size",
+                "1316,64,1472,700",
+            ],
+        );
+        for rx in rx {
+            let out = finish(rx);
+            clean(&out);
+            assert_eq!(field(&out, "valid"), 1000, "{out}");
+            assert_eq!(field(&out, "max_len"), 1472, "{out}");
+        }
     }
 
     /// Set `net.ipv4.conf.<key>.rp_filter` in R.
@@ -545,6 +569,22 @@ impl Drop for Topology {
     }
 }
 
+/// Wait until `dev` in namespace `ns` has carrier (`state UP`).
+pub fn wait_link_up(ns: &str, dev: &str) {
+    wait_until(&format!("{dev} up"), || {
+        let out = Command::new("ip")
+            .args(["-n", ns, "-o", "link", "show", "dev", dev])
+            .output()
+            .expect("ip link");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        if text.contains("state UP") {
+            Ok(())
+        } else {
+            Err(text)
+        }
+    });
+}
+
 pub struct Relay {
     pub child: Child,
     pub log: PathBuf,
@@ -716,6 +756,32 @@ pub fn wait_for_packets_in(socket: &Path, name: &str, n: u64) {
             _ => Err(format!("{s:?}")),
         }
     });
+}
+
+/// Poll flow `name` until `done` (its state and `packets_in`) holds.
+pub fn wait_flow(
+    socket: &Path,
+    name: &str,
+    what: &str,
+    done: impl Fn(&mcrelay_control::FlowState, u64) -> bool,
+) {
+    wait_until(&format!("flow {name} {what}"), || {
+        let s = snapshot(socket);
+        let f = s.flow(name).ok_or_else(|| format!("no flow {name}"))?;
+        if done(&f.state, f.packets_in) {
+            Ok(())
+        } else {
+            Err(format!("{:?}, {} in", f.state, f.packets_in))
+        }
+    });
+}
+
+/// Write `config` over the daemon's file `path` and reload it through
+/// the control socket; the reload must succeed.
+pub fn reload_config(relay: &Relay, socket: &Path, path: &Path, config: &str) {
+    fs::write(path, config).expect("rewrite");
+    let (code, said) = ctl(socket, &["reload"]);
+    assert_eq!(code, 0, "{said}\n{}", relay.log());
 }
 
 /// `mcrelayctl --socket SOCKET args...`: exit code and output.
