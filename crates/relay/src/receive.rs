@@ -124,12 +124,31 @@ impl Core {
         self.sum_fec_stats(flow);
         let scratch = std::mem::take(&mut self.fec_scratch);
         let mut ends = std::mem::take(&mut self.fec_ends);
+        result = self.admit_repaired(flow, leg, &scratch, &ends, now_ns, result);
+        ends.clear();
+        self.fec_scratch = scratch;
+        self.fec_ends = ends;
+        result
+    }
+
+    /// Admit on `leg` what FEC repaired (`scratch`, cut at `ends`), each
+    /// one queued also shown to the output's health (delivered, not
+    /// lost); `result`, or `Full { newly: true }` when a repair found the
+    /// outputs full.
+    fn admit_repaired(
+        &mut self,
+        flow: FlowId,
+        leg: LegId,
+        scratch: &[u8],
+        ends: &[usize],
+        now_ns: u64,
+        mut result: Received,
+    ) -> Received {
         let mut start = 0;
-        for &end in &ends {
+        for &end in ends {
             let repaired = &scratch[start..end];
             let r = self.admit_on(flow, leg, repaired, now_ns, false);
             if r == Received::Queued {
-                // Delivered: the output's health counts it (not lost).
                 self.observe_output(flow, leg, repaired, now_ns);
             }
             if r == (Received::Full { newly: true }) {
@@ -137,9 +156,6 @@ impl Core {
             }
             start = end;
         }
-        ends.clear();
-        self.fec_scratch = scratch;
-        self.fec_ends = ends;
         result
     }
 
@@ -222,20 +238,7 @@ impl Core {
             }
         });
         self.sum_fec_stats(flow);
-        let mut result = Received::Queued;
-        let mut start = 0;
-        for &end in &ends {
-            let repaired = &scratch[start..end];
-            let r = self.admit_on(flow, leg, repaired, now_ns, false);
-            if r == Received::Queued {
-                // Delivered: the output's health counts it (not lost).
-                self.observe_output(flow, leg, repaired, now_ns);
-            }
-            if r == (Received::Full { newly: true }) {
-                result = r;
-            }
-            start = end;
-        }
+        let result = self.admit_repaired(flow, leg, &scratch, &ends, now_ns, Received::Queued);
         self.fec_scratch = scratch;
         ends.clear();
         self.fec_ends = ends;
