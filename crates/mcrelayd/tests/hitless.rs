@@ -810,10 +810,15 @@ fn a_leg_later_than_the_window_sends_nothing_twice() {
     let relay = start(&t, &two_legs(), MERGE);
     let rx = legs_receiver(&t, 11_000);
     // Leg 1 starts 5 s after leg 0, its own sender started late, and
-    // stops when leg 0 does: all the while 5000 numbers behind. (When
-    // the on-time leg stops first, what the late one sends next is
-    // another matter: a restart or a replay, the engine's call.)
-    let rec0 = recording(&t, "leg0.rec", &stream(11_000, SSRC_A));
+    // ends while leg 0 still sends: all the while 5000 numbers behind.
+    // (When the on-time leg stops first, what the late one sends next is
+    // another matter: after the window with no other leg, a restart, the
+    // engine's call. Leg 0 used to stop after exactly 11 000 numbers, so
+    // a leg-1 sender that started a moment more than 5 s after leg 0's
+    // outlived it on a loaded machine, and its last numbers went out
+    // again, counted as duplicates.) Leg 0 is stopped once the relay has
+    // taken in all of leg 1 and sent numbers 0 to 11 000.
+    let rec0 = recording(&t, "leg0.rec", &stream(40_000, SSRC_A));
     let rec1 = recording(&t, "leg1.rec", &stream(6000, SSRC_A));
     let spawn = |group: &str, dev: &str, rec: &Path| {
         t.command(&t.a, &loadgen())
@@ -828,20 +833,29 @@ fn a_leg_later_than_the_window_sends_nothing_twice() {
     let s0 = spawn(LEG0, "vA1", &rec0);
     std::thread::sleep(Duration::from_millis(5000));
     let s1 = spawn(LEG1, "vA2", &rec1);
-    for s in [s0, s1] {
-        assert!(s.wait_with_output().expect("sender").status.success());
-    }
-    // The relay has taken in all 17 000 datagrams and sent every number
-    // (a send completes once the datagram is in the receiver's queue,
-    // which the receiver drains when told to stop), however far behind
-    // the load left it; a fixed wait let a late relay's tail count as
-    // missing. Anything sent twice has been sent by then too.
-    wait_for_packets_in(&socket(&t), "f", 17_000);
+    assert!(s1.wait_with_output().expect("sender").status.success());
+    wait_until("leg 1 taken in and numbers to 11 000 sent", || {
+        let s = stats(&t);
+        let f = flow(&s);
+        let leg1 = f["redundancy"]["legs"][1]["health"]["rtp"]["packets"].as_u64();
+        let out = f["outputs"][0]["packets_out"].as_u64();
+        match (leg1, out) {
+            (Some(6000..), Some(11_000..)) => Ok(()),
+            _ => Err(format!("leg 1 {leg1:?} in, {out:?} out")),
+        }
+    });
+    let sent0 = common::stop_sender(s0);
+    // The relay has taken in every datagram and sent every number leg 0
+    // sent (a send completes once the datagram is in the receiver's
+    // queue, which the receiver drains when told to stop), however far
+    // behind the load left it: a fixed wait let a late relay's tail count
+    // as missing. Anything sent twice has been sent by then too.
+    wait_for_packets_in(&socket(&t), "f", sent0 + 6000);
     wait_until("every number sent", || {
         let s = stats(&t);
         match flow(&s)["outputs"][0]["packets_out"].as_u64() {
-            Some(out) if out >= 11_000 => Ok(()),
-            out => Err(format!("{out:?} out")),
+            Some(out) if out >= sent0 => Ok(()),
+            out => Err(format!("{out:?} out of {sent0}")),
         }
     });
     signal(&rx, libc::SIGTERM);
