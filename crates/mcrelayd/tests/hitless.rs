@@ -254,16 +254,16 @@ fn encoder(t: &Topology, group: &str, local: &str) -> Child {
         .expect("spawn ffmpeg encoder")
 }
 
-/// Stop an [`encoder`] (SIGTERM: ffmpeg exits with 255, having said
-/// nothing at `-loglevel error`); it must not have failed before.
+/// Stop an [`encoder`] (SIGTERM: ffmpeg exits with 255); it must not
+/// have failed before.
 fn stop_encoder(e: Child, what: &str) {
     signal(&e, libc::SIGTERM);
     let out = e.wait_with_output().expect(what);
-    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        (out.status.success() || out.status.code() == Some(255)) && stderr.trim().is_empty(),
-        "{what}: {}: {stderr}",
-        out.status
+        out.status.success() || out.status.code() == Some(255),
+        "{what}: {}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
     );
 }
 
@@ -393,6 +393,29 @@ fn joined(t: &Topology, ns: &str, group: &str) -> u32 {
             (w.next()? == hex).then(|| w.next()?.parse().ok())?
         })
         .unwrap_or(0)
+}
+
+/// Bytes waiting in the receive queues of the UDP sockets bound to
+/// `port` in `ns` (`/proc/net/udp`: `tx_queue:rx_queue` in hex).
+fn udp_queued(t: &Topology, ns: &str, port: u16) -> u64 {
+    let out = t
+        .command(ns, Path::new("cat"))
+        .arg("/proc/net/udp")
+        .output()
+        .expect("read /proc/net/udp");
+    let local = format!(":{port:04X}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            let _slot = w.next()?;
+            let bound = w.next()?;
+            let queues = w.nth(2)?;
+            bound.ends_with(&local).then_some(queues)
+        })
+        .filter_map(|q| u64::from_str_radix(q.split_once(':')?.1, 16).ok())
+        .sum()
 }
 
 /// What the relay sent, read from a recording of its output
@@ -531,11 +554,39 @@ fn failover_run(rtp_rewrite: bool) -> Run {
     });
     stop_encoder(enc1, "encoder 1");
     stop_encoder(enc0, "encoder 0");
-    // What the relay sent has reached the receiver and been decoded:
-    // its frame count (written every 0.5 s) has not moved for 2 s.
-    let deadline = Instant::now() + Duration::from_secs(60);
+    // The relay has sent all it took in: its input sockets are empty and
+    // every datagram it forwarded has left (a send completes once the
+    // datagram is in the receivers' queues); then the recorder, told to
+    // stop, drains its queue.
+    wait_until("the relay drained", || {
+        let s = stats(&t);
+        let f = flow(&s);
+        let forwarded = leg(&s, 0, "forwarded") + leg(&s, 1, "forwarded");
+        let out = f["outputs"][0]["packets_out"].as_u64().unwrap_or(0);
+        let queued = udp_queued(&t, &t.r, 5000);
+        if out == forwarded && queued == 0 {
+            Ok(())
+        } else {
+            Err(format!(
+                "{out} out of {forwarded} forwarded, {queued} bytes queued"
+            ))
+        }
+    });
+    let recorded = receiver_summary_after_term(recorder);
+    assert_eq!(
+        recorded["kernel_drops"], 0,
+        "the recorder missed some of the output: {recorded}"
+    );
+    let sent = sent_by_relay(&recording);
+    // The receiver has decoded what it can of that (all but the last two
+    // frames, which it holds; see the test), however far behind the load
+    // left it; or its count has stood still for 10 s.
+    let deadline = Instant::now() + Duration::from_secs(120);
     let mut last = (frames(&progress), Instant::now());
-    while last.1.elapsed() < Duration::from_secs(2) && Instant::now() < deadline {
+    while last.0 + 2 < sent.frames
+        && last.1.elapsed() < Duration::from_secs(10)
+        && Instant::now() < deadline
+    {
         std::thread::sleep(Duration::from_millis(100));
         let n = frames(&progress);
         if n != last.0 {
@@ -545,11 +596,6 @@ fn failover_run(rtp_rewrite: bool) -> Run {
     signal(&rx, libc::SIGTERM);
     let out = rx.wait_with_output().expect("receiver");
     let receiver = String::from_utf8_lossy(&out.stderr).into_owned();
-    let recorded = receiver_summary_after_term(recorder);
-    assert_eq!(
-        recorded["kernel_drops"], 0,
-        "the recorder missed some of the output: {recorded}"
-    );
     if let Some((mut g, log)) = gst {
         let _ = g.kill();
         let _ = g.wait();
@@ -562,7 +608,7 @@ fn failover_run(rtp_rewrite: bool) -> Run {
     let redundancy = flow(&s)["redundancy"].clone();
     let run = Run {
         decoded: frames(&progress),
-        sent: sent_by_relay(&recording),
+        sent,
         switches: switches(&s),
         redundancy,
         receiver,
@@ -801,13 +847,22 @@ fn legs_differing_only_in_ssrc_merge_into_one_stream() {
     relay.stop();
 }
 
-/// Row 4: one leg later than the window (5 s behind, window 100 ms):
+/// Row 4: one leg later than the window (5 s behind, window 1 s):
 /// its copies are late and dropped, never sent a second time (before:
 /// every number went out twice and `duplicates` said 0).
 #[test]
 fn a_leg_later_than_the_window_sends_nothing_twice() {
     let Some(t) = topology() else { return };
-    let relay = start(&t, &two_legs(), MERGE);
+    // A window of 1 s (the second case), still 4 s short of the
+    // late leg's lateness: a leg silent for a window while another
+    // carries a numbering of its own is a restart to the sequence engine,
+    // and at 100 ms a stall of leg 0's sender on a loaded machine was
+    // enough (once in 4 loaded runs, 99 numbers short).
+    let relay = start(
+        &t,
+        &two_legs(),
+        "payload = \"rtp\"\nredundancy = \"merge\"\nmerge_window_ms = 1000",
+    );
     let rx = legs_receiver(&t, 11_000);
     // Leg 1 starts 5 s after leg 0, its own sender started late, and
     // ends while leg 0 still sends: all the while 5000 numbers behind.
@@ -841,7 +896,7 @@ fn a_leg_later_than_the_window_sends_nothing_twice() {
         let out = f["outputs"][0]["packets_out"].as_u64();
         match (leg1, out) {
             (Some(6000..), Some(11_000..)) => Ok(()),
-            _ => Err(format!("leg 1 {leg1:?} in, {out:?} out")),
+            _ => Err(format!("leg 1 {leg1:?} in, {out:?} out: {f}")),
         }
     });
     let sent0 = common::stop_sender(s0);
@@ -855,7 +910,7 @@ fn a_leg_later_than_the_window_sends_nothing_twice() {
         let s = stats(&t);
         match flow(&s)["outputs"][0]["packets_out"].as_u64() {
             Some(out) if out >= sent0 => Ok(()),
-            out => Err(format!("{out:?} out of {sent0}")),
+            out => Err(format!("{out:?} out of {sent0}: {}", flow(&s))),
         }
     });
     signal(&rx, libc::SIGTERM);
