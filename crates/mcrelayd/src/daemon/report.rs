@@ -149,9 +149,12 @@ pub type SharedHandle = Arc<Mutex<Shared>>;
 /// Lock `shared`, also after a reader panicked while holding it (the data
 /// is counters and a list; it stays consistent).
 pub fn lock(shared: &SharedHandle) -> std::sync::MutexGuard<'_, Shared> {
-    shared
+    let guard = shared
         .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    #[cfg(test)]
+    super::tests::reads::taken(&guard);
+    guard
 }
 
 impl Shared {
