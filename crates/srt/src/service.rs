@@ -370,6 +370,30 @@ struct Route {
     gone: bool,
 }
 
+impl Route {
+    /// The feed `old` names: a replaced flow's (its index in
+    /// `old_feeds`), or the route's own.
+    fn feed_of(&self, old: Option<usize>) -> &UnixDatagram {
+        match old.and_then(|k| self.old_feeds.get(k)) {
+            Some(f) => f,
+            None => &self.feed,
+        }
+    }
+
+    /// The feed `old` names (its descriptor `fd`) has ended: a replaced
+    /// flow's is taken off `poll` and dropped; the route's own ends the
+    /// route.
+    fn end_feed(&mut self, poll: &Poll, old: Option<usize>, fd: i32) {
+        match old {
+            Some(k) => {
+                poll.remove_fd(fd);
+                self.old_feeds.swap_remove(k);
+            }
+            None => self.gone = true,
+        }
+    }
+}
+
 struct Thread {
     poll: Poll,
     rx: Receiver<Registration>,
@@ -606,26 +630,13 @@ impl Thread {
         if matches!(route.direction, Direction::In(_)) {
             // An input's feed is only written; readable means its worker
             // closed its end (the flow stopped), or (never) stray bytes.
-            let feed = match old.and_then(|k| route.old_feeds.get(k)) {
-                Some(f) => f,
-                None => &route.feed,
-            };
-            if drain_closed(feed) {
-                match old {
-                    Some(k) => {
-                        self.poll.remove_fd(fd);
-                        route.old_feeds.swap_remove(k);
-                    }
-                    None => route.gone = true,
-                }
+            if drain_closed(route.feed_of(old)) {
+                route.end_feed(&self.poll, old, fd);
             }
             return;
         }
         for _ in 0..FEED_BATCH {
-            let feed = match old.and_then(|k| route.old_feeds.get(k)) {
-                Some(f) => f,
-                None => &route.feed,
-            };
+            let feed = route.feed_of(old);
             let got = match feed.recv(buf) {
                 Ok(0) if feed_closed(feed) => None,
                 Ok(n) => Some(n),
@@ -633,13 +644,7 @@ impl Thread {
                 Err(_) => None,
             };
             let Some(n) = got else {
-                match old {
-                    Some(k) => {
-                        self.poll.remove_fd(fd);
-                        route.old_feeds.swap_remove(k);
-                    }
-                    None => route.gone = true,
-                }
+                route.end_feed(&self.poll, old, fd);
                 return;
             };
             route.view.datagrams += 1;
