@@ -1148,38 +1148,21 @@ mod tests {
         assert!(e.starts_with("t.toml:7:"), "{e}");
         // Which addresses overlap, as the kernel sees them: (listener,
         // input, why).
-        for (srt, udp, why) in [
-            (
-                "::",
-                udp_at("239.1.1.1", 9000, ""),
-                ":: holds the port on every address, IPv4 included",
-            ),
-            (
-                "::",
-                udp_at("ff3e::1", 9000, ""),
-                ":: holds the port on every address, IPv4 included",
-            ),
-            (
-                "10.0.0.1",
-                udp_at("10.0.0.1", 9000, ""),
-                "both are on 10.0.0.1, and the kernel binds no other socket over an SRT listener's (libsrt sets no SO_REUSEADDR); use another port for one of them",
-            ),
-            (
-                "0.0.0.0",
-                udp_at("10.0.0.1", 9000, ""),
-                "0.0.0.0 holds the port on every IPv4 address",
-            ),
-            (
-                "::ffff:10.0.0.1",
-                udp_at("10.0.0.1", 9000, ""),
-                "::ffff:10.0.0.1 and 10.0.0.1 are one address written two ways",
-            ),
-            (
-                "0.0.0.0",
-                udp_at("239.1.1.1", 9000, ", source = \"10.1.1.1\""),
-                "input eth0 239.1.1.1:9000 from 10.1.1.1",
-            ),
+        let dual = ":: holds the port on every address, IPv4 included";
+        let both = "both are on 10.0.0.1, and the kernel binds no other socket over an SRT listener's (libsrt sets no SO_REUSEADDR); use another port for one of them";
+        let any4 = "0.0.0.0 holds the port on every IPv4 address";
+        let mapped = "::ffff:10.0.0.1 and 10.0.0.1 are one address written two ways";
+        let from = "input eth0 239.1.1.1:9000 from 10.1.1.1";
+        let source = ", source = \"10.1.1.1\"";
+        for (srt, udp, extra, why) in [
+            ("::", "239.1.1.1", "", dual),
+            ("::", "ff3e::1", "", dual),
+            ("10.0.0.1", "10.0.0.1", "", both),
+            ("0.0.0.0", "10.0.0.1", "", any4),
+            ("::ffff:10.0.0.1", "10.0.0.1", "", mapped),
+            ("0.0.0.0", "239.1.1.1", source, from),
         ] {
+            let udp = udp_at(udp, 9000, extra);
             for text in [
                 input_then_output(&udp, &srt_at(srt, 9000)),
                 listener_then_input(&srt_at(srt, 9000), &udp),
