@@ -339,6 +339,33 @@ struct Caller {
     gone: bool,
 }
 
+impl Caller {
+    /// A caller connected now on `socket` (`watched`: already in the
+    /// epoll set), from `peer` with `stream_id`.
+    fn connected(
+        socket: Socket,
+        watched: bool,
+        peer: Option<SocketAddr>,
+        stream_id: String,
+    ) -> Caller {
+        Caller {
+            socket,
+            watched,
+            view: CallerView {
+                peer,
+                stream_id,
+                connected_since: now_unix(),
+                ..CallerView::default()
+            },
+            dropped_at_tick: 0,
+            stalled: 0,
+            too_late_at_tick: 0,
+            late: 0,
+            gone: false,
+        }
+    }
+}
+
 enum Calling {
     Idle {
         next: Instant,
@@ -736,21 +763,9 @@ impl Thread {
             let peer = peer.or(p.peer);
             tracing::info!(flow = %route.spec.flow, output = %route.spec.label, peer = ?peer, stream_id = %p.stream_id, callers = route.callers.len() + 1, "SRT caller connected");
             route.view.connects += 1;
-            route.callers.push(Caller {
-                socket,
-                watched: true,
-                view: CallerView {
-                    peer,
-                    stream_id: p.stream_id,
-                    connected_since: now_unix(),
-                    ..CallerView::default()
-                },
-                dropped_at_tick: 0,
-                stalled: 0,
-                too_late_at_tick: 0,
-                late: 0,
-                gone: false,
-            });
+            route
+                .callers
+                .push(Caller::connected(socket, true, peer, p.stream_id));
         }
     }
 
@@ -1064,21 +1079,9 @@ fn step_caller(r: &mut Route) -> bool {
                 r.view.connects += 1;
                 r.view.error = None;
                 let peer = socket.peer().or(Some(r.spec.address));
-                r.callers.push(Caller {
-                    socket,
-                    watched: false,
-                    view: CallerView {
-                        peer,
-                        stream_id: r.spec.srt.stream_id.clone().unwrap_or_default(),
-                        connected_since: now_unix(),
-                        ..CallerView::default()
-                    },
-                    dropped_at_tick: 0,
-                    stalled: 0,
-                    too_late_at_tick: 0,
-                    late: 0,
-                    gone: false,
-                });
+                let stream_id = r.spec.srt.stream_id.clone().unwrap_or_default();
+                r.callers
+                    .push(Caller::connected(socket, false, peer, stream_id));
                 r.calling = None;
                 true
             }
