@@ -1339,6 +1339,17 @@ fn callers_past_the_relays_sending_capacity_go_newest_first_and_a_new_caller_sta
         r.late_disconnects,
         r.callers.len()
     );
+    // The hold ends once the sending keeps up (10 s after the last shed).
+    // A caller may still be shed while the relay drains what it queued
+    // before the load ended, so who stayed is read only after the hold.
+    let served = wait_until("the output to accept callers again", || {
+        let r = route(&snapshot(&socket))?;
+        if r.holding {
+            Err(format!("{r:?}"))
+        } else {
+            Ok(r)
+        }
+    });
     // The callers the relay disconnected have ended (srt-live-transmit
     // -a:no exits on a broken connection); the others stay connected.
     let alive = |callers: &mut [Group]| {
@@ -1362,15 +1373,6 @@ fn callers_past_the_relays_sending_capacity_go_newest_first_and_a_new_caller_sta
         .filter(|&i| callers[i].0.try_wait().ok().flatten().is_none())
         .collect();
     assert!(!stayed.is_empty(), "every caller was disconnected: {r:?}");
-    // The hold ends once the sending keeps up (10 s after the last shed).
-    let served = wait_until("the output to accept callers again", || {
-        let r = route(&snapshot(&socket))?;
-        if r.holding {
-            Err(format!("{r:?}"))
-        } else {
-            Ok(r)
-        }
-    });
     // A new caller, after the overload, beside those that stayed.
     let fresh = caller(&sinks[CALLERS]);
     wait_until("the new caller to connect", || {
