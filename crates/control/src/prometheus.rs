@@ -280,8 +280,10 @@ fn fec_families(m: &mut Exposition, s: &Snapshot) {
     flow_and_leg_families(
         m,
         s,
-        (counters::FEC, |f| f.fec.as_ref()),
-        (counters::LEG_FEC, |l| l.fec.as_ref()),
+        counters::FEC,
+        |f| f.fec.as_ref(),
+        counters::LEG_FEC,
+        |l| l.fec.as_ref(),
     );
 }
 
@@ -293,25 +295,29 @@ fn rist_families(m: &mut Exposition, s: &Snapshot) {
     flow_and_leg_families(
         m,
         s,
-        (counters::RIST, |f| f.rist.as_ref()),
-        (counters::LEG_RIST, |l| l.rist.as_ref()),
+        counters::RIST,
+        |f| f.rist.as_ref(),
+        counters::LEG_RIST,
+        |l| l.rist.as_ref(),
     );
 }
 
-/// The families of a section a flow may have (`flow`'s table and where
-/// a flow keeps it) and of the same section of its legs (`leg`'s): the
-/// flows' first, then the legs'.
+/// The families of a section a flow may have (its table, and where a
+/// flow keeps it) and of the same section of its legs: the flows' first,
+/// then the legs'.
 fn flow_and_leg_families<F, L>(
     m: &mut Exposition,
     s: &Snapshot,
-    flow: (&[Counter<F>], fn(&FlowSnapshot) -> Option<&F>),
-    leg: (&[Counter<L>], fn(&LegSnapshot) -> Option<&L>),
+    flow_table: &[Counter<F>],
+    flow_of: fn(&FlowSnapshot) -> Option<&F>,
+    leg_table: &[Counter<L>],
+    leg_of: fn(&LegSnapshot) -> Option<&L>,
 ) {
     let flows = s
         .flows
         .iter()
-        .filter_map(|f| Some(([("flow", f.name.as_str())], flow.1(f)?)));
-    table_families(m, flow.0, flows);
+        .filter_map(|f| Some(([("flow", f.name.as_str())], flow_of(f)?)));
+    table_families(m, flow_table, flows);
     let legs: Vec<(&str, String, &L)> = s
         .flows
         .iter()
@@ -319,13 +325,13 @@ fn flow_and_leg_families<F, L>(
         .flat_map(|(f, r)| {
             r.legs
                 .iter()
-                .filter_map(move |l| Some((f.name.as_str(), input_label(&l.input), leg.1(l)?)))
+                .filter_map(move |l| Some((f.name.as_str(), input_label(&l.input), leg_of(l)?)))
         })
         .collect();
     let legs = legs
         .iter()
         .map(|(flow, input, l)| ([("flow", *flow), ("input", input.as_str())], *l));
-    table_families(m, leg.0, legs);
+    table_families(m, leg_table, legs);
 }
 
 /// Flows with several inputs (legs): what `redundancy` did, labelled
@@ -1312,6 +1318,9 @@ mod tests {
     const LEG_A: [(&str, &str); 2] = [("flow", "video-r"), ("input", "239.1.1.1:5000@vRA")];
     const LEG_B: [(&str, &str); 2] = [("flow", "video-r"), ("input", "239.1.2.1:5000@vRB")];
 
+    /// A sample's labels.
+    type Labels<'a> = &'a [(&'a str, &'a str)];
+
     /// Renders `s` (a `sample_with_legs` whose merged flow `video-r` and
     /// its legs have a `section`) and checks each family's value under
     /// its labels, each family's type, and that the single-input flow
@@ -1319,7 +1328,7 @@ mod tests {
     fn assert_leg_families(
         s: &Snapshot,
         section: &str,
-        values: &[(&str, &[(&str, &str)], f64)],
+        values: &[(&str, Labels<'_>, f64)],
         types_want: &[(&str, &str)],
     ) {
         let (samples, types) = check(&render_metrics(s));
