@@ -65,8 +65,7 @@ topology() {
     ip -n "$b" addr add 10.10.2.2/24 dev vB
     for x in "$a vA" "$r vRA" "$r vRB" "$b vB"; do set -- $x; ip -n "$1" link set "$2" up; done
     ip -n "$a" route add 224.0.0.0/4 dev vA
-    ip netns exec "$r" sysctl -qw net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.vRA.rp_filter=0 \
-        net.unix.max_dgram_qlen=512
+    ip netns exec "$r" sysctl -qw net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.vRA.rp_filter=0
     ip netns exec "$b" iptables -A INPUT -p udp --dport 7000:7999 -j DROP
 }
 

@@ -9,7 +9,11 @@
 //! - the flow's own counters (input, drops, redundancy, FEC, RIST):
 //!   always (the flow is the same series, `flow="name"`);
 //! - an output's counters: to the output with the same label
-//!   (`address:port`); a new output starts at 0, a removed one is gone;
+//!   (`address:port`); a new output starts at 0, a removed one is gone
+//!   from what readers see but kept in what a successor goes on from
+//!   ([`FlowSnapshot::carry_keeping`]), so one a later reload brings back
+//!   goes on from where it stood (as do a leg, and the redundancy, FEC
+//!   and RIST sections of a flow that lost them and gets them back);
 //! - an input's stream health and a leg's counters: to the input with
 //!   the same label ("239.1.1.1:5000 on eth0"), whether it was the flow's
 //!   one input or one of its legs before and after. A flow with several
@@ -52,12 +56,15 @@ impl FlowSnapshot {
                 carry(counters::SRT_INPUT, input, e);
             }
         }
-        // Each input's health, by its label, wherever it was before.
+        // Each input's health, by its label, wherever it was before: the
+        // one input's (newer than a leg `earlier` only keeps, see
+        // [`Self::carry_keeping`]), or a leg's.
         let before = |input: &str| -> Option<&InputHealth> {
-            match &earlier.redundancy {
-                None => (earlier.input == input).then_some(&earlier.health),
-                Some(r) => r.legs.iter().find(|l| l.input == input).map(|l| &l.health),
+            if earlier.input == input {
+                return Some(&earlier.health);
             }
+            let legs = &earlier.redundancy.as_ref()?.legs;
+            legs.iter().find(|l| l.input == input).map(|l| &l.health)
         };
         match &mut self.redundancy {
             None => {
@@ -97,6 +104,42 @@ impl FlowSnapshot {
         }
         if let (Some(r), Some(e)) = (&mut self.rist, &earlier.rist) {
             carry(counters::RIST, r, e);
+        }
+    }
+}
+
+impl FlowSnapshot {
+    /// [`Self::carry`], and what `earlier` counted in a section this flow
+    /// does not have now kept as it is: an output or a leg removed, the
+    /// redundancy, FEC or RIST section of a flow that no longer has one.
+    /// For the snapshot a successor goes on from (never shown: readers see
+    /// a flow's own sections only), so a section that comes back in a
+    /// later reload goes on from where it stood instead of from 0
+    /// (merge, then one input, then merge again: the merge's totals are
+    /// one series throughout, absent in between, never lower).
+    pub fn carry_keeping(&mut self, earlier: &FlowSnapshot) {
+        self.carry(earlier);
+        for o in &earlier.outputs {
+            if !self.outputs.iter().any(|x| x.label == o.label) {
+                self.outputs.push(o.clone());
+            }
+        }
+        match (&mut self.redundancy, &earlier.redundancy) {
+            (None, Some(e)) => self.redundancy = Some(e.clone()),
+            (Some(r), Some(e)) => {
+                for leg in &e.legs {
+                    if !r.legs.iter().any(|l| l.input == leg.input) {
+                        r.legs.push(leg.clone());
+                    }
+                }
+            }
+            _ => {}
+        }
+        if self.fec.is_none() {
+            self.fec.clone_from(&earlier.fec);
+        }
+        if self.rist.is_none() {
+            self.rist.clone_from(&earlier.rist);
         }
     }
 }
@@ -275,6 +318,71 @@ mod tests {
         assert!(fell.is_empty(), "went down: {fell:#?}");
         // And carried exactly: nothing was counted since.
         assert_eq!(was, now);
+    }
+
+    /// Merge, then one input and one output (the first leg, the first
+    /// output), then merge with both again, each flow rebuilt with every
+    /// counter 0: what readers see after is what they saw before, the
+    /// merge's, the second leg's, the second output's and the FEC and
+    /// RIST totals included, although the middle flow has none of them
+    /// (they were lost when the snapshot a successor goes on from was the
+    /// one readers see).
+    #[test]
+    fn a_section_removed_then_brought_back_goes_on_from_where_it_stood() {
+        let first = populated();
+        let merged = first
+            .flows
+            .iter()
+            .find(|f| f.redundancy.is_some())
+            .expect("a merged flow")
+            .clone();
+        // SRT routes go by their series (`srt_routes_carry_...`), which
+        // zeroing makes alike: not what this is about.
+        let mut merged = merged;
+        merged.srt_inputs.clear();
+        for o in &mut merged.outputs {
+            o.srt = None;
+        }
+        let fresh = |f: &crate::snapshot::FlowSnapshot| {
+            let mut json = serde_json::to_value(f).expect("json");
+            zeroed(&mut json);
+            serde_json::from_value::<crate::snapshot::FlowSnapshot>(json).expect("flow")
+        };
+        let legs = &merged.redundancy.as_ref().expect("legs").legs;
+        let mut single = fresh(&merged);
+        single.input.clone_from(&legs[0].input);
+        single.redundancy = None;
+        single.fec = None;
+        single.rist = None;
+        single.outputs.truncate(1);
+        single.health = merged.redundancy.as_ref().expect("legs").legs[0]
+            .health
+            .clone();
+        zeroed_health(&mut single.health);
+        single.carry_keeping(&merged);
+        let mut again = fresh(&merged);
+        again.carry(&single);
+        let snapshot = |f: &crate::snapshot::FlowSnapshot| Snapshot {
+            flows: vec![f.clone()],
+            ..first.clone()
+        };
+        let (was, now) = (
+            totals(&crate::render_metrics(&snapshot(&merged))),
+            totals(&crate::render_metrics(&snapshot(&again))),
+        );
+        let fell = fell(&was, &now);
+        assert!(fell.is_empty(), "went down: {fell:#?}");
+        let vanished: Vec<_> = was.keys().filter(|k| !now.contains_key(*k)).collect();
+        assert!(vanished.is_empty(), "vanished: {vanished:#?}");
+    }
+
+    /// Every number of `h` set to 0, its payload kept.
+    fn zeroed_health(h: &mut crate::snapshot::InputHealth) {
+        let payload = h.payload.clone();
+        let mut json = serde_json::to_value(&*h).expect("json");
+        zeroed(&mut json);
+        *h = serde_json::from_value(json).expect("health");
+        h.payload = payload;
     }
 
     /// An SRT route the new flow took over (the same series) already

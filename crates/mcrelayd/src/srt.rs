@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use mcrelay_config::{Flow, SrtMode, SrtOutput};
+use mcrelay_srt::service::FEED_BUFFER_BYTES;
 use mcrelay_srt::{OutputSpec, RouteView, SrtService, feed_pair, input_pair};
 
 /// The SRT thread, or the outputs waiting for it. It starts only after
@@ -110,23 +111,23 @@ pub fn view() -> Vec<RouteView> {
     }
 }
 
-/// Datagrams a socket pair queues for the SRT thread is the kernel's
-/// `net.unix.max_dgram_qlen` (10 by default); a burst longer than that
-/// while the SRT thread is descheduled fails on the worker's side
-/// (`EAGAIN`, counted as `drop_send_error`). Said once, with the fix.
-fn warn_small_queue() {
+/// What a socket pair holds for the SRT thread is the worker end's send
+/// buffer, which the kernel caps at `net.core.wmem_max`; a burst longer
+/// than that while the SRT thread is descheduled fails on the worker's
+/// side (`EAGAIN`, counted as `drop_send_error`). Said once, with the fix,
+/// when the cap kept it below [`FEED_BUFFER_BYTES`].
+fn warn_small_queue(worker: &OwnedFd) {
     static SAID: AtomicBool = AtomicBool::new(false);
-    const WANT: u32 = 512;
-    let qlen = std::fs::read_to_string("/proc/sys/net/unix/max_dgram_qlen")
-        .ok()
-        .and_then(|s| s.trim().parse::<u32>().ok());
-    if let Some(q) = qlen.filter(|&q| q < WANT) {
-        if !SAID.swap(true, Ordering::Relaxed) {
-            tracing::warn!(
-                max_dgram_qlen = q,
-                "SRT outputs queue at most {q} datagrams for the SRT thread; raise it (sysctl -w net.unix.max_dgram_qlen={WANT}) so bursts queue instead of dropping"
-            );
-        }
+    let Ok(bytes) = socket2::SockRef::from(worker).send_buffer_size() else {
+        return;
+    };
+    if bytes < FEED_BUFFER_BYTES && !SAID.swap(true, Ordering::Relaxed) {
+        tracing::warn!(
+            send_buffer_bytes = bytes,
+            "SRT outputs queue at most {bytes} bytes (about {} datagrams of 1316 bytes) for the SRT thread; raise net.core.wmem_max (sysctl -w net.core.wmem_max={}) so bursts queue instead of dropping",
+            bytes / 2304,
+            FEED_BUFFER_BYTES / 2
+        );
     }
 }
 
@@ -162,7 +163,6 @@ pub fn with_srt_outputs(
     if flow.outputs.iter().all(|o| o.srt.is_none()) {
         return Ok((udp, unconnected));
     }
-    warn_small_queue();
     let mut udp = udp.into_iter();
     let mut all = Vec::with_capacity(flow.outputs.len());
     let mut udp_index = Vec::new();
@@ -179,6 +179,7 @@ pub fn with_srt_outputs(
             }
             Some(s) => {
                 let (worker, feed) = feed_pair()?;
+                warn_small_queue(&worker);
                 // A datagram socket type for the worker, which only sends
                 // on it (io_uring SEND/SENDMSG work on any socket).
                 all.push(UdpSocket::from(worker));

@@ -394,8 +394,8 @@ pub struct OutputCounters {
     pub bytes_out: Counter,
     /// The output already had its maximum sends in flight.
     pub drop_backlog: Counter,
-    /// The send completed with an error (`ENOBUFS`, `ECONNREFUSED` from an
-    /// unreachable unicast host, ...).
+    /// The send completed with an error (`EAGAIN`: its socket was full;
+    /// `ENOBUFS`; `ECONNREFUSED` from an unreachable unicast host, ...).
     pub drop_send_error: Counter,
     /// The errno of the latest failed send, 0 if none.
     pub last_error: Counter,

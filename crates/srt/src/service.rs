@@ -70,14 +70,24 @@ pub struct OutputSpec {
     pub srt: SrtOutput,
 }
 
+/// The send buffer an SRT output's pair asks for on the worker's end: what
+/// it holds for the SRT thread while that thread is not scheduled (a
+/// connected Unix pair is bounded by its sender's buffer, not by
+/// `net.unix.max_dgram_qlen`). The kernel caps the request at
+/// `net.core.wmem_max` and doubles it: 425 984 bytes by default, about 180
+/// datagrams of 1 316 bytes; the daemon warns when it ends below this.
+pub const FEED_BUFFER_BYTES: usize = 4 << 20;
+
 /// Creates the socket pair of an SRT output: the worker's end (connected,
-/// non-blocking, sent to like any output socket) and the feed this thread
-/// reads.
+/// non-blocking, sent to like any output socket, with the send buffer of
+/// [`FEED_BUFFER_BYTES`] or the most the kernel allows) and the feed this
+/// thread reads.
 pub fn feed_pair() -> std::io::Result<(OwnedFd, OwnedFd)> {
     use socket2::{Domain, Socket as Sock, Type};
     let (a, b) = Sock::pair(Domain::UNIX, Type::SEQPACKET, None)?;
     a.set_nonblocking(true)?;
     b.set_nonblocking(true)?;
+    a.set_send_buffer_size(FEED_BUFFER_BYTES)?;
     Ok((a.into(), b.into()))
 }
 

@@ -2,6 +2,14 @@
 //! what it points to must outlive the request), the sends built from the
 //! core's in-flight slots (which read the buffer addresses themselves), and
 //! the encoding of what each completion belongs to.
+//!
+//! Every send carries `MSG_DONTWAIT`: a send that finds its socket full
+//! completes at once with `EAGAIN`, counted as the output's send error,
+//! and the datagrams behind it go on in order. Without it io_uring parks
+//! such a send on the socket's wait queue and retries the parked sends
+//! newest first when room comes (the queue wakes its last waiter first):
+//! an output that filled for a moment, such as an SRT output whose thread
+//! was not scheduled, came out with those datagrams in reverse order.
 #![allow(unsafe_code)]
 
 use io_uring::types::Fd;
@@ -34,6 +42,9 @@ pub enum UserData {
     /// The poll of the worker's wake-up eventfd: commands are queued.
     Wake,
 }
+
+/// `MSG_DONTWAIT` as `SendMsg` takes it (see the module's paragraph).
+const DONT_WAIT: u32 = libc::MSG_DONTWAIT.unsigned_abs();
 
 const KIND_SHIFT: u32 = 62;
 /// Receives: flow in bits 0..13, the receiving socket (a leg or a leg's
@@ -196,6 +207,7 @@ pub unsafe fn push_send(
     };
     let len = u32::try_from(buf.len()).unwrap_or(0);
     let entry = opcode::Send::new(Fd(fd), buf.as_ptr(), len)
+        .flags(libc::MSG_DONTWAIT)
         .build()
         .user_data(user_data.encode());
     // SAFETY: the buffer and fd outlive the send: this function's contract.
@@ -236,6 +248,7 @@ pub unsafe fn push_gso(
         return false;
     };
     let entry = opcode::SendMsg::new(Fd(fd), msg)
+        .flags(DONT_WAIT)
         .build()
         .user_data(user_data.encode());
     // SAFETY: the message, its buffers and the fd outlive the send: this

@@ -174,16 +174,18 @@ impl Daemon {
                     "changed: stopped before its successor starts (its XDP program or AF_XDP socket holds an interface the new one needs; what arrives meanwhile is lost)"
                 );
             }
-            match self.forget_flow(key) {
-                Ok(Some(old)) if changed.contains(&key) => {
-                    carried.insert(key, old);
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    let text = format!("flow {name:?}: {}", crate::chain::Chain(&e));
-                    problems.push(text.clone());
-                    reload_problems.push(ReloadProblem::Other(text));
-                }
+            // Its entry is kept even if its shards could not all be
+            // removed: its successor still goes on from what it counted.
+            let (old, forgotten) = self.forget_flow(key);
+            if let Some(old) = old
+                && changed.contains(&key)
+            {
+                carried.insert(key, old);
+            }
+            if let Err(e) = forgotten {
+                let text = format!("flow {name:?}: {}", crate::chain::Chain(&e));
+                problems.push(text.clone());
+                reload_problems.push(ReloadProblem::Other(text));
             }
         }
         if !plan.start.is_empty() {
@@ -203,11 +205,10 @@ impl Daemon {
             let result = if replace.contains(&flow.id) {
                 self.replace_flow(flow)
             } else {
-                let added = self.add_flow(flow).map_err(ReplaceError::Placement);
-                if let Some(old) = carried.remove(&flow.id) {
-                    self.carry_to(flow.id, &old);
-                }
-                added
+                // What the old flow counted (its shards gone: final) is
+                // in the entry readers first see, not added after it.
+                let before = carried.remove(&flow.id).map(|old| old.freeze());
+                self.add_flow(flow, before).map_err(ReplaceError::Placement)
             };
             if let Err(e) = result {
                 let text = format!("flow {:?}: {}", flow.name, crate::chain::Chain(&e));
@@ -290,11 +291,11 @@ impl Daemon {
                 // any changed flow, stop the old one and configure the new
                 // one, which the reconciler retries. The error is the
                 // reload's to report.
-                let old = self.forget_flow(key)?;
-                self.add_flow(new).map_err(ReplaceError::Placement)?;
-                if let Some(old) = old {
-                    self.carry_to(key, &old);
-                }
+                let (old, forgotten) = self.forget_flow(key);
+                let before = old.map(|old| old.freeze());
+                self.add_flow(new, before)
+                    .map_err(ReplaceError::Placement)?;
+                forgotten?;
                 return Err(e);
             }
         };
@@ -445,31 +446,30 @@ impl Daemon {
         })
     }
 
-    /// Stop flow `key` if it runs, and forget it. Its readers' entry,
-    /// if it had one (its counters final once its shards are removed).
-    fn forget_flow(&mut self, key: FlowKey) -> Result<Option<FlowEntry>, FlowCommandError> {
+    /// Stop flow `key` if it runs, and forget it. Its readers' entry, if
+    /// it had one (its counters final once its shards are removed), also
+    /// when removing its shards failed: what it counted is not lost with
+    /// the error.
+    fn forget_flow(&mut self, key: FlowKey) -> (Option<FlowEntry>, Result<(), FlowCommandError>) {
         let removed = self.flows.remove(&mut lock(&self.shared).flows, key);
         let Some((m, entry)) = removed else {
-            return Ok(None);
+            return (None, Ok(()));
         };
-        if m.running {
-            self.remove_shards(&m.flow.name, &m.workers)?;
-        }
-        Ok(Some(entry))
-    }
-
-    /// Flow `key`, configured anew by a reload, goes on counting from
-    /// what `old` (the flow it replaces, stopped) counted.
-    fn carry_to(&self, key: FlowKey, old: &FlowEntry) {
-        let mut shared = lock(&self.shared);
-        if let Some(e) = self.flows.entry_mut(&mut shared.flows, key) {
-            e.before = Some(old.freeze());
-        }
+        let result = if m.running {
+            self.remove_shards(&m.flow.name, &m.workers)
+        } else {
+            Ok(())
+        };
+        (Some(entry), result)
     }
 
     /// Configure `flow` (not started yet: [`Self::reconcile`] does that),
-    /// on the least loaded worker or its `core`.
-    fn add_flow(&mut self, flow: &Flow) -> Result<(), PlacementError> {
+    /// on the least loaded worker or its `core`. `before`: what the flow
+    /// it replaces counted (a changed flow configured anew), in its entry
+    /// from the moment readers can see it, so no read ever shows the new
+    /// flow's fresh counters without it (issue 26: such a read is a
+    /// counter going down, to 0).
+    fn add_flow(&mut self, flow: &Flow, before: Option<Before>) -> Result<(), PlacementError> {
         let workers = Placement::with(
             &self.cpus,
             self.flows.iter().map(|m| (&m.workers[..], &m.flow)),
@@ -477,7 +477,8 @@ impl Daemon {
         .place(flow)?;
         // Published as running: reconcile, right after, starts it or says
         // why not, before the reload's outcome is published.
-        let entry = new_entry(flow, &workers);
+        let mut entry = new_entry(flow, &workers);
+        entry.before = before;
         let managed = Managed::stopped(flow.clone(), workers);
         let displaced = self
             .flows

@@ -94,7 +94,7 @@ impl FlowEntry {
     /// What this flow counted, with what its predecessors did, as of now:
     /// the `before` of its successor.
     pub(super) fn freeze(&self) -> Before {
-        Before::Frozen(Box::new(flow_snapshot(self, &crate::srt::view())))
+        Before::Frozen(Box::new(kept_snapshot(self, &crate::srt::view())))
     }
 }
 
@@ -149,9 +149,12 @@ pub type SharedHandle = Arc<Mutex<Shared>>;
 /// Lock `shared`, also after a reader panicked while holding it (the data
 /// is counters and a list; it stays consistent).
 pub fn lock(shared: &SharedHandle) -> std::sync::MutexGuard<'_, Shared> {
-    shared
+    let guard = shared
         .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    #[cfg(test)]
+    super::tests::reads::taken(&guard);
+    guard
 }
 
 impl Shared {
@@ -280,12 +283,28 @@ fn float_to_u64(v: f64) -> u64 {
     }
 }
 
+/// `f` as readers see it: its own counters and its predecessors'.
 fn flow_snapshot(f: &FlowEntry, srt: &[RouteView]) -> FlowSnapshot {
+    carried(f, srt, FlowSnapshot::carry)
+}
+
+/// `f` as a successor goes on from: as readers see it, and what its
+/// predecessors counted in sections it does not have now
+/// ([`FlowSnapshot::carry_keeping`]).
+fn kept_snapshot(f: &FlowEntry, srt: &[RouteView]) -> FlowSnapshot {
+    carried(f, srt, FlowSnapshot::carry_keeping)
+}
+
+fn carried(
+    f: &FlowEntry,
+    srt: &[RouteView],
+    carry: fn(&mut FlowSnapshot, &FlowSnapshot),
+) -> FlowSnapshot {
     let mut now = own_snapshot(f, srt);
     match &f.before {
         None => {}
-        Some(Before::Frozen(earlier)) => now.carry(earlier),
-        Some(Before::Live(earlier)) => now.carry(&flow_snapshot(earlier, srt)),
+        Some(Before::Frozen(earlier)) => carry(&mut now, earlier),
+        Some(Before::Live(earlier)) => carry(&mut now, &kept_snapshot(earlier, srt)),
     }
     now
 }
