@@ -27,7 +27,9 @@
 //! comments and serde attributes as plain Rust, the table reads as a
 //! table, and a row is checked by the compiler like any code (a macro
 //! only writes the two accessors of a row: `total!`, `max!`,
-//! `gauge!`).
+//! `gauge!`). Each table is `#[rustfmt::skip]` so that a row stays on one
+//! line, help text included (rustfmt would spread it over about seven):
+//! a table is read, diffed and grepped row by row.
 
 use crate::snapshot::{
     EndpointSnapshot, FecSnapshot, FlowSnapshot, IngressDropsSnapshot, InputHealth, LegFecSnapshot,
@@ -179,28 +181,18 @@ fn whole(v: f64) -> u64 {
 }
 
 /// The daemon itself: none of these count anything.
+#[rustfmt::skip]
 pub const DAEMON: &[Counter<Snapshot>] = &[
     gauge!(from pid, Metric::None),
-    Counter {
-        field: "uptime_seconds",
-        kind: Kind::Gauge,
-        value: |s| whole(s.uptime_seconds),
-        slot: None,
-        // mcrelay_uptime_seconds, a float, written by the renderer.
-        metric: Metric::None,
-    },
+    // mcrelay_uptime_seconds, a float, written by the renderer.
+    Counter { field: "uptime_seconds", kind: Kind::Gauge, value: |s| whole(s.uptime_seconds), slot: None, metric: Metric::None },
     gauge!(taken_at_unix_ms, Metric::None),
 ];
 
 /// The metrics endpoint's connections.
+#[rustfmt::skip]
 pub const ENDPOINT: &[Counter<EndpointSnapshot>] = &[
-    total!(
-        served,
-        family(
-            "mcrelay_metrics_connections_served_total",
-            "Connections to the metrics endpoint that were served (read and answered, or timed out).",
-        )
-    ),
+    total!(served, family("mcrelay_metrics_connections_served_total", "Connections to the metrics endpoint that were served (read and answered, or timed out).")),
     total!(refused_not_allowed, reason(&REFUSED, "not_allowed")),
     total!(refused_address_cap, reason(&REFUSED, "address_cap")),
     total!(refused_full, reason(&REFUSED, "full")),
@@ -223,153 +215,42 @@ pub const DISPLACED: ReasonFamily = ReasonFamily {
 };
 
 /// A worker's event loop.
+#[rustfmt::skip]
 pub const WORKER: &[Counter<WorkerSnapshot>] = &[
-    total!(
-        loop_turns,
-        family(
-            "mcrelay_worker_loop_turns_total",
-            "Turns of the worker's event loop."
-        )
-    ),
-    total!(
-        completions,
-        family(
-            "mcrelay_worker_completions_total",
-            "Completions the worker handled."
-        )
-    ),
-    total!(
-        sends_submitted,
-        family(
-            "mcrelay_worker_sends_submitted_total",
-            "Send operations the worker submitted (a GSO send counts once).",
-        )
-    ),
-    Counter {
-        field: "index",
-        kind: Kind::Gauge,
-        value: |w| w.index as u64,
-        slot: None,
-        // The `worker` label.
-        metric: Metric::None,
-    },
-    Counter {
-        field: "cpu",
-        kind: Kind::Gauge,
-        value: |w| w.cpu.map_or(0, |c| c as u64),
-        slot: None,
-        metric: Metric::None,
-    },
+    total!(loop_turns, family("mcrelay_worker_loop_turns_total", "Turns of the worker's event loop.")),
+    total!(completions, family("mcrelay_worker_completions_total", "Completions the worker handled.")),
+    total!(sends_submitted, family("mcrelay_worker_sends_submitted_total", "Send operations the worker submitted (a GSO send counts once).")),
+    // The `worker` label.
+    Counter { field: "index", kind: Kind::Gauge, value: |w| w.index as u64, slot: None, metric: Metric::None },
+    Counter { field: "cpu", kind: Kind::Gauge, value: |w| w.cpu.map_or(0, |c| c as u64), slot: None, metric: Metric::None },
 ];
 
 /// One size class of a worker's pool.
+#[rustfmt::skip]
 pub const POOL: &[Counter<PoolClassSnapshot>] = &[
-    gauge!(
-        from capacity,
-        family("mcrelay_pool_buffers", "Buffers in the worker's pool class.")
-    ),
-    gauge!(
-        from in_use,
-        family(
-            "mcrelay_pool_buffers_in_use",
-            "Buffers of the class out of the pool now."
-        )
-    ),
-    Counter {
-        field: "high_water",
-        kind: Kind::Max,
-        value: |p| u64::from(p.high_water),
-        // A worker's pool is never rebuilt by a reload: nothing to carry.
-        slot: None,
-        metric: family(
-            "mcrelay_pool_buffers_high_water",
-            "Most buffers of the class ever out at once.",
-        ),
-    },
-    total!(
-        taken,
-        family(
-            "mcrelay_pool_taken_total",
-            "Buffers of the class taken from the pool."
-        )
-    ),
-    total!(
-        exhausted,
-        family(
-            "mcrelay_pool_exhausted_total",
-            "Takes that failed because the class had no free buffer.",
-        )
-    ),
+    gauge!(from capacity, family("mcrelay_pool_buffers", "Buffers in the worker's pool class.")),
+    gauge!(from in_use, family("mcrelay_pool_buffers_in_use", "Buffers of the class out of the pool now.")),
+    // A worker's pool is never rebuilt by a reload: nothing to carry.
+    Counter { field: "high_water", kind: Kind::Max, value: |p| u64::from(p.high_water), slot: None, metric: family("mcrelay_pool_buffers_high_water", "Most buffers of the class ever out at once.") },
+    total!(taken, family("mcrelay_pool_taken_total", "Buffers of the class taken from the pool.")),
+    total!(exhausted, family("mcrelay_pool_exhausted_total", "Takes that failed because the class had no free buffer.")),
     gauge!(from buffer_bytes, Metric::None),
 ];
 
 /// A flow's own numbers (its input; outputs, drops and the rest are
 /// sections of their own).
+#[rustfmt::skip]
 pub const FLOW: &[Counter<FlowSnapshot>] = &[
-    total!(
-        packets_in,
-        family(
-            "mcrelay_flow_received_packets_total",
-            "Datagrams received on the flow's input.",
-        )
-    ),
-    total!(
-        bytes_in,
-        family(
-            "mcrelay_flow_received_bytes_total",
-            "UDP payload bytes received on the flow's input.",
-        )
-    ),
-    total!(
-        receive_errors,
-        family(
-            "mcrelay_flow_receive_errors_total",
-            "Receive completions that failed with an error.",
-        )
-    ),
-    total!(
-        receive_rearms,
-        family(
-            "mcrelay_flow_receive_rearms_total",
-            "Times the provided receive buffers ran out and the receive was re-armed.",
-        )
-    ),
-    total!(
-        pool_fallbacks,
-        family(
-            "mcrelay_flow_pool_fallbacks_total",
-            "Datagrams copied into a larger pool class because the fitting one had no buffer for the flow.",
-        )
-    ),
-    total!(
-        standby_discarded,
-        family(
-            "mcrelay_flow_standby_discarded_packets_total",
-            "Datagrams received while the daemon was in standby: read and discarded on purpose, not a drop.",
-        )
-    ),
-    total!(
-        interface_pauses,
-        family(
-            "mcrelay_flow_interface_pauses_total",
-            "Times the flow stopped relaying because an interface of it went down or away.",
-        )
-    ),
-    Counter {
-        field: "worker",
-        kind: Kind::Gauge,
-        value: |f| f.worker as u64,
-        slot: None,
-        metric: Metric::None,
-    },
-    Counter {
-        // A spread flow's workers (a list in stats --json; its length here).
-        field: "workers",
-        kind: Kind::Gauge,
-        value: |f| f.workers.len() as u64,
-        slot: None,
-        metric: Metric::None,
-    },
+    total!(packets_in, family("mcrelay_flow_received_packets_total", "Datagrams received on the flow's input.")),
+    total!(bytes_in, family("mcrelay_flow_received_bytes_total", "UDP payload bytes received on the flow's input.")),
+    total!(receive_errors, family("mcrelay_flow_receive_errors_total", "Receive completions that failed with an error.")),
+    total!(receive_rearms, family("mcrelay_flow_receive_rearms_total", "Times the provided receive buffers ran out and the receive was re-armed.")),
+    total!(pool_fallbacks, family("mcrelay_flow_pool_fallbacks_total", "Datagrams copied into a larger pool class because the fitting one had no buffer for the flow.")),
+    total!(standby_discarded, family("mcrelay_flow_standby_discarded_packets_total", "Datagrams received while the daemon was in standby: read and discarded on purpose, not a drop.")),
+    total!(interface_pauses, family("mcrelay_flow_interface_pauses_total", "Times the flow stopped relaying because an interface of it went down or away.")),
+    Counter { field: "worker", kind: Kind::Gauge, value: |f| f.worker as u64, slot: None, metric: Metric::None },
+    // A spread flow's workers (a list in stats --json; its length here).
+    Counter { field: "workers", kind: Kind::Gauge, value: |f| f.workers.len() as u64, slot: None, metric: Metric::None },
 ];
 
 pub const FLOW_DROPPED: ReasonFamily = ReasonFamily {
@@ -383,6 +264,7 @@ pub const FLOW_DROPPED: ReasonFamily = ReasonFamily {
 
 /// Why a flow's datagrams were not relayed: every row a reason of
 /// [`FLOW_DROPPED`] (the order of [`IngressDropsSnapshot::by_reason`]).
+#[rustfmt::skip]
 pub const INGRESS_DROPS: &[Counter<IngressDropsSnapshot>; 9] = &[
     total!(oversize, reason(&FLOW_DROPPED, "oversize")),
     total!(pool_exhausted, reason(&FLOW_DROPPED, "pool_exhausted")),
@@ -392,138 +274,43 @@ pub const INGRESS_DROPS: &[Counter<IngressDropsSnapshot>; 9] = &[
     total!(fragment, reason(&FLOW_DROPPED, "fragment")),
     total!(bad_checksum, reason(&FLOW_DROPPED, "bad_checksum")),
     total!(not_this_flow, reason(&FLOW_DROPPED, "not_this_flow")),
-    Counter {
-        // `loop` in stats --json.
-        field: "loop",
-        kind: Kind::Total,
-        value: |d| d.looped,
-        slot: Some(|d| &mut d.looped),
-        metric: reason(&FLOW_DROPPED, "loop"),
-    },
+    // `loop` in stats --json.
+    Counter { field: "loop", kind: Kind::Total, value: |d| d.looped, slot: Some(|d| &mut d.looped), metric: reason(&FLOW_DROPPED, "loop") },
 ];
 
 /// An input's stream health (the RTP and TS counters are sections of
 /// their own).
+#[rustfmt::skip]
 pub const INPUT_HEALTH: &[Counter<InputHealth>] = &[
-    gauge!(
-        from silent,
-        family(
-            "mcrelay_input_silent",
-            "1 while no datagram has arrived on the input for the flow's silence_ms, else 0.",
-        )
-    ),
-    gauge!(
-        max_gap_ns,
-        seconds(
-            "mcrelay_input_max_gap_seconds",
-            "Longest gap between datagrams on the input in the last one to two minutes (fixed one-minute windows; reading resets nothing), counting the one still open.",
-            1e9,
-        )
-    ),
+    gauge!(from silent, family("mcrelay_input_silent", "1 while no datagram has arrived on the input for the flow's silence_ms, else 0.")),
+    gauge!(max_gap_ns, seconds("mcrelay_input_max_gap_seconds", "Longest gap between datagrams on the input in the last one to two minutes (fixed one-minute windows; reading resets nothing), counting the one still open.", 1e9)),
     // The flow's setting.
     gauge!(silence_ms, Metric::None),
 ];
 
 /// RTP (RFC 3550) counters of an input.
+#[rustfmt::skip]
 pub const RTP: &[Counter<RtpHealth>] = &[
-    total!(
-        packets,
-        family(
-            "mcrelay_input_rtp_packets_total",
-            "Datagrams with a valid RTP header.",
-        )
-    ),
-    total!(
-        lost,
-        family(
-            "mcrelay_input_rtp_lost_packets_total",
-            "RTP sequence numbers skipped and never arrived.",
-        )
-    ),
-    total!(
-        duplicates,
-        family(
-            "mcrelay_input_rtp_duplicate_packets_total",
-            "RTP packets whose sequence number had already arrived.",
-        )
-    ),
-    total!(
-        reordered,
-        family(
-            "mcrelay_input_rtp_reordered_packets_total",
-            "RTP packets that arrived after a higher sequence number.",
-        )
-    ),
-    total!(
-        ssrc_changes,
-        family(
-            "mcrelay_input_rtp_ssrc_changes_total",
-            "Times the RTP SSRC changed (a new source).",
-        )
-    ),
-    total!(
-        resyncs,
-        family(
-            "mcrelay_input_rtp_resyncs_total",
-            "RTP sequence jumps too large to count as loss; counting restarted.",
-        )
-    ),
-    total!(
-        malformed,
-        family(
-            "mcrelay_input_rtp_malformed_packets_total",
-            "Datagrams that are not RTP version 2 (relayed unchanged).",
-        )
-    ),
-    gauge!(
-        jitter_ns,
-        seconds(
-            "mcrelay_input_rtp_jitter_seconds",
-            "RTP interarrival jitter (RFC 3550 6.4.1) of the input.",
-            1e9,
-        )
-    ),
+    total!(packets, family("mcrelay_input_rtp_packets_total", "Datagrams with a valid RTP header.")),
+    total!(lost, family("mcrelay_input_rtp_lost_packets_total", "RTP sequence numbers skipped and never arrived.")),
+    total!(duplicates, family("mcrelay_input_rtp_duplicate_packets_total", "RTP packets whose sequence number had already arrived.")),
+    total!(reordered, family("mcrelay_input_rtp_reordered_packets_total", "RTP packets that arrived after a higher sequence number.")),
+    total!(ssrc_changes, family("mcrelay_input_rtp_ssrc_changes_total", "Times the RTP SSRC changed (a new source).")),
+    total!(resyncs, family("mcrelay_input_rtp_resyncs_total", "RTP sequence jumps too large to count as loss; counting restarted.")),
+    total!(malformed, family("mcrelay_input_rtp_malformed_packets_total", "Datagrams that are not RTP version 2 (relayed unchanged).")),
+    gauge!(jitter_ns, seconds("mcrelay_input_rtp_jitter_seconds", "RTP interarrival jitter (RFC 3550 6.4.1) of the input.", 1e9)),
     gauge!(from payload_type, Metric::None),
     gauge!(from ssrc, Metric::None),
 ];
 
 /// MPEG-TS (TR 101 290) counters of an input.
+#[rustfmt::skip]
 pub const TS: &[Counter<TsHealth>] = &[
-    total!(
-        packets,
-        family(
-            "mcrelay_input_ts_packets_total",
-            "MPEG-TS packets read on the input.",
-        )
-    ),
-    total!(
-        continuity_errors,
-        family(
-            "mcrelay_input_ts_continuity_errors_total",
-            "MPEG-TS continuity-counter errors (TR 101 290 1.4).",
-        )
-    ),
-    total!(
-        sync_errors,
-        family(
-            "mcrelay_input_ts_sync_errors_total",
-            "Datagrams not a multiple of 188 bytes, and TS packets without the 0x47 sync byte.",
-        )
-    ),
-    total!(
-        transport_errors,
-        family(
-            "mcrelay_input_ts_transport_errors_total",
-            "MPEG-TS packets with the transport-error indicator set (TR 101 290 2.1).",
-        )
-    ),
-    gauge!(
-        pids,
-        family(
-            "mcrelay_input_ts_pids",
-            "Distinct MPEG-TS PIDs seen on the input.",
-        )
-    ),
+    total!(packets, family("mcrelay_input_ts_packets_total", "MPEG-TS packets read on the input.")),
+    total!(continuity_errors, family("mcrelay_input_ts_continuity_errors_total", "MPEG-TS continuity-counter errors (TR 101 290 1.4).")),
+    total!(sync_errors, family("mcrelay_input_ts_sync_errors_total", "Datagrams not a multiple of 188 bytes, and TS packets without the 0x47 sync byte.")),
+    total!(transport_errors, family("mcrelay_input_ts_transport_errors_total", "MPEG-TS packets with the transport-error indicator set (TR 101 290 2.1).")),
+    gauge!(pids, family("mcrelay_input_ts_pids", "Distinct MPEG-TS PIDs seen on the input.")),
 ];
 
 pub const REDUNDANCY_DROPPED: ReasonFamily = ReasonFamily {
@@ -534,43 +321,13 @@ pub const REDUNDANCY_DROPPED: ReasonFamily = ReasonFamily {
 };
 
 /// What a flow's redundancy rule did with its legs.
+#[rustfmt::skip]
 pub const REDUNDANCY: &[Counter<RedundancySnapshot>] = &[
-    total!(
-        recovered,
-        family(
-            "mcrelay_flow_merge_recovered_packets_total",
-            "Merge: packets forwarded from one input while another missed them.",
-        )
-    ),
-    total!(
-        duplicates,
-        family(
-            "mcrelay_flow_merge_duplicate_packets_total",
-            "Later copies of packets already forwarded (merge), or repeats after a \
-             failover switch: dropped.",
-        )
-    ),
-    total!(
-        lost,
-        family(
-            "mcrelay_flow_merge_lost_packets_total",
-            "Merge: sequence numbers no input delivered within merge_window_ms.",
-        )
-    ),
-    total!(
-        switches,
-        family(
-            "mcrelay_flow_input_switches_total",
-            "Failover: changes of the input the flow forwards from.",
-        )
-    ),
-    total!(
-        resets,
-        family(
-            "mcrelay_flow_sequence_restarts_total",
-            "Restarts of the flow's RTP sequence state: an input confirmed a new numbering (an encoder restart).",
-        )
-    ),
+    total!(recovered, family("mcrelay_flow_merge_recovered_packets_total", "Merge: packets forwarded from one input while another missed them.")),
+    total!(duplicates, family("mcrelay_flow_merge_duplicate_packets_total", "Later copies of packets already forwarded (merge), or repeats after a failover switch: dropped.")),
+    total!(lost, family("mcrelay_flow_merge_lost_packets_total", "Merge: sequence numbers no input delivered within merge_window_ms.")),
+    total!(switches, family("mcrelay_flow_input_switches_total", "Failover: changes of the input the flow forwards from.")),
+    total!(resets, family("mcrelay_flow_sequence_restarts_total", "Restarts of the flow's RTP sequence state: an input confirmed a new numbering (an encoder restart).")),
     total!(late, reason(&REDUNDANCY_DROPPED, "late")),
     total!(strays, reason(&REDUNDANCY_DROPPED, "stray")),
     total!(replays, reason(&REDUNDANCY_DROPPED, "replay")),
@@ -582,14 +339,9 @@ pub const REDUNDANCY: &[Counter<RedundancySnapshot>] = &[
 ];
 
 /// One leg of a flow with several inputs.
+#[rustfmt::skip]
 pub const LEG: &[Counter<LegSnapshot>] = &[
-    total!(
-        forwarded,
-        family(
-            "mcrelay_input_forwarded_packets_total",
-            "Datagrams of the input forwarded to the flow's outputs (flows with several inputs).",
-        )
-    ),
+    total!(forwarded, family("mcrelay_input_forwarded_packets_total", "Datagrams of the input forwarded to the flow's outputs (flows with several inputs).")),
     // In stats --json and the leg's row of `mcrelayctl flows`.
     total!(standby, Metric::None),
     total!(kernel_drops, Metric::None),
@@ -599,177 +351,46 @@ pub const LEG: &[Counter<LegSnapshot>] = &[
 
 /// A RIST leg of a flow with several inputs: its own receiver's figures
 /// (the flow's are [`RIST`]).
+#[rustfmt::skip]
 pub const LEG_RIST: &[Counter<LegRistSnapshot>] = &[
-    total!(
-        nacks_sent,
-        family(
-            "mcrelay_input_rist_nacks_sent_total",
-            "RIST input of a flow with several inputs: sequence numbers it NACKed to the sender.",
-        )
-    ),
-    total!(
-        recovered,
-        family(
-            "mcrelay_input_rist_recovered_packets_total",
-            "RIST input of a flow with several inputs: gaps filled by a retransmission.",
-        )
-    ),
-    total!(
-        unrecovered,
-        family(
-            "mcrelay_input_rist_unrecovered_packets_total",
-            "RIST input of a flow with several inputs: packets it neither received nor recovered within buffer_ms (lost on this input; another input may have delivered them: the flow's own loss is mcrelay_flow_rist_unrecovered_packets_total).",
-        )
-    ),
-    gauge!(
-        rtt_us,
-        seconds(
-            "mcrelay_input_rist_rtt_seconds",
-            "RIST input of a flow with several inputs: round-trip time to the sender, from NACKs to their retransmissions (0: no sample yet).",
-            1e6,
-        )
-    ),
+    total!(nacks_sent, family("mcrelay_input_rist_nacks_sent_total", "RIST input of a flow with several inputs: sequence numbers it NACKed to the sender.")),
+    total!(recovered, family("mcrelay_input_rist_recovered_packets_total", "RIST input of a flow with several inputs: gaps filled by a retransmission.")),
+    total!(unrecovered, family("mcrelay_input_rist_unrecovered_packets_total", "RIST input of a flow with several inputs: packets it neither received nor recovered within buffer_ms (lost on this input; another input may have delivered them: the flow's own loss is mcrelay_flow_rist_unrecovered_packets_total).")),
+    gauge!(rtt_us, seconds("mcrelay_input_rist_rtt_seconds", "RIST input of a flow with several inputs: round-trip time to the sender, from NACKs to their retransmissions (0: no sample yet).", 1e6)),
 ];
 
 /// An FEC leg of a flow with several inputs: its own decoder's figures
 /// (the flow's are [`FEC`]).
+#[rustfmt::skip]
 pub const LEG_FEC: &[Counter<LegFecSnapshot>] = &[
-    total!(
-        packets,
-        family(
-            "mcrelay_input_fec_packets_total",
-            "FEC input of a flow with several inputs: datagrams received on its 2022-1 FEC ports (port + 2 and + 4).",
-        )
-    ),
-    total!(
-        recovered,
-        family(
-            "mcrelay_input_fec_recovered_packets_total",
-            "FEC input of a flow with several inputs: media packets its decoder repaired.",
-        )
-    ),
-    total!(
-        unrecoverable,
-        family(
-            "mcrelay_input_fec_unrecoverable_packets_total",
-            "FEC input of a flow with several inputs: media packets it neither received nor repaired (lost on this input; another input may have delivered them: the flow's own loss is mcrelay_flow_fec_unrecoverable_packets_total).",
-        )
-    ),
-    total!(
-        duplicates,
-        family(
-            "mcrelay_input_fec_duplicate_packets_total",
-            "FEC input of a flow with several inputs: media packets that arrived after its decoder had repaired them: dropped.",
-        )
-    ),
-    total!(
-        rejected,
-        family(
-            "mcrelay_input_fec_rejected_total",
-            "FEC input of a flow with several inputs: datagrams on its FEC ports that are not 2022-1 XOR FEC.",
-        )
-    ),
+    total!(packets, family("mcrelay_input_fec_packets_total", "FEC input of a flow with several inputs: datagrams received on its 2022-1 FEC ports (port + 2 and + 4).")),
+    total!(recovered, family("mcrelay_input_fec_recovered_packets_total", "FEC input of a flow with several inputs: media packets its decoder repaired.")),
+    total!(unrecoverable, family("mcrelay_input_fec_unrecoverable_packets_total", "FEC input of a flow with several inputs: media packets it neither received nor repaired (lost on this input; another input may have delivered them: the flow's own loss is mcrelay_flow_fec_unrecoverable_packets_total).")),
+    total!(duplicates, family("mcrelay_input_fec_duplicate_packets_total", "FEC input of a flow with several inputs: media packets that arrived after its decoder had repaired them: dropped.")),
+    total!(rejected, family("mcrelay_input_fec_rejected_total", "FEC input of a flow with several inputs: datagrams on its FEC ports that are not 2022-1 XOR FEC.")),
 ];
 
 /// SMPTE 2022-1 FEC on a flow's inputs.
+#[rustfmt::skip]
 pub const FEC: &[Counter<FecSnapshot>] = &[
-    total!(
-        packets,
-        family(
-            "mcrelay_flow_fec_packets_total",
-            "Datagrams received on the 2022-1 FEC ports (input port + 2 and + 4).",
-        )
-    ),
-    total!(
-        recovered,
-        family(
-            "mcrelay_flow_fec_recovered_packets_total",
-            "Media packets repaired by 2022-1 FEC and relayed (not in received_packets_total; every input's, summed).",
-        )
-    ),
-    total!(
-        unrecoverable,
-        family(
-            "mcrelay_flow_fec_unrecoverable_packets_total",
-            "What the flow lost after FEC: media packets neither received nor repaired; of inputs merged by 2022-7, packets no input delivered (the merge's lost); of failover, what the active input could not repair.",
-        )
-    ),
-    total!(
-        duplicates,
-        family(
-            "mcrelay_flow_fec_duplicate_packets_total",
-            "Media packets that arrived after FEC had repaired them: dropped.",
-        )
-    ),
-    total!(
-        rejected,
-        family(
-            "mcrelay_flow_fec_rejected_total",
-            "Datagrams on the FEC ports that are not 2022-1 XOR FEC.",
-        )
-    ),
+    total!(packets, family("mcrelay_flow_fec_packets_total", "Datagrams received on the 2022-1 FEC ports (input port + 2 and + 4).")),
+    total!(recovered, family("mcrelay_flow_fec_recovered_packets_total", "Media packets repaired by 2022-1 FEC and relayed (not in received_packets_total; every input's, summed).")),
+    total!(unrecoverable, family("mcrelay_flow_fec_unrecoverable_packets_total", "What the flow lost after FEC: media packets neither received nor repaired; of inputs merged by 2022-7, packets no input delivered (the merge's lost); of failover, what the active input could not repair.")),
+    total!(duplicates, family("mcrelay_flow_fec_duplicate_packets_total", "Media packets that arrived after FEC had repaired them: dropped.")),
+    total!(rejected, family("mcrelay_flow_fec_rejected_total", "Datagrams on the FEC ports that are not 2022-1 XOR FEC.")),
 ];
 
 /// RIST on a flow's input and outputs.
+#[rustfmt::skip]
 pub const RIST: &[Counter<RistSnapshot>] = &[
-    total!(
-        nacks_sent,
-        family(
-            "mcrelay_flow_rist_nacks_sent_total",
-            "RIST input: sequence numbers NACKed to the sender.",
-        )
-    ),
-    total!(
-        recovered,
-        family(
-            "mcrelay_flow_rist_recovered_packets_total",
-            "RIST input: gaps filled by a retransmission.",
-        )
-    ),
-    total!(
-        unrecovered,
-        family(
-            "mcrelay_flow_rist_unrecovered_packets_total",
-            "RIST input: what the flow lost after RIST: packets neither received nor retransmitted within buffer_ms (skipped); of inputs merged by 2022-7, packets no input delivered (the merge's lost); of failover, what the active input skipped.",
-        )
-    ),
-    total!(
-        nacks_received,
-        family(
-            "mcrelay_flow_rist_nacks_received_total",
-            "RIST output: sequence numbers the receivers NACKed.",
-        )
-    ),
-    total!(
-        retransmitted,
-        family(
-            "mcrelay_flow_rist_retransmitted_packets_total",
-            "RIST output: packets sent again.",
-        )
-    ),
-    total!(
-        unrecoverable,
-        family(
-            "mcrelay_flow_rist_unrecoverable_nacks_total",
-            "RIST output: NACKed packets no longer in the buffer (NACKed too late, or buffer_ms too short for the receivers).",
-        )
-    ),
-    gauge!(
-        input_rtt_us,
-        seconds(
-            "mcrelay_flow_rist_input_rtt_seconds",
-            "RIST input: round-trip time to the sender, from NACKs to their retransmissions (0: no sample yet).",
-            1e6,
-        )
-    ),
-    gauge!(
-        output_rtt_us,
-        seconds(
-            "mcrelay_flow_rist_output_rtt_seconds",
-            "RIST output: round-trip time to the receivers, from their reports (0: no sample yet).",
-            1e6,
-        )
-    ),
+    total!(nacks_sent, family("mcrelay_flow_rist_nacks_sent_total", "RIST input: sequence numbers NACKed to the sender.")),
+    total!(recovered, family("mcrelay_flow_rist_recovered_packets_total", "RIST input: gaps filled by a retransmission.")),
+    total!(unrecovered, family("mcrelay_flow_rist_unrecovered_packets_total", "RIST input: what the flow lost after RIST: packets neither received nor retransmitted within buffer_ms (skipped); of inputs merged by 2022-7, packets no input delivered (the merge's lost); of failover, what the active input skipped.")),
+    total!(nacks_received, family("mcrelay_flow_rist_nacks_received_total", "RIST output: sequence numbers the receivers NACKed.")),
+    total!(retransmitted, family("mcrelay_flow_rist_retransmitted_packets_total", "RIST output: packets sent again.")),
+    total!(unrecoverable, family("mcrelay_flow_rist_unrecoverable_nacks_total", "RIST output: NACKed packets no longer in the buffer (NACKed too late, or buffer_ms too short for the receivers).")),
+    gauge!(input_rtt_us, seconds("mcrelay_flow_rist_input_rtt_seconds", "RIST input: round-trip time to the sender, from NACKs to their retransmissions (0: no sample yet).", 1e6)),
+    gauge!(output_rtt_us, seconds("mcrelay_flow_rist_output_rtt_seconds", "RIST output: round-trip time to the receivers, from their reports (0: no sample yet).", 1e6)),
     // In stats --json only.
     total!(dropped, Metric::None),
 ];
@@ -782,119 +403,31 @@ pub const OUTPUT_DROPPED: ReasonFamily = ReasonFamily {
 
 /// One output of a flow. `mcrelay_output_connected` (from
 /// `not_connected`, not a number) is written by the renderer.
+#[rustfmt::skip]
 pub const OUTPUT: &[Counter<OutputSnapshot>] = &[
-    total!(
-        packets_out,
-        family(
-            "mcrelay_output_sent_packets_total",
-            "Datagrams sent to the output."
-        )
-    ),
-    total!(
-        bytes_out,
-        family(
-            "mcrelay_output_sent_bytes_total",
-            "UDP payload bytes sent to the output.",
-        )
-    ),
-    max!(
-        in_flight_high_water,
-        family(
-            "mcrelay_output_in_flight_high_water",
-            "Most sends the output ever had in flight at once.",
-        )
-    ),
-    total!(
-        gso_sends,
-        family(
-            "mcrelay_output_gso_sends_total",
-            "UDP GSO sends completed (each carried several datagrams).",
-        )
-    ),
-    total!(
-        gso_fallbacks,
-        family(
-            "mcrelay_output_gso_fallbacks_total",
-            "GSO sends the kernel refused; their datagrams were sent one by one.",
-        )
-    ),
-    total!(
-        connect_failures,
-        family(
-            "mcrelay_output_connect_failures_total",
-            "Attempts to connect the output that failed (no route, source address missing).",
-        )
-    ),
+    total!(packets_out, family("mcrelay_output_sent_packets_total", "Datagrams sent to the output.")),
+    total!(bytes_out, family("mcrelay_output_sent_bytes_total", "UDP payload bytes sent to the output.")),
+    max!(in_flight_high_water, family("mcrelay_output_in_flight_high_water", "Most sends the output ever had in flight at once.")),
+    total!(gso_sends, family("mcrelay_output_gso_sends_total", "UDP GSO sends completed (each carried several datagrams).")),
+    total!(gso_fallbacks, family("mcrelay_output_gso_fallbacks_total", "GSO sends the kernel refused; their datagrams were sent one by one.")),
+    total!(connect_failures, family("mcrelay_output_connect_failures_total", "Attempts to connect the output that failed (no route, source address missing).")),
     total!(drops_backlog, reason(&OUTPUT_DROPPED, "backlog")),
     total!(drops_send_error, reason(&OUTPUT_DROPPED, "send_error")),
 ];
 
 /// An SRT output's route, kept by the SRT thread. `mcrelay_srt_callers`
 /// (the callers connected) is written by the renderer.
+#[rustfmt::skip]
 pub const SRT_OUTPUT: &[Counter<SrtSnapshot>] = &[
-    gauge!(
-        from max_callers,
-        family(
-            "mcrelay_srt_max_callers",
-            "Most callers the SRT output serves at once.",
-        )
-    ),
-    total!(
-        refused,
-        family(
-            "mcrelay_srt_refused_total",
-            "SRT callers refused: unknown stream ID, max_callers reached, wrong or missing passphrase.",
-        )
-    ),
-    total!(
-        disconnects,
-        family(
-            "mcrelay_srt_disconnects_total",
-            "SRT callers gone: left, broke, or dropped for not keeping up.",
-        )
-    ),
-    total!(
-        late_disconnects,
-        family(
-            "mcrelay_srt_late_disconnects_total",
-            "SRT callers disconnected for not keeping up: datagrams dropped for them two seconds in a row, or their receiver stopped reading.",
-        )
-    ),
-    gauge!(
-        from holding,
-        family(
-            "mcrelay_srt_refusing_callers",
-            "1 while the SRT output refuses new callers because most of its callers fell behind at once (the relay's sending is short).",
-        )
-    ),
-    total!(
-        connect_failures,
-        family(
-            "mcrelay_srt_connect_failures_total",
-            "Failed connection attempts of an SRT caller output.",
-        )
-    ),
-    total!(
-        no_caller,
-        family(
-            "mcrelay_srt_no_caller_packets_total",
-            "Datagrams that reached the SRT output while no caller was connected.",
-        )
-    ),
-    total!(
-        sent,
-        family(
-            "mcrelay_srt_sent_packets_total",
-            "Datagrams handed to libsrt for the SRT output's callers, those gone included.",
-        )
-    ),
-    total!(
-        dropped,
-        family(
-            "mcrelay_srt_dropped_packets_total",
-            "Datagrams dropped for the SRT output's callers (those gone included): a caller's send buffer was full.",
-        )
-    ),
+    gauge!(from max_callers, family("mcrelay_srt_max_callers", "Most callers the SRT output serves at once.")),
+    total!(refused, family("mcrelay_srt_refused_total", "SRT callers refused: unknown stream ID, max_callers reached, wrong or missing passphrase.")),
+    total!(disconnects, family("mcrelay_srt_disconnects_total", "SRT callers gone: left, broke, or dropped for not keeping up.")),
+    total!(late_disconnects, family("mcrelay_srt_late_disconnects_total", "SRT callers disconnected for not keeping up: datagrams dropped for them two seconds in a row, or their receiver stopped reading.")),
+    gauge!(from holding, family("mcrelay_srt_refusing_callers", "1 while the SRT output refuses new callers because most of its callers fell behind at once (the relay's sending is short).")),
+    total!(connect_failures, family("mcrelay_srt_connect_failures_total", "Failed connection attempts of an SRT caller output.")),
+    total!(no_caller, family("mcrelay_srt_no_caller_packets_total", "Datagrams that reached the SRT output while no caller was connected.")),
+    total!(sent, family("mcrelay_srt_sent_packets_total", "Datagrams handed to libsrt for the SRT output's callers, those gone included.")),
+    total!(dropped, family("mcrelay_srt_dropped_packets_total", "Datagrams dropped for the SRT output's callers (those gone included): a caller's send buffer was full.")),
     // In stats --json only.
     total!(datagrams, Metric::None),
     total!(oversize, Metric::None),
@@ -903,57 +436,15 @@ pub const SRT_OUTPUT: &[Counter<SrtSnapshot>] = &[
 
 /// One caller of an SRT output: its own series (labelled by its peer)
 /// for as long as it is connected, so nothing of it is carried.
+#[rustfmt::skip]
 pub const SRT_CALLER: &[Counter<SrtCallerSnapshot>] = &[
-    total!(
-        sent,
-        family(
-            "mcrelay_srt_caller_sent_packets_total",
-            "Datagrams handed to libsrt for this SRT caller.",
-        )
-    ),
-    total!(
-        dropped,
-        family(
-            "mcrelay_srt_caller_dropped_packets_total",
-            "Datagrams dropped for this SRT caller: its send buffer was full.",
-        )
-    ),
-    total!(
-        retransmitted,
-        family(
-            "mcrelay_srt_caller_retransmitted_packets_total",
-            "Packets libsrt retransmitted to this caller.",
-        )
-    ),
-    total!(
-        lost,
-        family(
-            "mcrelay_srt_caller_lost_packets_total",
-            "Packets this caller reported lost (before retransmission).",
-        )
-    ),
-    total!(
-        too_late,
-        family(
-            "mcrelay_srt_caller_too_late_packets_total",
-            "Packets libsrt dropped as too late to deliver to this caller (residual loss).",
-        )
-    ),
-    gauge!(
-        send_bps,
-        family(
-            "mcrelay_srt_caller_send_bits_per_second",
-            "Send rate to this caller over the last second.",
-        )
-    ),
-    gauge!(
-        rtt_us,
-        seconds(
-            "mcrelay_srt_caller_rtt_seconds",
-            "Smoothed round-trip time to this SRT caller.",
-            1e6,
-        )
-    ),
+    total!(sent, family("mcrelay_srt_caller_sent_packets_total", "Datagrams handed to libsrt for this SRT caller.")),
+    total!(dropped, family("mcrelay_srt_caller_dropped_packets_total", "Datagrams dropped for this SRT caller: its send buffer was full.")),
+    total!(retransmitted, family("mcrelay_srt_caller_retransmitted_packets_total", "Packets libsrt retransmitted to this caller.")),
+    total!(lost, family("mcrelay_srt_caller_lost_packets_total", "Packets this caller reported lost (before retransmission).")),
+    total!(too_late, family("mcrelay_srt_caller_too_late_packets_total", "Packets libsrt dropped as too late to deliver to this caller (residual loss).")),
+    gauge!(send_bps, family("mcrelay_srt_caller_send_bits_per_second", "Send rate to this caller over the last second.")),
+    gauge!(rtt_us, seconds("mcrelay_srt_caller_rtt_seconds", "Smoothed round-trip time to this SRT caller.", 1e6)),
     gauge!(connected_since, Metric::None),
 ];
 
@@ -965,53 +456,18 @@ pub const SRT_INPUT_DROPPED: ReasonFamily = ReasonFamily {
 /// An SRT input's route, kept by the SRT thread.
 /// `mcrelay_srt_input_connected` (whether it has a peer) is written by
 /// the renderer, and so are the peer's libsrt counters.
+#[rustfmt::skip]
 pub const SRT_INPUT: &[Counter<SrtInputSnapshot>] = &[
-    total!(
-        datagrams,
-        family(
-            "mcrelay_srt_input_received_packets_total",
-            "Datagrams the SRT input received from its peer.",
-        )
-    ),
-    total!(
-        delivered,
-        family(
-            "mcrelay_srt_input_delivered_packets_total",
-            "Datagrams of the SRT input handed to the flow's worker.",
-        )
-    ),
-    total!(
-        refused,
-        family(
-            "mcrelay_srt_input_refused_total",
-            "Callers the SRT input refused: a second caller while one is connected, unknown stream ID, wrong or missing passphrase.",
-        )
-    ),
-    total!(
-        disconnects,
-        family(
-            "mcrelay_srt_input_disconnects_total",
-            "Connections of the SRT input that ended.",
-        )
-    ),
-    total!(
-        connect_failures,
-        family(
-            "mcrelay_srt_input_connect_failures_total",
-            "Failed connection attempts of an SRT caller input.",
-        )
-    ),
+    total!(datagrams, family("mcrelay_srt_input_received_packets_total", "Datagrams the SRT input received from its peer.")),
+    total!(delivered, family("mcrelay_srt_input_delivered_packets_total", "Datagrams of the SRT input handed to the flow's worker.")),
+    total!(refused, family("mcrelay_srt_input_refused_total", "Callers the SRT input refused: a second caller while one is connected, unknown stream ID, wrong or missing passphrase.")),
+    total!(disconnects, family("mcrelay_srt_input_disconnects_total", "Connections of the SRT input that ended.")),
+    total!(connect_failures, family("mcrelay_srt_input_connect_failures_total", "Failed connection attempts of an SRT caller input.")),
     total!(drop_queue_full, reason(&SRT_INPUT_DROPPED, "queue_full")),
     total!(drop_flow_gone, reason(&SRT_INPUT_DROPPED, "flow_gone")),
     // In stats --json only.
     total!(connects, Metric::None),
-    Counter {
-        field: "leg",
-        kind: Kind::Gauge,
-        value: |i| i.leg as u64,
-        slot: None,
-        metric: Metric::None,
-    },
+    Counter { field: "leg", kind: Kind::Gauge, value: |i| i.leg as u64, slot: None, metric: Metric::None },
 ];
 
 /// The peer of an SRT input, over its current connection (libsrt's
@@ -1020,6 +476,7 @@ pub const SRT_INPUT: &[Counter<SrtInputSnapshot>] = &[
 /// `mcrelay_srt_input_lost_packets_total` and
 /// `mcrelay_srt_input_too_late_packets_total` (0 without a peer), and
 /// its RTT as `mcrelay_srt_input_rtt_seconds`.
+#[rustfmt::skip]
 pub const SRT_PEER: &[Counter<SrtPeerSnapshot>] = &[
     total!(received, Metric::None),
     total!(lost, Metric::None),

@@ -18,7 +18,7 @@ use std::fmt::{Display, Write};
 
 use crate::counters::{self, Counter, Metric};
 use crate::snapshot::{
-    DaemonState, FlowSnapshot, InputHealth, Snapshot, WorkerSnapshot, input_label,
+    DaemonState, FlowSnapshot, InputHealth, LegSnapshot, Snapshot, WorkerSnapshot, input_label,
 };
 
 /// The `Content-Type` of [`render_metrics`]' output.
@@ -273,57 +273,65 @@ fn input_families(m: &mut Exposition, s: &Snapshot) {
 }
 
 /// Flows with an input with `fec = "2022-1"`: what FEC repaired and
-/// what it could not, labelled `flow`.
+/// what it could not, labelled `flow`; and each FEC leg of a flow with
+/// several inputs, labelled `flow` and `input` (as its stream health):
+/// what its own decoder did, beside the flow's view.
 fn fec_families(m: &mut Exposition, s: &Snapshot) {
-    let fec = s
-        .flows
-        .iter()
-        .filter_map(|f| Some(([("flow", f.name.as_str())], f.fec.as_ref()?)));
-    table_families(m, counters::FEC, fec);
-    // Each FEC leg of a flow with several inputs, labelled `flow` and
-    // `input` (as its stream health): what its own decoder did, beside
-    // the flow's view above.
-    let legs: Vec<(&str, String, &crate::snapshot::LegFecSnapshot)> = s
-        .flows
-        .iter()
-        .filter_map(|f| Some((f, f.redundancy.as_ref()?)))
-        .flat_map(|(f, r)| {
-            r.legs.iter().filter_map(move |l| {
-                Some((f.name.as_str(), input_label(&l.input), l.fec.as_ref()?))
-            })
-        })
-        .collect();
-    let legs = legs
-        .iter()
-        .map(|(flow, input, l)| ([("flow", *flow), ("input", input.as_str())], *l));
-    table_families(m, counters::LEG_FEC, legs);
+    flow_and_leg_families(
+        m,
+        s,
+        counters::FEC,
+        |f| f.fec.as_ref(),
+        counters::LEG_FEC,
+        |l| l.fec.as_ref(),
+    );
 }
 
 /// Flows with a RIST input or output: NACKs, retransmissions, what was
-/// lost after them and the RTT, labelled `flow`.
+/// lost after them and the RTT, labelled `flow`; and each RIST leg of a
+/// flow with several inputs, labelled `flow` and `input`: what its own
+/// receiver did, beside the flow's view.
 fn rist_families(m: &mut Exposition, s: &Snapshot) {
-    let rist = s
+    flow_and_leg_families(
+        m,
+        s,
+        counters::RIST,
+        |f| f.rist.as_ref(),
+        counters::LEG_RIST,
+        |l| l.rist.as_ref(),
+    );
+}
+
+/// The families of a section a flow may have (its table, and where a
+/// flow keeps it) and of the same section of its legs: the flows' first,
+/// then the legs'.
+fn flow_and_leg_families<F, L>(
+    m: &mut Exposition,
+    s: &Snapshot,
+    flow_table: &[Counter<F>],
+    flow_of: fn(&FlowSnapshot) -> Option<&F>,
+    leg_table: &[Counter<L>],
+    leg_of: fn(&LegSnapshot) -> Option<&L>,
+) {
+    let flows = s
         .flows
         .iter()
-        .filter_map(|f| Some(([("flow", f.name.as_str())], f.rist.as_ref()?)));
-    table_families(m, counters::RIST, rist);
-    // Each RIST leg of a flow with several inputs, labelled `flow` and
-    // `input` (as its stream health): what its own receiver did, beside
-    // the flow's view above.
-    let legs: Vec<(&str, String, &crate::snapshot::LegRistSnapshot)> = s
+        .filter_map(|f| Some(([("flow", f.name.as_str())], flow_of(f)?)));
+    table_families(m, flow_table, flows);
+    let legs: Vec<(&str, String, &L)> = s
         .flows
         .iter()
         .filter_map(|f| Some((f, f.redundancy.as_ref()?)))
         .flat_map(|(f, r)| {
-            r.legs.iter().filter_map(move |l| {
-                Some((f.name.as_str(), input_label(&l.input), l.rist.as_ref()?))
-            })
+            r.legs
+                .iter()
+                .filter_map(move |l| Some((f.name.as_str(), input_label(&l.input), leg_of(l)?)))
         })
         .collect();
     let legs = legs
         .iter()
         .map(|(flow, input, l)| ([("flow", *flow), ("input", input.as_str())], *l));
-    table_families(m, counters::LEG_RIST, legs);
+    table_families(m, leg_table, legs);
 }
 
 /// Flows with several inputs (legs): what `redundancy` did, labelled
@@ -1284,31 +1292,61 @@ mod tests {
             unrecovered: 2500,
             ..Default::default()
         });
-        let (samples, types) = check(&render_metrics(&s));
-        let flow = [("flow", "video-r")];
-        let a = [("flow", "video-r"), ("input", "239.1.1.1:5000@vRA")];
-        let b = [("flow", "video-r"), ("input", "239.1.2.1:5000@vRB")];
-        let v = |name, labels: &[(&str, &str)]| find(&samples, name, labels).value;
-        assert_eq!(v("mcrelay_flow_rist_unrecovered_packets_total", &flow), 0.0);
-        assert_eq!(v("mcrelay_input_rist_unrecovered_packets_total", &a), 1.0);
-        assert_eq!(
-            v("mcrelay_input_rist_unrecovered_packets_total", &b),
-            2500.0
+        assert_leg_families(
+            &s,
+            "rist",
+            &[
+                ("mcrelay_flow_rist_unrecovered_packets_total", &FLOW_R, 0.0),
+                ("mcrelay_input_rist_unrecovered_packets_total", &LEG_A, 1.0),
+                (
+                    "mcrelay_input_rist_unrecovered_packets_total",
+                    &LEG_B,
+                    2500.0,
+                ),
+                ("mcrelay_input_rist_nacks_sent_total", &LEG_A, 40.0),
+                ("mcrelay_input_rist_recovered_packets_total", &LEG_A, 30.0),
+                ("mcrelay_input_rist_rtt_seconds", &LEG_A, 0.021),
+            ],
+            &[
+                ("mcrelay_input_rist_rtt_seconds", "gauge"),
+                ("mcrelay_input_rist_unrecovered_packets_total", "counter"),
+            ],
         );
-        assert_eq!(v("mcrelay_input_rist_nacks_sent_total", &a), 40.0);
-        assert_eq!(v("mcrelay_input_rist_recovered_packets_total", &a), 30.0);
-        assert_eq!(v("mcrelay_input_rist_rtt_seconds", &a), 0.021);
-        assert_eq!(types["mcrelay_input_rist_rtt_seconds"], "gauge");
-        assert_eq!(
-            types["mcrelay_input_rist_unrecovered_packets_total"],
-            "counter"
-        );
-        // The single-input flow has no per-input RIST series.
+    }
+
+    const FLOW_R: [(&str, &str); 1] = [("flow", "video-r")];
+    const LEG_A: [(&str, &str); 2] = [("flow", "video-r"), ("input", "239.1.1.1:5000@vRA")];
+    const LEG_B: [(&str, &str); 2] = [("flow", "video-r"), ("input", "239.1.2.1:5000@vRB")];
+
+    /// A sample's labels.
+    type Labels<'a> = &'a [(&'a str, &'a str)];
+
+    /// Renders `s` (a `sample_with_legs` whose merged flow `video-r` and
+    /// its legs have a `section`) and checks each family's value under
+    /// its labels, each family's type, and that the single-input flow
+    /// `video-a` has no per-input series of the section.
+    fn assert_leg_families(
+        s: &Snapshot,
+        section: &str,
+        values: &[(&str, Labels<'_>, f64)],
+        types_want: &[(&str, &str)],
+    ) {
+        let (samples, types) = check(&render_metrics(s));
+        for (name, labels, want) in values {
+            assert_eq!(
+                find(&samples, name, labels).value,
+                *want,
+                "{name} {labels:?}"
+            );
+        }
+        for (name, want) in types_want {
+            assert_eq!(types[*name], *want, "{name}");
+        }
+        let prefix = format!("mcrelay_input_{section}_");
         assert!(
-            !samples
-                .iter()
-                .any(|x| x.name.starts_with("mcrelay_input_rist_")
-                    && x.labels.iter().any(|(_, v)| v == "video-a"))
+            !samples.iter().any(
+                |x| x.name.starts_with(&prefix) && x.labels.iter().any(|(_, v)| v == "video-a")
+            )
         );
     }
 
@@ -1337,34 +1375,23 @@ mod tests {
             unrecoverable: 700,
             ..Default::default()
         });
-        let (samples, types) = check(&render_metrics(&s));
-        let flow = [("flow", "video-r")];
-        let a = [("flow", "video-r"), ("input", "239.1.1.1:5000@vRA")];
-        let b = [("flow", "video-r"), ("input", "239.1.2.1:5000@vRB")];
-        let v = |name, labels: &[(&str, &str)]| find(&samples, name, labels).value;
-        assert_eq!(
-            v("mcrelay_flow_fec_unrecoverable_packets_total", &flow),
-            0.0
-        );
-        assert_eq!(v("mcrelay_input_fec_unrecoverable_packets_total", &a), 3.0);
-        assert_eq!(
-            v("mcrelay_input_fec_unrecoverable_packets_total", &b),
-            700.0
-        );
-        assert_eq!(v("mcrelay_input_fec_packets_total", &a), 50.0);
-        assert_eq!(v("mcrelay_input_fec_recovered_packets_total", &a), 12.0);
-        assert_eq!(v("mcrelay_input_fec_duplicate_packets_total", &a), 1.0);
-        assert_eq!(v("mcrelay_input_fec_rejected_total", &a), 2.0);
-        assert_eq!(
-            types["mcrelay_input_fec_unrecoverable_packets_total"],
-            "counter"
-        );
-        // The single-input flow has no per-input FEC series.
-        assert!(
-            !samples
-                .iter()
-                .any(|x| x.name.starts_with("mcrelay_input_fec_")
-                    && x.labels.iter().any(|(_, v)| v == "video-a"))
+        assert_leg_families(
+            &s,
+            "fec",
+            &[
+                ("mcrelay_flow_fec_unrecoverable_packets_total", &FLOW_R, 0.0),
+                ("mcrelay_input_fec_unrecoverable_packets_total", &LEG_A, 3.0),
+                (
+                    "mcrelay_input_fec_unrecoverable_packets_total",
+                    &LEG_B,
+                    700.0,
+                ),
+                ("mcrelay_input_fec_packets_total", &LEG_A, 50.0),
+                ("mcrelay_input_fec_recovered_packets_total", &LEG_A, 12.0),
+                ("mcrelay_input_fec_duplicate_packets_total", &LEG_A, 1.0),
+                ("mcrelay_input_fec_rejected_total", &LEG_A, 2.0),
+            ],
+            &[("mcrelay_input_fec_unrecoverable_packets_total", "counter")],
         );
     }
 

@@ -154,6 +154,76 @@ fn span(a: u16, b: u16) -> impl Iterator<Item = u16> {
     (0..=b.wrapping_sub(a)).map(move |i| a.wrapping_add(i))
 }
 
+/// GStreamer's 2022-1 decoder in namespace `ns`, reading `group` on
+/// `dev` at `port` (media) and `port + 2` and `+ 4` (column and row FEC)
+/// and sending what it repaired to 127.0.0.1:[`GST_PORT`]; returned once
+/// `users` sockets (GStreamer's three among them) have joined `group`.
+fn gst_fec_decoder(
+    t: &Topology,
+    ns: &str,
+    dev: &str,
+    group: Ipv4Addr,
+    port: u16,
+    users: u32,
+) -> std::process::Child {
+    let media = "application/x-rtp,media=(string)video,clock-rate=(int)90000,encoding-name=(string)MP2T,payload=(int)33";
+    let fec_caps = "application/x-rtp,clock-rate=(int)90000,payload=(int)96";
+    let src = |port: u16, caps: &str| {
+        format!("udpsrc address={group} port={port} multicast-iface={dev} caps=\"{caps}\"")
+    };
+    let pipeline = format!(
+        "{} ! dec.sink {} ! dec.fec_0 {} ! dec.fec_1 rtpst2022-1-fecdec name=dec ! udpsink host=127.0.0.1 port={GST_PORT} sync=false async=false",
+        src(port, media),
+        src(port + 2, fec_caps),
+        src(port + 4, fec_caps),
+    );
+    let mut gst = Command::new("ip")
+        .args(["netns", "exec", ns, "sh", "-c"])
+        .arg(format!("exec gst-launch-1.0 -q {pipeline}"))
+        .stdout(Stdio::null())
+        .stderr(fs::File::create(t.dir.join("gst.log")).expect("gst log"))
+        .spawn()
+        .expect("gst-launch");
+    let deadline = Instant::now() + DEADLINE;
+    while igmp_users(ns, dev, group) < users {
+        assert!(
+            Instant::now() < deadline,
+            "GStreamer never joined: {}",
+            fs::read_to_string(t.dir.join("gst.log")).unwrap_or_default()
+        );
+        assert!(gst.try_wait().expect("gst").is_none(), "GStreamer exited");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    gst
+}
+
+/// ffmpeg in A sends [`SECONDS`] of MPEG-2 test video as RTP/MPEG-TS to
+/// `group`:[`PORT`] from 10.10.1.1 (with `extra` output options, such as
+/// its 2022-1 FEC), in real time; returns when it is done.
+fn ffmpeg_rtp_mpegts(t: &Topology, group: Ipv4Addr, extra: &[&str]) {
+    let status = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &t.a,
+            "ffmpeg",
+            "-hide_banner",
+            "-loglevel",
+            "error",
+        ])
+        .args(["-re", "-f", "lavfi", "-i", "testsrc=size=320x240:rate=25"])
+        .args(["-t", SECONDS, "-c:v", "mpeg2video", "-b:v", "2M"])
+        .args(["-f", "rtp_mpegts"])
+        .args(extra)
+        .arg(format!(
+            "rtp://{group}:{PORT}?localaddr=10.10.1.1&ttl=1&pkt_size=1328"
+        ))
+        .stdin(Stdio::null())
+        .status()
+        .expect("ffmpeg");
+    assert!(status.success(), "ffmpeg failed");
+}
+
 #[test]
 fn ffmpeg_prompeg_repaired_by_mcrelay_at_least_as_well_as_gstreamer() {
     if !have("ffmpeg", "-version") || !have("gst-launch-1.0", "--version") {
@@ -186,55 +256,9 @@ fn ffmpeg_prompeg_repaired_by_mcrelay_at_least_as_well_as_gstreamer() {
         Arc::clone(&stop),
     );
     let gst_out = receiver(t.r.clone(), None, GST_PORT, Arc::clone(&stop));
-    let media = "application/x-rtp,media=(string)video,clock-rate=(int)90000,encoding-name=(string)MP2T,payload=(int)33";
-    let fec_caps = "application/x-rtp,clock-rate=(int)90000,payload=(int)96";
-    let src = |port: u16, caps: &str| {
-        format!("udpsrc address={GROUP} port={port} multicast-iface=vRA caps=\"{caps}\"")
-    };
-    let pipeline = format!(
-        "{} ! dec.sink {} ! dec.fec_0 {} ! dec.fec_1 rtpst2022-1-fecdec name=dec ! udpsink host=127.0.0.1 port={GST_PORT} sync=false async=false",
-        src(PORT, media),
-        src(PORT + 2, fec_caps),
-        src(PORT + 4, fec_caps),
-    );
-    let mut gst = Command::new("ip")
-        .args(["netns", "exec", &t.r, "sh", "-c"])
-        .arg(format!("exec gst-launch-1.0 -q {pipeline}"))
-        .stdout(Stdio::null())
-        .stderr(fs::File::create(t.dir.join("gst.log")).expect("gst log"))
-        .spawn()
-        .expect("gst-launch");
     // mcrelayd (3 sockets), the wire receiver (1), GStreamer (3).
-    let deadline = Instant::now() + DEADLINE;
-    while igmp_users(&t.r, "vRA", GROUP) < 7 {
-        assert!(
-            Instant::now() < deadline,
-            "GStreamer never joined: {}",
-            fs::read_to_string(t.dir.join("gst.log")).unwrap_or_default()
-        );
-        assert!(gst.try_wait().expect("gst").is_none(), "GStreamer exited");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let status = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &t.a,
-            "ffmpeg",
-            "-hide_banner",
-            "-loglevel",
-            "error",
-        ])
-        .args(["-re", "-f", "lavfi", "-i", "testsrc=size=320x240:rate=25"])
-        .args(["-t", SECONDS, "-c:v", "mpeg2video", "-b:v", "2M"])
-        .args(["-f", "rtp_mpegts", "-fec", "prompeg=l=5:d=5"])
-        .arg(format!(
-            "rtp://{GROUP}:{PORT}?localaddr=10.10.1.1&ttl=1&pkt_size=1328"
-        ))
-        .stdin(Stdio::null())
-        .status()
-        .expect("ffmpeg");
-    assert!(status.success(), "ffmpeg failed");
+    let mut gst = gst_fec_decoder(&t, &t.r, "vRA", GROUP, PORT, 7);
+    ffmpeg_rtp_mpegts(&t, GROUP, &["-fec", "prompeg=l=5:d=5"]);
     // Let the last repairs through: until nothing has moved for a second.
     let mut last = (0, Instant::now());
     let deadline = Instant::now() + DEADLINE;
@@ -418,55 +442,9 @@ fn mcrelay_fec_output_repaired_by_gstreamer() {
         Arc::clone(&stop),
     );
     let gst_out = receiver(t.b.clone(), None, GST_PORT, Arc::clone(&stop));
-    let media = "application/x-rtp,media=(string)video,clock-rate=(int)90000,encoding-name=(string)MP2T,payload=(int)33";
-    let fec_caps = "application/x-rtp,clock-rate=(int)90000,payload=(int)96";
-    let src = |port: u16, caps: &str| {
-        format!("udpsrc address={out_group} port={port} multicast-iface=vB caps=\"{caps}\"")
-    };
-    let pipeline = format!(
-        "{} ! dec.sink {} ! dec.fec_0 {} ! dec.fec_1 rtpst2022-1-fecdec name=dec ! udpsink host=127.0.0.1 port={GST_PORT} sync=false async=false",
-        src(OUT_PORT, media),
-        src(OUT_PORT + 2, fec_caps),
-        src(OUT_PORT + 4, fec_caps),
-    );
-    let mut gst = Command::new("ip")
-        .args(["netns", "exec", &t.b, "sh", "-c"])
-        .arg(format!("exec gst-launch-1.0 -q {pipeline}"))
-        .stdout(Stdio::null())
-        .stderr(fs::File::create(t.dir.join("gst.log")).expect("gst log"))
-        .spawn()
-        .expect("gst-launch");
     // The receivers in B (3 sockets) and GStreamer (3).
-    let deadline = Instant::now() + DEADLINE;
-    while igmp_users(&t.b, "vB", out_group) < 6 {
-        assert!(
-            Instant::now() < deadline,
-            "GStreamer never joined: {}",
-            fs::read_to_string(t.dir.join("gst.log")).unwrap_or_default()
-        );
-        assert!(gst.try_wait().expect("gst").is_none(), "GStreamer exited");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let status = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &t.a,
-            "ffmpeg",
-            "-hide_banner",
-            "-loglevel",
-            "error",
-        ])
-        .args(["-re", "-f", "lavfi", "-i", "testsrc=size=320x240:rate=25"])
-        .args(["-t", SECONDS, "-c:v", "mpeg2video", "-b:v", "2M"])
-        .args(["-f", "rtp_mpegts"])
-        .arg(format!(
-            "rtp://{group}:{PORT}?localaddr=10.10.1.1&ttl=1&pkt_size=1328"
-        ))
-        .stdin(Stdio::null())
-        .status()
-        .expect("ffmpeg");
-    assert!(status.success(), "ffmpeg failed");
+    let mut gst = gst_fec_decoder(&t, &t.b, "vB", out_group, OUT_PORT, 6);
+    ffmpeg_rtp_mpegts(&t, group, &[]);
     let counts = [&sent, &wire, &columns, &rows, &gst_out].map(|r| Arc::clone(&r.count));
     let mut last = (0, Instant::now());
     let deadline = Instant::now() + DEADLINE;

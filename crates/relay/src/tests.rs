@@ -1078,6 +1078,56 @@ fn rtp_health() -> crate::health::HealthSettings {
     }
 }
 
+/// 2022-7 merge, no delay, a 50 ms window.
+fn merge_within_50_ms() -> Redundancy {
+    Redundancy::Merge {
+        delay_ns: 0,
+        window_ns: 50_000_000,
+    }
+}
+
+/// Failover after 10 s of silence, by RTP, no revert or rewrite.
+fn failover_after_10_s() -> Redundancy {
+    Redundancy::Failover {
+        after_ns: 10_000_000_000,
+        revert_after_ns: None,
+        rtp: true,
+        rtp_rewrite: None,
+        gap_factor: 0,
+    }
+}
+
+/// Numbers `seqs` on both (RIST) legs of `id`, 1 ms apart from `start`
+/// ns, leg 1 a nanosecond after leg 0, but those each leg loses; the
+/// core ticked after each number.
+fn run_rist_legs(
+    core: &mut Core,
+    id: FlowId,
+    seqs: std::ops::Range<u16>,
+    start: u64,
+    lost: [&[u16]; 2],
+) {
+    let ms = 1_000_000u64;
+    for seq in seqs {
+        let t = start + u64::from(seq) * ms;
+        for (leg, lost, at) in [(LegId(0), lost[0], t), (LegId(1), lost[1], t + 1)] {
+            if !lost.contains(&seq) {
+                core.receive_on(id, leg, &rtp_packet(seq), at);
+            }
+        }
+        core.tick(t + 1);
+    }
+}
+
+/// The flow's output health saw `count` numbers, each once: none lost,
+/// none twice.
+fn assert_output_saw_each_once(counters: &FlowCounters, count: u64) {
+    let out = &counters.output_health;
+    assert_eq!(out.rtp_packets.get(), count, "each number once");
+    assert_eq!(out.rtp_lost.get(), 0);
+    assert_eq!(out.rtp_duplicates.get(), 0);
+}
+
 /// A RIST output keeps what it sent and answers a NACK with the same
 /// datagram (SSRC's lowest bit set) on the same output; a plain output
 /// beside it sends nothing more; NACKs for what is gone are counted.
@@ -1275,20 +1325,9 @@ fn rist_retransmissions_are_repairs_not_an_ssrc_change() {
 fn a_merged_flow_counts_as_unrecovered_only_what_no_rist_leg_delivered() {
     let mut core = core(512);
     let ms = 1_000_000u64;
-    let merge = Redundancy::Merge {
-        delay_ns: 0,
-        window_ns: 50 * ms,
-    };
-    let (id, counters) = two_rist_legs(&mut core, merge);
+    let (id, counters) = two_rist_legs(&mut core, merge_within_50_ms());
     // Leg 0 loses 5 (never retransmitted); leg 1 delivers it.
-    for seq in 0..10u16 {
-        let t = u64::from(seq) * ms;
-        if seq != 5 {
-            core.receive_on(id, LegId(0), &rtp_packet(seq), t);
-        }
-        core.receive_on(id, LegId(1), &rtp_packet(seq), t + 1);
-        core.tick(t + 1);
-    }
+    run_rist_legs(&mut core, id, 0..10, 0, [&[5], &[]]);
     tick_at(&mut core, &[20, 150, 300]);
     let _ = sent_by_output(&mut core);
     let leg = |i: usize| counters.leg_rist[i].unrecovered.get();
@@ -1301,14 +1340,7 @@ fn a_merged_flow_counts_as_unrecovered_only_what_no_rist_leg_delivered() {
         counters.leg_rist[0].nacks_sent.get() + counters.leg_rist[1].nacks_sent.get()
     );
     // Both legs lose 12: lost for the flow.
-    for seq in 10..20u16 {
-        let t = 400 * ms + u64::from(seq) * ms;
-        if seq != 12 {
-            core.receive_on(id, LegId(0), &rtp_packet(seq), t);
-            core.receive_on(id, LegId(1), &rtp_packet(seq), t + 1);
-        }
-        core.tick(t + 1);
-    }
+    run_rist_legs(&mut core, id, 10..20, 400 * ms, [&[12], &[12]]);
     tick_at(&mut core, &[450, 600, 800, 1000]);
     core.rist_tick(1001 * ms, 0, |_, _| {});
     let _ = sent_by_output(&mut core);
@@ -1322,27 +1354,10 @@ fn a_merged_flow_counts_as_unrecovered_only_what_no_rist_leg_delivered() {
 #[test]
 fn a_failover_flow_counts_as_unrecovered_what_its_active_rist_leg_skipped() {
     let mut core = core(512);
-    let ms = 1_000_000u64;
-    let failover = Redundancy::Failover {
-        after_ns: 10_000 * ms,
-        revert_after_ns: None,
-        rtp: true,
-        rtp_rewrite: None,
-        gap_factor: 0,
-    };
-    let (id, counters) = two_rist_legs(&mut core, failover);
+    let (id, counters) = two_rist_legs(&mut core, failover_after_10_s());
     // Leg 0 (active) loses 3, leg 1 (standing by) loses 7; neither is
     // retransmitted.
-    for seq in 0..10u16 {
-        let t = u64::from(seq) * ms;
-        if seq != 3 {
-            core.receive_on(id, LegId(0), &rtp_packet(seq), t);
-        }
-        if seq != 7 {
-            core.receive_on(id, LegId(1), &rtp_packet(seq), t + 1);
-        }
-        core.tick(t + 1);
-    }
+    run_rist_legs(&mut core, id, 0..10, 0, [&[3], &[7]]);
     tick_at(&mut core, &[20, 150, 300]);
     let _ = sent_by_output(&mut core);
     assert_eq!(core.active_leg(id), Some(LegId(0)));
@@ -1359,11 +1374,7 @@ fn a_failover_flow_counts_as_unrecovered_what_its_active_rist_leg_skipped() {
 fn a_merged_flows_output_health_sees_what_rist_legs_release() {
     let mut core = core(512);
     let ms = 1_000_000u64;
-    let merge = Redundancy::Merge {
-        delay_ns: 0,
-        window_ns: 50 * ms,
-    };
-    let (id, counters) = two_rist_legs(&mut core, merge);
+    let (id, counters) = two_rist_legs(&mut core, merge_within_50_ms());
     assert!(core.set_intake(id, rtp_health(), &[]));
     // Both legs lose 3; leg 0's retransmission repairs it.
     for seq in [0u16, 1, 2, 4, 5] {
@@ -1383,11 +1394,8 @@ fn a_merged_flows_output_health_sees_what_rist_legs_release() {
     core.tick(300 * ms);
     core.publish_health();
     core.settle_health(2000 * ms);
-    let out = &counters.output_health;
-    assert_eq!(out.rtp_packets.get(), 10, "each number once");
-    assert_eq!(out.rtp_lost.get(), 0);
-    assert_eq!(out.rtp_duplicates.get(), 0);
-    assert_eq!(out.rtp_ssrc_changes.get(), 0);
+    assert_output_saw_each_once(&counters, 10);
+    assert_eq!(counters.output_health.rtp_ssrc_changes.get(), 0);
     let sent = sent_by_output(&mut core).remove(&0).unwrap_or_default();
     let want: Vec<Vec<u8>> = (0..10).map(rtp_packet).collect();
     assert!(sent == want, "{sent:?}");
@@ -1520,14 +1528,7 @@ fn run_fec_legs(core: &mut Core, id: FlowId, count: u16, lost: [&[u16]; 2]) {
 #[test]
 fn a_merged_flow_counts_as_unrecoverable_only_what_no_fec_leg_delivered() {
     let mut core = core(1024);
-    let ms = 1_000_000u64;
-    let (id, counters) = fec_legs(
-        &mut core,
-        Redundancy::Merge {
-            delay_ns: 0,
-            window_ns: 50 * ms,
-        },
-    );
+    let (id, counters) = fec_legs(&mut core, merge_within_50_ms());
     // Row 4..7: leg 0 loses 5 and 6. Row 20..23: both lose 21 and 22.
     // Row 40..43: leg 1 loses 41, which its row FEC repairs.
     // 600 numbers: the decoders count a loss once it leaves their window
@@ -1559,16 +1560,7 @@ fn a_merged_flow_counts_as_unrecoverable_only_what_no_fec_leg_delivered() {
 #[test]
 fn a_failover_flow_counts_as_unrecoverable_what_its_active_fec_leg_lost() {
     let mut core = core(1024);
-    let (id, counters) = fec_legs(
-        &mut core,
-        Redundancy::Failover {
-            after_ns: 10_000_000_000,
-            revert_after_ns: None,
-            rtp: true,
-            rtp_rewrite: None,
-            gap_factor: 0,
-        },
-    );
+    let (id, counters) = fec_legs(&mut core, failover_after_10_s());
     // Leg 0 (active) loses 5 and 6, leg 1 (standing by) 9 and 10: a row's
     // two, beyond its FEC.
     run_fec_legs(&mut core, id, 600, [&[5, 6], &[9, 10]]);
@@ -1587,20 +1579,9 @@ fn a_failover_flow_counts_as_unrecoverable_what_its_active_fec_leg_lost() {
 fn a_merged_flows_output_health_counts_what_fec_repaired() {
     let mut core = core(512);
     let ms = 1_000_000u64;
-    let (id, counters) = fec_legs(
-        &mut core,
-        Redundancy::Merge {
-            delay_ns: 0,
-            window_ns: 50 * ms,
-        },
-    );
-    let rtp = crate::health::HealthSettings {
-        payload: mcrelay_wire::health::Payload::Rtp,
-        rtp_clock_hz: 90_000,
-        silence_ms: 1000,
-    };
+    let (id, counters) = fec_legs(&mut core, merge_within_50_ms());
     // Receivers: legs 0 and 1, then leg 0's FEC socket (2) and leg 1's (3).
-    assert!(core.set_intake(id, rtp, &[LegId(0), LegId(1)]));
+    assert!(core.set_intake(id, rtp_health(), &[LegId(0), LegId(1)]));
     let mut enc = row_encoder(4);
     for seq in 0..12u16 {
         let t = u64::from(seq) * ms;
@@ -1620,10 +1601,7 @@ fn a_merged_flows_output_health_counts_what_fec_repaired() {
     core.publish_health();
     core.settle_health(3000 * ms);
     assert_eq!(counters.fec.recovered.get(), 2, "each leg repaired 6");
-    let out = &counters.output_health;
-    assert_eq!(out.rtp_packets.get(), 12, "each number once, 6 repaired");
-    assert_eq!(out.rtp_lost.get(), 0);
-    assert_eq!(out.rtp_duplicates.get(), 0);
+    assert_output_saw_each_once(&counters, 12); // 6 repaired
     assert_eq!(counters.health.rtp_lost.get(), 1, "leg 0's wire lost 6");
     let sent = sent_by_output(&mut core).remove(&0).unwrap_or_default();
     assert_eq!(sent.len(), 12);

@@ -349,6 +349,33 @@ struct Caller {
     gone: bool,
 }
 
+impl Caller {
+    /// A caller connected now on `socket` (`watched`: already in the
+    /// epoll set), from `peer` with `stream_id`.
+    fn connected(
+        socket: Socket,
+        watched: bool,
+        peer: Option<SocketAddr>,
+        stream_id: String,
+    ) -> Caller {
+        Caller {
+            socket,
+            watched,
+            view: CallerView {
+                peer,
+                stream_id,
+                connected_since: now_unix(),
+                ..CallerView::default()
+            },
+            dropped_at_tick: 0,
+            stalled: 0,
+            too_late_at_tick: 0,
+            late: 0,
+            gone: false,
+        }
+    }
+}
+
 enum Calling {
     Idle {
         next: Instant,
@@ -378,6 +405,30 @@ struct Route {
     calling: Option<Calling>,
     view: RouteView,
     gone: bool,
+}
+
+impl Route {
+    /// The feed `old` names: a replaced flow's (its index in
+    /// `old_feeds`), or the route's own.
+    fn feed_of(&self, old: Option<usize>) -> &UnixDatagram {
+        match old.and_then(|k| self.old_feeds.get(k)) {
+            Some(f) => f,
+            None => &self.feed,
+        }
+    }
+
+    /// The feed `old` names (its descriptor `fd`) has ended: a replaced
+    /// flow's is taken off `poll` and dropped; the route's own ends the
+    /// route.
+    fn end_feed(&mut self, poll: &Poll, old: Option<usize>, fd: i32) {
+        match old {
+            Some(k) => {
+                poll.remove_fd(fd);
+                self.old_feeds.swap_remove(k);
+            }
+            None => self.gone = true,
+        }
+    }
 }
 
 struct Thread {
@@ -616,26 +667,13 @@ impl Thread {
         if matches!(route.direction, Direction::In(_)) {
             // An input's feed is only written; readable means its worker
             // closed its end (the flow stopped), or (never) stray bytes.
-            let feed = match old.and_then(|k| route.old_feeds.get(k)) {
-                Some(f) => f,
-                None => &route.feed,
-            };
-            if drain_closed(feed) {
-                match old {
-                    Some(k) => {
-                        self.poll.remove_fd(fd);
-                        route.old_feeds.swap_remove(k);
-                    }
-                    None => route.gone = true,
-                }
+            if drain_closed(route.feed_of(old)) {
+                route.end_feed(&self.poll, old, fd);
             }
             return;
         }
         for _ in 0..FEED_BATCH {
-            let feed = match old.and_then(|k| route.old_feeds.get(k)) {
-                Some(f) => f,
-                None => &route.feed,
-            };
+            let feed = route.feed_of(old);
             let got = match feed.recv(buf) {
                 Ok(0) if feed_closed(feed) => None,
                 Ok(n) => Some(n),
@@ -643,13 +681,7 @@ impl Thread {
                 Err(_) => None,
             };
             let Some(n) = got else {
-                match old {
-                    Some(k) => {
-                        self.poll.remove_fd(fd);
-                        route.old_feeds.swap_remove(k);
-                    }
-                    None => route.gone = true,
-                }
+                route.end_feed(&self.poll, old, fd);
                 return;
             };
             route.view.datagrams += 1;
@@ -741,21 +773,9 @@ impl Thread {
             let peer = peer.or(p.peer);
             tracing::info!(flow = %route.spec.flow, output = %route.spec.label, peer = ?peer, stream_id = %p.stream_id, callers = route.callers.len() + 1, "SRT caller connected");
             route.view.connects += 1;
-            route.callers.push(Caller {
-                socket,
-                watched: true,
-                view: CallerView {
-                    peer,
-                    stream_id: p.stream_id,
-                    connected_since: now_unix(),
-                    ..CallerView::default()
-                },
-                dropped_at_tick: 0,
-                stalled: 0,
-                too_late_at_tick: 0,
-                late: 0,
-                gone: false,
-            });
+            route
+                .callers
+                .push(Caller::connected(socket, true, peer, p.stream_id));
         }
     }
 
@@ -1069,21 +1089,9 @@ fn step_caller(r: &mut Route) -> bool {
                 r.view.connects += 1;
                 r.view.error = None;
                 let peer = socket.peer().or(Some(r.spec.address));
-                r.callers.push(Caller {
-                    socket,
-                    watched: false,
-                    view: CallerView {
-                        peer,
-                        stream_id: r.spec.srt.stream_id.clone().unwrap_or_default(),
-                        connected_since: now_unix(),
-                        ..CallerView::default()
-                    },
-                    dropped_at_tick: 0,
-                    stalled: 0,
-                    too_late_at_tick: 0,
-                    late: 0,
-                    gone: false,
-                });
+                let stream_id = r.spec.srt.stream_id.clone().unwrap_or_default();
+                r.callers
+                    .push(Caller::connected(socket, false, peer, stream_id));
                 r.calling = None;
                 true
             }

@@ -205,8 +205,10 @@ pub fn attach_xdp(prog: &impl AsFd, ifindex: u32) -> io::Result<OwnedFd> {
     new_fd(unsafe { bpf(BPF_LINK_CREATE, &mut attr) }?)
 }
 
-/// The MTU of interface `name` (`SIOCGIFMTU`).
-pub fn interface_mtu(name: &str) -> io::Result<u32> {
+/// The `ifreq` the interface ioctl `request` (a `SIOCGIF*` that reads
+/// `ifr_name` and writes one member of the union) answers for interface
+/// `name`, asked on a fresh UDP socket (no privilege needed).
+fn interface_ioctl(name: &str, request: libc::Ioctl) -> io::Result<libc::ifreq> {
     let socket = nix::sys::socket::socket(
         nix::sys::socket::AddressFamily::Inet,
         nix::sys::socket::SockType::Datagram,
@@ -224,12 +226,20 @@ pub fn interface_mtu(name: &str) -> io::Result<u32> {
     for (d, s) in req.ifr_name.iter_mut().zip(name.bytes()) {
         *d = libc::c_char::from_ne_bytes([s]);
     }
-    // SAFETY: `req` is a live `ifreq` with a NUL-terminated name; the
-    // kernel writes `ifru_mtu` into it and nothing else.
-    let rc = unsafe { libc::ioctl(socket.as_raw_fd(), libc::SIOCGIFMTU, &raw mut req) };
+    // SAFETY: `req` is a live `ifreq` with a NUL-terminated name (the
+    // check above leaves room for the NUL of the zeroed array); the
+    // kernel writes one member of its union and nothing else (the
+    // caller's `request` is a `SIOCGIF*` getter).
+    let rc = unsafe { libc::ioctl(socket.as_raw_fd(), request, &raw mut req) };
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
+    Ok(req)
+}
+
+/// The MTU of interface `name` (`SIOCGIFMTU`).
+pub fn interface_mtu(name: &str) -> io::Result<u32> {
+    let req = interface_ioctl(name, libc::SIOCGIFMTU)?;
     // SAFETY: `SIOCGIFMTU` succeeded, so the union holds `ifru_mtu`.
     let mtu = unsafe { req.ifr_ifru.ifru_mtu };
     u32::try_from(mtu).map_err(|_| io::ErrorKind::InvalidData.into())
@@ -239,29 +249,7 @@ pub fn interface_mtu(name: &str) -> io::Result<u32> {
 /// (`SIOCGIFHWADDR`; no privilege needed). An error for an interface
 /// that isn't Ethernet (no 6-byte address).
 pub fn interface_mac(name: &str) -> io::Result<[u8; 6]> {
-    let socket = nix::sys::socket::socket(
-        nix::sys::socket::AddressFamily::Inet,
-        nix::sys::socket::SockType::Datagram,
-        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
-        None,
-    )?;
-    // SAFETY: `ifreq` is plain data for which all-zero is valid.
-    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
-    if name.len() >= req.ifr_name.len() || name.bytes().any(|b| b == 0) {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("interface name {name:?} is not a valid one"),
-        ));
-    }
-    for (d, s) in req.ifr_name.iter_mut().zip(name.bytes()) {
-        *d = libc::c_char::from_ne_bytes([s]);
-    }
-    // SAFETY: `req` is a live `ifreq` with a NUL-terminated name; the
-    // kernel writes `ifru_hwaddr` into it and nothing else.
-    let rc = unsafe { libc::ioctl(socket.as_raw_fd(), libc::SIOCGIFHWADDR, &raw mut req) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let req = interface_ioctl(name, libc::SIOCGIFHWADDR)?;
     // SAFETY: `SIOCGIFHWADDR` succeeded, so the union holds `ifru_hwaddr`.
     let addr = unsafe { req.ifr_ifru.ifru_hwaddr };
     if addr.sa_family != libc::ARPHRD_ETHER {
@@ -1020,5 +1008,21 @@ mod tests {
         assert!(kick(true, None).retry_soon(), "zero-copy driver at work");
         assert!(!kick(true, Some(libc::ENETDOWN)).retry_soon(), "link down");
         assert!(!kick(true, Some(libc::ENXIO)).retry_soon(), "unbound");
+    }
+
+    /// Both interface ioctls through `interface_ioctl`: loopback has an
+    /// MTU but no Ethernet address; a name that can't be one, or names
+    /// no interface, is an error, not a panic.
+    #[test]
+    fn interface_ioctls_answer_for_loopback_and_refuse_bad_names() {
+        assert!(interface_mtu("lo").expect("lo's MTU") >= 1280);
+        let e = interface_mac("lo").expect_err("lo is not Ethernet");
+        assert!(e.to_string().contains("is not Ethernet"), "{e}");
+        for bad in ["a-name-longer-than-ifnamsiz", "l\0o"] {
+            let e = interface_mtu(bad).expect_err(bad);
+            assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{bad}: {e}");
+        }
+        let e = interface_mtu("nosuchif0").expect_err("no such interface");
+        assert_eq!(e.raw_os_error(), Some(libc::ENODEV), "{e}");
     }
 }

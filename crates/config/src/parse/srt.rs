@@ -669,7 +669,7 @@ pub(super) struct SrtLink {
 mod tests {
     use crate::model::*;
     use crate::parse::parse;
-    use crate::parse::tests::{error, errors};
+    use crate::parse::tests::error;
 
     fn flow(outputs: &str) -> String {
         format!(
@@ -811,11 +811,9 @@ mod tests {
         assert!(parse(&two(", stream_id = \"a\"", ", stream_id = \"b\""), "t.toml").is_ok());
         // One default route (no stream ID) beside named ones is fine.
         assert!(parse(&two("", ", stream_id = \"b\""), "t.toml").is_ok());
-        let e = errors(&two(", stream_id = \"a\"", ", stream_id = \"a\""));
-        assert_eq!(e.len(), 1, "{e:?}");
-        assert!(
-            e[0].contains("flow \"b\": SRT listener 0.0.0.0:9000 with stream_id \"a\" is also flow \"a\"'s; give each flow on one port its own stream_id"),
-            "{e:?}"
+        one_error(
+            &two(", stream_id = \"a\"", ", stream_id = \"a\""),
+            "flow \"b\": SRT listener 0.0.0.0:9000 with stream_id \"a\" is also flow \"a\"'s; give each flow on one port its own stream_id",
         );
         // Within a flow, two outputs on one port need distinct stream IDs.
         let e = error(&flow(
@@ -974,17 +972,13 @@ mod tests {
                  outputs = [{{ protocol = \"srt\", address = \"0.0.0.0\", port = 9000{o} }}]\n"
             )
         };
-        let e = errors(&one("", ""));
-        assert_eq!(e.len(), 1, "{e:?}");
-        assert!(
-            e[0].contains("flow \"x\": SRT listener 0.0.0.0:9000 with no stream_id is both an input and an output of this flow; a caller could not say which it wants: give them distinct stream_ids or ports"),
-            "{e:?}"
+        one_error(
+            &one("", ""),
+            "flow \"x\": SRT listener 0.0.0.0:9000 with no stream_id is both an input and an output of this flow; a caller could not say which it wants: give them distinct stream_ids or ports",
         );
-        let e = errors(&one(", stream_id = \"cam\"", ", stream_id = \"cam\""));
-        assert_eq!(e.len(), 1, "{e:?}");
-        assert!(
-            e[0].contains("with stream_id \"cam\" is both an input and an output"),
-            "{e:?}"
+        one_error(
+            &one(", stream_id = \"cam\"", ", stream_id = \"cam\""),
+            "with stream_id \"cam\" is both an input and an output",
         );
         assert!(
             parse(
@@ -1005,11 +999,9 @@ mod tests {
              outputs = [{ interface = \"eth1\", address = \"239.2.2.2\", port = 6000 }]\n\
              [[flow]]\nname = \"b\"\ninput = { interface = \"eth0\", address = \"239.1.1.1\", port = 5000 }\n\
              outputs = [{ protocol = \"srt\", address = \"0.0.0.0\", port = 9000, stream_id = \"s\" }]\n";
-        let e = errors(across);
-        assert_eq!(e.len(), 1, "{e:?}");
-        assert!(
-            e[0].contains("flow \"b\": SRT listener 0.0.0.0:9000 with stream_id \"s\" is also flow \"a\"'s (its input); give each flow on one port its own stream_id"),
-            "{e:?}"
+        one_error(
+            across,
+            "flow \"b\": SRT listener 0.0.0.0:9000 with stream_id \"s\" is also flow \"a\"'s (its input); give each flow on one port its own stream_id",
         );
     }
 
@@ -1028,20 +1020,16 @@ mod tests {
                  outputs = [{{ protocol = \"srt\", address = \"{b}\", port = 9000, stream_id = \"out\" }}]\n"
             )
         };
-        let e = errors(&two("0.0.0.0", "10.0.0.1"));
-        assert_eq!(e.len(), 1, "{e:?}");
-        assert!(
-            e[0].contains("flow \"b\": SRT listener 10.0.0.1:9000 (an output) can't be opened beside flow \"a\"'s SRT listener 0.0.0.0:9000 (an input): 0.0.0.0 holds the port on every IPv4 address; write one address for both (one listener serves several flows, told apart by stream_id) or use another port"),
-            "{e:?}"
+        one_error(
+            &two("0.0.0.0", "10.0.0.1"),
+            "flow \"b\": SRT listener 10.0.0.1:9000 (an output) can't be opened beside flow \"a\"'s SRT listener 0.0.0.0:9000 (an input): 0.0.0.0 holds the port on every IPv4 address; write one address for both (one listener serves several flows, told apart by stream_id) or use another port",
         );
         // Either order, and the error sits at the later one (flow b's output).
-        let e = errors(&two("10.0.0.1", "0.0.0.0"));
-        assert_eq!(e.len(), 1, "{e:?}");
-        assert!(e[0].starts_with("t.toml:8:"), "{e:?}");
-        assert!(
-            e[0].contains("SRT listener 0.0.0.0:9000 (an output) can't be opened beside flow \"a\"'s SRT listener 10.0.0.1:9000 (an input): 0.0.0.0 holds"),
-            "{e:?}"
+        let e = one_error(
+            &two("10.0.0.1", "0.0.0.0"),
+            "SRT listener 0.0.0.0:9000 (an output) can't be opened beside flow \"a\"'s SRT listener 10.0.0.1:9000 (an input): 0.0.0.0 holds",
         );
+        assert!(e.starts_with("t.toml:8:"), "{e}");
         // :: (dual-stack) holds the port on every address, IPv4 included.
         for (a, b) in [
             ("::", "10.0.0.1"),
@@ -1049,19 +1037,15 @@ mod tests {
             ("::", "::1"),
             ("fe80::1", "::"),
         ] {
-            let e = errors(&two(a, b));
-            assert_eq!(e.len(), 1, "{a} {b}: {e:?}");
-            assert!(
-                e[0].contains(":: holds the port on every address, IPv4 included"),
-                "{a} {b}: {e:?}"
+            one_error(
+                &two(a, b),
+                ":: holds the port on every address, IPv4 included",
             );
         }
         // One address written two ways is two listeners for the daemon.
-        let e = errors(&two("::ffff:10.0.0.1", "10.0.0.1"));
-        assert_eq!(e.len(), 1, "{e:?}");
-        assert!(
-            e[0].contains("::ffff:10.0.0.1 and 10.0.0.1 are one address written two ways"),
-            "{e:?}"
+        one_error(
+            &two("::ffff:10.0.0.1", "10.0.0.1"),
+            "::ffff:10.0.0.1 and 10.0.0.1 are one address written two ways",
         );
         // No overlap: two unicast addresses, IPv4 wildcard and an IPv6
         // address, one address written alike, or another port.
@@ -1123,6 +1107,20 @@ mod tests {
         )
     }
 
+    /// `text` parses.
+    fn valid(text: &str) {
+        if let Err(e) = parse(text, "t.toml") {
+            panic!("{e:?}, for\n{text}");
+        }
+    }
+
+    /// The one error of `text`, which contains `want`.
+    fn one_error(text: &str, want: &str) -> String {
+        let e = error(text);
+        assert!(e.contains(want), "{want:?} is not in {e:?}, for\n{text}");
+        e
+    }
+
     fn srt_at(address: &str, port: u16) -> String {
         format!("{{ protocol = \"srt\", address = \"{address}\", port = {port} }}")
     }
@@ -1138,67 +1136,38 @@ mod tests {
     /// at the later one, naming both flows and the fix.
     #[test]
     fn an_srt_listener_over_a_udp_inputs_port_is_refused_in_either_order() {
-        let e = errors(&input_then_output(
-            &udp_at("239.1.1.1", 9000, ""),
-            &srt_at("0.0.0.0", 9000),
-        ));
-        assert_eq!(e.len(), 1, "{e:?}");
-        assert!(e[0].starts_with("t.toml:8:"), "{e:?}");
-        assert!(
-            e[0].contains("flow \"b\": SRT listener 0.0.0.0:9000 (an output) can't be opened beside flow \"a\"'s input eth0 239.1.1.1:9000: 0.0.0.0 holds the port on every IPv4 address, and the kernel binds no other socket over an SRT listener's (libsrt sets no SO_REUSEADDR); bind the SRT listener to a unicast address of this host (not 239.1.1.1) or use another port for one of them"),
-            "{e:?}"
+        let e = one_error(
+            &input_then_output(&udp_at("239.1.1.1", 9000, ""), &srt_at("0.0.0.0", 9000)),
+            "flow \"b\": SRT listener 0.0.0.0:9000 (an output) can't be opened beside flow \"a\"'s input eth0 239.1.1.1:9000: 0.0.0.0 holds the port on every IPv4 address, and the kernel binds no other socket over an SRT listener's (libsrt sets no SO_REUSEADDR); bind the SRT listener to a unicast address of this host (not 239.1.1.1) or use another port for one of them",
         );
-        let e = errors(&listener_then_input(
-            &srt_at("0.0.0.0", 9000),
-            &udp_at("239.1.1.1", 9000, ""),
-        ));
-        assert_eq!(e.len(), 1, "{e:?}");
-        assert!(e[0].starts_with("t.toml:7:"), "{e:?}");
-        assert!(
-            e[0].contains("flow \"b\": input eth0 239.1.1.1:9000 can't be opened beside flow \"a\"'s SRT listener 0.0.0.0:9000 (an input): 0.0.0.0 holds the port on every IPv4 address, and the kernel binds no other socket over an SRT listener's"),
-            "{e:?}"
+        assert!(e.starts_with("t.toml:8:"), "{e}");
+        let e = one_error(
+            &listener_then_input(&srt_at("0.0.0.0", 9000), &udp_at("239.1.1.1", 9000, "")),
+            "flow \"b\": input eth0 239.1.1.1:9000 can't be opened beside flow \"a\"'s SRT listener 0.0.0.0:9000 (an input): 0.0.0.0 holds the port on every IPv4 address, and the kernel binds no other socket over an SRT listener's",
         );
+        assert!(e.starts_with("t.toml:7:"), "{e}");
         // Which addresses overlap, as the kernel sees them: (listener,
         // input, why).
-        for (srt, udp, why) in [
-            (
-                "::",
-                udp_at("239.1.1.1", 9000, ""),
-                ":: holds the port on every address, IPv4 included",
-            ),
-            (
-                "::",
-                udp_at("ff3e::1", 9000, ""),
-                ":: holds the port on every address, IPv4 included",
-            ),
-            (
-                "10.0.0.1",
-                udp_at("10.0.0.1", 9000, ""),
-                "both are on 10.0.0.1, and the kernel binds no other socket over an SRT listener's (libsrt sets no SO_REUSEADDR); use another port for one of them",
-            ),
-            (
-                "0.0.0.0",
-                udp_at("10.0.0.1", 9000, ""),
-                "0.0.0.0 holds the port on every IPv4 address",
-            ),
-            (
-                "::ffff:10.0.0.1",
-                udp_at("10.0.0.1", 9000, ""),
-                "::ffff:10.0.0.1 and 10.0.0.1 are one address written two ways",
-            ),
-            (
-                "0.0.0.0",
-                udp_at("239.1.1.1", 9000, ", source = \"10.1.1.1\""),
-                "input eth0 239.1.1.1:9000 from 10.1.1.1",
-            ),
+        let dual = ":: holds the port on every address, IPv4 included";
+        let both = "both are on 10.0.0.1, and the kernel binds no other socket over an SRT listener's (libsrt sets no SO_REUSEADDR); use another port for one of them";
+        let any4 = "0.0.0.0 holds the port on every IPv4 address";
+        let mapped = "::ffff:10.0.0.1 and 10.0.0.1 are one address written two ways";
+        let from = "input eth0 239.1.1.1:9000 from 10.1.1.1";
+        let source = ", source = \"10.1.1.1\"";
+        for (srt, udp, extra, why) in [
+            ("::", "239.1.1.1", "", dual),
+            ("::", "ff3e::1", "", dual),
+            ("10.0.0.1", "10.0.0.1", "", both),
+            ("0.0.0.0", "10.0.0.1", "", any4),
+            ("::ffff:10.0.0.1", "10.0.0.1", "", mapped),
+            ("0.0.0.0", "239.1.1.1", source, from),
         ] {
+            let udp = udp_at(udp, 9000, extra);
             for text in [
                 input_then_output(&udp, &srt_at(srt, 9000)),
                 listener_then_input(&srt_at(srt, 9000), &udp),
             ] {
-                let e = errors(&text);
-                assert_eq!(e.len(), 1, "{srt} {udp}: {e:?}");
-                assert!(e[0].contains(why), "{srt} {udp}: {e:?}");
+                one_error(&text, why);
             }
         }
         // No overlap: a unicast listener beside a group or another
@@ -1217,11 +1186,7 @@ mod tests {
             ),
         ] {
             let text = input_then_output(&udp, &srt);
-            assert!(
-                parse(&text, "t.toml").is_ok(),
-                "{srt} {udp}: {:?}",
-                parse(&text, "t.toml").err()
-            );
+            valid(&text);
         }
     }
 
@@ -1243,17 +1208,17 @@ mod tests {
                 "input eth0 239.1.1.1:8995 (its 2022-1 row FEC port 8999)",
             ),
         ] {
-            let e = errors(&input_then_output(udp, &srt_at("0.0.0.0", 8999)));
-            assert_eq!(e.len(), 1, "{udp}: {e:?}");
-            assert!(
-                e[0].contains(&format!("SRT listener 0.0.0.0:8999 (an output) can't be opened beside flow \"a\"'s {what}: 0.0.0.0 holds")),
-                "{udp}: {e:?}"
+            one_error(
+                &input_then_output(udp, &srt_at("0.0.0.0", 8999)),
+                &format!(
+                    "SRT listener 0.0.0.0:8999 (an output) can't be opened beside flow \"a\"'s {what}: 0.0.0.0 holds"
+                ),
             );
-            let e = errors(&listener_then_input(&srt_at("0.0.0.0", 8999), udp));
-            assert_eq!(e.len(), 1, "{udp}: {e:?}");
-            assert!(
-                e[0].contains(&format!("flow \"b\": {what} can't be opened beside flow \"a\"'s SRT listener 0.0.0.0:8999 (an input)")),
-                "{udp}: {e:?}"
+            one_error(
+                &listener_then_input(&srt_at("0.0.0.0", 8999), udp),
+                &format!(
+                    "flow \"b\": {what} can't be opened beside flow \"a\"'s SRT listener 0.0.0.0:8999 (an input)"
+                ),
             );
         }
         // A plain input holds its own port only.
@@ -1264,11 +1229,9 @@ mod tests {
         let legs = "[[flow]]\nname = \"x\"\nredundancy = \"failover\"\n\
              inputs = [{ interface = \"eth0\", address = \"239.1.1.1\", port = 9000, fec = \"2022-1\" }, { protocol = \"srt\", address = \"0.0.0.0\", port = 9002 }]\n\
              outputs = [{ interface = \"eth1\", address = \"239.2.2.2\", port = 6000 }]\n";
-        let e = errors(legs);
-        assert_eq!(e.len(), 1, "{e:?}");
-        assert!(
-            e[0].contains("flow \"x\": SRT listener 0.0.0.0:9002 (an input) can't be opened beside this flow's input eth0 239.1.1.1:9000 (its 2022-1 column FEC port 9002)"),
-            "{e:?}"
+        one_error(
+            legs,
+            "flow \"x\": SRT listener 0.0.0.0:9002 (an input) can't be opened beside this flow's input eth0 239.1.1.1:9000 (its 2022-1 column FEC port 9002)",
         );
         let e = error(&format!(
             "[[flow]]\nname = \"x\"\ninput = {}\noutputs = [{}]\n",
@@ -1291,25 +1254,19 @@ mod tests {
             let extra = format!(", ingress = \"{ingress}\"");
             let udp = udp_at("239.1.1.1", 9000, &extra);
             let text = input_then_output(&udp, &srt_at("0.0.0.0", 9000));
-            assert!(
-                parse(&text, "t.toml").is_ok(),
-                "{udp}: {:?}",
-                parse(&text, "t.toml").err()
-            );
+            valid(&text);
             for srt in ["0.0.0.0", "10.0.0.1"] {
                 let udp = udp_at("10.0.0.1", 9000, &extra);
                 for text in [
                     input_then_output(&udp, &srt_at(srt, 9000)),
                     listener_then_input(&srt_at(srt, 9000), &udp),
                 ] {
-                    let e = errors(&text);
-                    assert_eq!(e.len(), 1, "{udp}: {e:?}");
                     let why = if ingress == "packet" {
                         "and the input's packet filter (ingress = \"packet\") would relay the SRT callers' datagrams to that port as the flow's stream"
                     } else {
                         "and the input's XDP program (ingress = \"xdp\") would take the SRT callers' datagrams to that port from the listener"
                     };
-                    assert!(e[0].contains(why), "{udp}: {e:?}");
+                    one_error(&text, why);
                 }
             }
         }
@@ -1317,10 +1274,6 @@ mod tests {
             &udp_at("ff3e::1", 9000, ", ingress = \"packet\""),
             &srt_at("::", 9000),
         );
-        assert!(
-            parse(&text, "t.toml").is_ok(),
-            "{:?}",
-            parse(&text, "t.toml").err()
-        );
+        valid(&text);
     }
 }
